@@ -1,0 +1,79 @@
+/* qasr — Qwen3-ASR speech recognition. Stable C API (opaque handles, status codes), usable from any FFI.
+ *
+ *   qasr_model* m = NULL;
+ *   if (qasr_model_load("models/demo", NULL, &m) != QASR_OK) { fprintf(stderr, "%s\n", qasr_last_error()); }
+ *   qasr_result* r = NULL;
+ *   qasr_transcribe_file(m, "samples/demo_en.wav", NULL, &r);
+ *   printf("%s\n", qasr_result_text(r));
+ *   qasr_result_free(r); qasr_model_free(m);
+ *
+ * Functions never abort: failures return a status and set a thread-local message (qasr_last_error()).
+ * A model may be used from several threads at once. Strings returned are owned by their handle. */
+#ifndef QASR_H
+#define QASR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    QASR_OK = 0,
+    QASR_ERR_INVALID_ARGUMENT = 1, /* NULL handle, bad option value */
+    QASR_ERR_MODEL = 2,            /* model directory, config, tokenizer or weights unusable */
+    QASR_ERR_AUDIO = 3,            /* audio missing, unreadable or malformed */
+    QASR_ERR_OUT_OF_MEMORY = 4,
+    QASR_ERR_INTERNAL = 5
+} qasr_status;
+
+typedef struct qasr_model qasr_model;
+typedef struct qasr_result qasr_result;
+
+typedef struct {
+    int n_threads; /* 0: all cores */
+    int warmup;    /* non-zero: run a warm-up transcription after loading */
+} qasr_load_params;
+
+typedef struct {
+    const char* language;  /* NULL or "": detect */
+    const char* context;   /* NULL or "": none */
+    int max_new_tokens;    /* 0: automatic cap */
+    int ignore_eos;        /* non-zero: exactly max_new_tokens argmax tokens */
+    float temperature;     /* 0: greedy */
+    float top_p;
+    uint64_t seed;
+    int itn;               /* non-zero: inverse text normalization of the final text */
+} qasr_transcribe_params;
+
+qasr_load_params qasr_default_load_params(void);
+qasr_transcribe_params qasr_default_transcribe_params(void);
+
+qasr_status qasr_model_load(const char* model_dir, const qasr_load_params* params, qasr_model** out);
+void qasr_model_free(qasr_model* model);
+
+qasr_status qasr_transcribe_file(const qasr_model* model, const char* path, const qasr_transcribe_params* params,
+                                 qasr_result** out);
+/* samples: mono float32 at 16 kHz in [-1, 1]. */
+qasr_status qasr_transcribe_pcm(const qasr_model* model, const float* samples, size_t n_samples,
+                                const qasr_transcribe_params* params, qasr_result** out);
+
+const char* qasr_result_text(const qasr_result* r);
+const char* qasr_result_language(const qasr_result* r);
+const char* qasr_result_raw_text(const qasr_result* r);
+double qasr_result_rtf(const qasr_result* r);
+double qasr_result_audio_seconds(const qasr_result* r);
+size_t qasr_result_n_tokens(const qasr_result* r);
+int qasr_result_token_id(const qasr_result* r, size_t i);         /* -1 when out of range */
+float qasr_result_token_logprob(const qasr_result* r, size_t i);  /* 0 when out of range */
+const char* qasr_result_finish_reason(const qasr_result* r);      /* "eos", "token_cap", "repetition", "empty" */
+void qasr_result_free(qasr_result* r);
+
+const char* qasr_last_error(void);            /* message of this thread's last failure ("" if none) */
+const char* qasr_status_string(qasr_status s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,96 @@
+// qasr — Qwen3-ASR speech recognition. The C++ API.
+//
+//   auto asr = qasr::Transcriber::load_with_warmup("models/demo");
+//   auto r = asr.transcribe_file("samples/demo_en.wav");
+//   std::cout << r.text << " (RTF " << r.rtf << ")\n";
+//
+// A Transcriber holds an immutable loaded model; transcribe* calls may run concurrently from several threads
+// (each call has its own session state). Every failure is a qasr::Error (a std::runtime_error).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace qasr {
+
+class Error;
+
+struct DecodeOptions {
+    int max_new_tokens = 0;    // 0: automatic cap ⌈seconds·20⌉ + 64
+    bool ignore_eos = false;   // decode exactly max_new_tokens plain-argmax tokens, no stop rule at all
+    float temperature = 0.0f;  // 0: greedy
+    float top_p = 1.0f;        // nucleus sampling when temperature > 0
+    uint64_t seed = 0;         // sampling seed
+    int repetition_limit = 10; // stop when one token would repeat more often than this in a row (0: off)
+};
+
+struct TranscribeOptions {
+    std::string language;      // "" = detect; else a supported name or ISO code ("English", "en")
+    std::string context;       // system-prompt context (names, terms)
+    DecodeOptions decode;
+    bool itn = true;           // inverse text normalization of the final text (English, Chinese)
+    size_t min_samples = 8000; // zero-pad shorter clips (the reference feature extractor does)
+};
+
+struct LoadOptions {
+    int threads = 0;           // 0: all cores
+};
+
+struct TokenInfo {
+    int id;
+    float logprob; // log-probability under the model (temperature 1)
+};
+
+enum class FinishReason { Eos, TokenCap, Repetition, Empty };
+const char* finish_reason_name(FinishReason r);
+
+struct Timings {
+    double load_ms = 0, mel_ms = 0, encode_ms = 0, prefill_ms = 0, decode_ms = 0;
+    double total_ms() const { return mel_ms + encode_ms + prefill_ms + decode_ms; }
+};
+
+struct TranscriptionResult {
+    std::string text;      // parsed, repetition-fixed, ITN applied (unless disabled)
+    std::string language;  // detected or forced language name; "" when none
+    std::string raw_text;  // decoded model output, special tokens skipped, before parsing
+    std::vector<TokenInfo> tokens; // generated ids (including a final EOS)
+    int n_prompt_tokens = 0;
+    int n_audio_tokens = 0;
+    double audio_seconds = 0;
+    double rtf = 0;        // (mel + encode + prefill + decode) / audio seconds
+    Timings timings;
+    FinishReason finish = FinishReason::Empty;
+};
+
+// One fixed, machine-parsable summary line shared by the CLI and `qasr bench`.
+std::string summary_line(const TranscriptionResult& r);
+
+class Transcriber {
+public:
+    static Transcriber load(const std::string& model_dir, const LoadOptions& opts = {});
+    // load() + a short warm-up transcription of low-amplitude noise, so the first real request is not cold.
+    static Transcriber load_with_warmup(const std::string& model_dir, const LoadOptions& opts = {});
+
+    TranscriptionResult transcribe_file(const std::string& path, const TranscribeOptions& opts = {}) const;
+    // 16 kHz mono float samples in [-1, 1].
+    TranscriptionResult transcribe(const std::vector<float>& samples, const TranscribeOptions& opts = {}) const;
+    void warmup() const;
+
+    double load_ms() const;
+    std::string model_summary() const;
+
+    Transcriber(Transcriber&&) noexcept;
+    Transcriber& operator=(Transcriber&&) noexcept;
+    ~Transcriber();
+
+    struct Impl;
+    const Impl& impl() const { return *impl_; } // for in-tree tools (bench, streaming)
+
+private:
+    explicit Transcriber(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace qasr

@@ -1,0 +1,92 @@
+// Transcriber: the public front door over Model (shared, immutable) and Session (one per call).
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "audio/audio.hpp"
+#include "ops/ops.hpp"
+#include "pipeline/session.hpp"
+#include "qasr/qasr.hpp"
+#include "api/transcriber_impl.hpp"
+
+#include <cstdio>
+#include <random>
+
+namespace qasr {
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+    case FinishReason::Eos: return "eos";
+    case FinishReason::TokenCap: return "token_cap";
+    case FinishReason::Repetition: return "repetition";
+    case FinishReason::Empty: return "empty";
+    }
+    return "?";
+}
+
+std::string summary_line(const TranscriptionResult& r) {
+    char buf[512];
+    const double tps = r.timings.decode_ms > 0 ? 1000.0 * double(r.tokens.size()) / r.timings.decode_ms : 0.0;
+    std::snprintf(buf, sizeof buf,
+                  "qasr: audio %.2fs | load %.0f ms | mel %.1f ms | encode %.1f ms | prefill %.1f ms (%d tok) | "
+                  "decode %.1f ms (%zu tok, %.1f tok/s) | RTF %.3f | finish %s",
+                  r.audio_seconds, r.timings.load_ms, r.timings.mel_ms, r.timings.encode_ms, r.timings.prefill_ms,
+                  r.n_prompt_tokens, r.timings.decode_ms, r.tokens.size(), tps, r.rtf, finish_reason_name(r.finish));
+    return buf;
+}
+
+Transcriber::Transcriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Transcriber::Transcriber(Transcriber&&) noexcept = default;
+Transcriber& Transcriber::operator=(Transcriber&&) noexcept = default;
+Transcriber::~Transcriber() = default;
+
+Transcriber Transcriber::load(const std::string& model_dir, const LoadOptions& opts) {
+    if (opts.threads < 0 || opts.threads > 1024) fail("options", "threads must be in [0, 1024]");
+    ops::set_num_threads(opts.threads);
+    auto impl = std::make_unique<Impl>();
+    impl->model = Model::load(model_dir);
+    return Transcriber(std::move(impl));
+}
+
+Transcriber Transcriber::load_with_warmup(const std::string& model_dir, const LoadOptions& opts) {
+    Transcriber t = load(model_dir, opts);
+    t.warmup();
+    return t;
+}
+
+void Transcriber::warmup() const {
+    // Low-amplitude noise (silence would stop at once); sampled first so the decode loop really runs,
+    // then a short greedy pass.
+    std::mt19937 rng(1234);
+    std::uniform_real_distribution<float> u(-0.01f, 0.01f);
+    std::vector<float> noise(8 * kSampleRate);
+    for (float& x : noise) x = u(rng);
+    TranscribeOptions o;
+    o.itn = false;
+    o.decode.temperature = 1.0f;
+    o.decode.max_new_tokens = 32;
+    transcribe(noise, o);
+    o.decode.temperature = 0.0f;
+    o.decode.max_new_tokens = 8;
+    transcribe(noise, o);
+}
+
+TranscriptionResult Transcriber::transcribe_file(const std::string& path, const TranscribeOptions& opts) const {
+    return transcribe(load_audio_file(path), opts);
+}
+
+TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
+    Session s(impl_->model);
+    return s.run(samples, opts);
+}
+
+double Transcriber::load_ms() const { return impl_->model->load_ms; }
+
+std::string Transcriber::model_summary() const {
+    const HParams& hp = impl_->model->hp;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s layout (%s tensors): encoder %d×%d, decoder %d×%d, vocab %d",
+                  hp.layout.c_str(), impl_->model->weights.scheme.c_str(), hp.audio.n_layers, hp.audio.d_model,
+                  hp.text.n_layers, hp.text.hidden, hp.text.vocab_size);
+    return buf;
+}
+
+} // namespace qasr

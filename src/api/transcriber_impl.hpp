@@ -1,0 +1,14 @@
+// The Transcriber's private state, visible to in-tree tools (bench, streaming) but not to API users.
+#pragma once
+#include "model/model.hpp"
+#include "qasr/qasr.hpp"
+
+#include <memory>
+
+namespace qasr {
+
+struct Transcriber::Impl {
+    std::shared_ptr<const Model> model;
+};
+
+} // namespace qasr

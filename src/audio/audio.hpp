@@ -1,0 +1,36 @@
+// Audio input: any supported file or byte buffer → mono float32 at 16 kHz in [-1, 1] (spec §3.1).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qasr {
+
+constexpr int kSampleRate = 16000;
+
+struct DecodedAudio {
+    std::vector<float> samples; // mono, native sample rate
+    int sample_rate = 0;
+    int channels = 0;           // of the source
+};
+
+// RIFF/WAVE: PCM 8/16/24/32-bit, IEEE float 32/64, WAVE_FORMAT_EXTENSIBLE; any channel count (averaged to mono).
+DecodedAudio parse_wav(const uint8_t* data, size_t size, const std::string& what);
+bool looks_like_wav(const uint8_t* data, size_t size);
+
+// Resamples mono audio with libsoxr (high quality). Identity when the rates match.
+std::vector<float> resample(const std::vector<float>& in, int from_rate, int to_rate);
+
+// Peak-normalizes when |x| > 1 and clips to [-1, 1] (spec §3.1 step 3).
+void condition_range(std::vector<float>& x);
+
+// Loads a file (WAV natively; other formats through FFmpeg when built with it) → mono 16 kHz float.
+std::vector<float> load_audio_file(const std::string& path);
+// Raw signed 16-bit little-endian mono PCM at 16 kHz (e.g. from stdin).
+std::vector<float> pcm_s16le_to_float(const uint8_t* data, size_t size);
+
+bool ffmpeg_available();
+// Implemented in ffmpeg_decode.cpp (or the stub without FFmpeg).
+DecodedAudio decode_with_ffmpeg(const std::string& path);
+
+} // namespace qasr

@@ -1,0 +1,101 @@
+// Compressed audio (mp3, flac, ogg/opus, m4a/aac, mp4/webm audio tracks...) through FFmpeg's libraries:
+// demux the best audio stream, decode, convert to interleaved float with libswresample at the source rate
+// (resampling to 16 kHz is done by libsoxr in load.cpp), average channels to mono.
+#include "audio/audio.hpp"
+#include "core/error.hpp"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/channel_layout.h>
+#include <libavutil/opt.h>
+#include <libswresample/swresample.h>
+}
+
+#include <memory>
+
+namespace qasr {
+namespace {
+
+std::string av_err(int code) {
+    char buf[AV_ERROR_MAX_STRING_SIZE] = {};
+    av_strerror(code, buf, sizeof buf);
+    return buf;
+}
+
+struct FormatCloser {
+    void operator()(AVFormatContext* c) const { avformat_close_input(&c); }
+};
+struct CodecCloser {
+    void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct FrameFree {
+    void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct PacketFree {
+    void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct SwrFree {
+    void operator()(SwrContext* s) const { swr_free(&s); }
+};
+
+} // namespace
+
+bool ffmpeg_available() { return true; }
+
+DecodedAudio decode_with_ffmpeg(const std::string& path) {
+    const std::string C = "audio";
+    av_log_set_level(AV_LOG_QUIET);
+    AVFormatContext* raw = nullptr;
+    int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+    if (rc < 0) fail(C, path + ": not a recognised audio file (" + av_err(rc) + ")");
+    std::unique_ptr<AVFormatContext, FormatCloser> fmt(raw);
+    if ((rc = avformat_find_stream_info(fmt.get(), nullptr)) < 0) fail(C, path + ": " + av_err(rc));
+    const AVCodec* codec = nullptr;
+    const int stream = av_find_best_stream(fmt.get(), AVMEDIA_TYPE_AUDIO, -1, -1, &codec, 0);
+    if (stream < 0 || !codec) fail(C, path + ": no audio stream");
+    std::unique_ptr<AVCodecContext, CodecCloser> dec(avcodec_alloc_context3(codec));
+    if (!dec) fail(C, "out of memory");
+    avcodec_parameters_to_context(dec.get(), fmt->streams[stream]->codecpar);
+    if ((rc = avcodec_open2(dec.get(), codec, nullptr)) < 0) fail(C, path + ": cannot open decoder: " + av_err(rc));
+    const int channels = dec->ch_layout.nb_channels;
+    const int rate = dec->sample_rate;
+    if (channels <= 0 || rate <= 0) fail(C, path + ": audio stream has no channels or sample rate");
+    SwrContext* swr_raw = nullptr;
+    if (swr_alloc_set_opts2(&swr_raw, &dec->ch_layout, AV_SAMPLE_FMT_FLT, rate, &dec->ch_layout, dec->sample_fmt,
+                            rate, 0, nullptr) < 0 || swr_init(swr_raw) < 0) {
+        swr_free(&swr_raw);
+        fail(C, path + ": cannot set up sample conversion");
+    }
+    std::unique_ptr<SwrContext, SwrFree> swr(swr_raw);
+    std::unique_ptr<AVPacket, PacketFree> pkt(av_packet_alloc());
+    std::unique_ptr<AVFrame, FrameFree> frame(av_frame_alloc());
+    DecodedAudio out;
+    out.sample_rate = rate;
+    out.channels = channels;
+    std::vector<float> buf;
+    auto drain = [&]() {
+        while (avcodec_receive_frame(dec.get(), frame.get()) == 0) {
+            buf.resize(size_t(frame->nb_samples) * size_t(channels));
+            uint8_t* dst = reinterpret_cast<uint8_t*>(buf.data());
+            const int n = swr_convert(swr.get(), &dst, frame->nb_samples, const_cast<const uint8_t**>(frame->extended_data),
+                                      frame->nb_samples);
+            for (int i = 0; i < n; ++i) {
+                float acc = 0;
+                for (int c = 0; c < channels; ++c) acc += buf[size_t(i) * size_t(channels) + size_t(c)];
+                out.samples.push_back(acc / float(channels));
+            }
+            av_frame_unref(frame.get());
+        }
+    };
+    while (av_read_frame(fmt.get(), pkt.get()) >= 0) {
+        if (pkt->stream_index == stream && avcodec_send_packet(dec.get(), pkt.get()) >= 0) drain();
+        av_packet_unref(pkt.get());
+    }
+    avcodec_send_packet(dec.get(), nullptr);
+    drain();
+    if (out.samples.empty()) fail(C, path + ": decoded no audio samples");
+    return out;
+}
+
+} // namespace qasr

@@ -1,0 +1,13 @@
+// Build without FFmpeg: compressed formats are reported as unsupported.
+#include "audio/audio.hpp"
+#include "core/error.hpp"
+
+namespace qasr {
+
+bool ffmpeg_available() { return false; }
+
+DecodedAudio decode_with_ffmpeg(const std::string& path) {
+    fail("audio", path + ": this build has no FFmpeg support (rebuild with -DQASR_FFMPEG=ON)");
+}
+
+} // namespace qasr

@@ -1,0 +1,54 @@
+// File loading front door: reads the file, picks the WAV parser or FFmpeg, then resamples (libsoxr) and
+// conditions the range. Errors name the file and say what it is not.
+#include "audio/audio.hpp"
+#include "core/error.hpp"
+
+#include <soxr.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
+namespace qasr {
+
+std::vector<float> resample(const std::vector<float>& in, int from_rate, int to_rate) {
+    if (from_rate == to_rate || in.empty()) return in;
+    const double ratio = double(to_rate) / double(from_rate);
+    std::vector<float> out(size_t(std::ceil(double(in.size()) * ratio)) + 16);
+    size_t odone = 0;
+    soxr_quality_spec_t q = soxr_quality_spec(SOXR_HQ, 0);
+    soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+    soxr_error_t err = soxr_oneshot(from_rate, to_rate, 1, in.data(), in.size(), nullptr, out.data(), out.size(),
+                                    &odone, &io, &q, nullptr);
+    if (err) fail("audio", std::string("resampling failed: ") + err);
+    out.resize(odone);
+    return out;
+}
+
+void condition_range(std::vector<float>& x) {
+    float peak = 0;
+    for (float v : x) peak = std::max(peak, std::fabs(v));
+    if (peak > 1.0f)
+        for (float& v : x) v /= peak;
+    for (float& v : x) v = std::min(1.0f, std::max(-1.0f, v));
+}
+
+std::vector<float> load_audio_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail("audio", path + ": cannot open");
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (bytes.empty()) fail("audio", path + ": empty file");
+    DecodedAudio a;
+    if (looks_like_wav(bytes.data(), bytes.size())) {
+        a = parse_wav(bytes.data(), bytes.size(), path);
+    } else if (ffmpeg_available()) {
+        a = decode_with_ffmpeg(path);
+    } else {
+        fail("audio", path + ": not a WAV file (this build has no FFmpeg support for other formats)");
+    }
+    std::vector<float> out = resample(a.samples, a.sample_rate, kSampleRate);
+    condition_range(out);
+    return out;
+}
+
+} // namespace qasr

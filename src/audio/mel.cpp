@@ -1,0 +1,119 @@
+// STFT + mel + log compression in double precision (the reference runs fp32; double keeps our side exact so the
+// difference is the reference's own rounding). Mixed-radix FFT for n = 400.
+#include "audio/mel.hpp"
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace qasr {
+
+double hz_to_mel_slaney(double f) {
+    const double f_sp = 200.0 / 3.0, min_log_hz = 1000.0, min_log_mel = min_log_hz / f_sp,
+                 logstep = std::log(6.4) / 27.0;
+    return f < min_log_hz ? f / f_sp : min_log_mel + std::log(f / min_log_hz) / logstep;
+}
+
+double mel_to_hz_slaney(double m) {
+    const double f_sp = 200.0 / 3.0, min_log_hz = 1000.0, min_log_mel = min_log_hz / f_sp,
+                 logstep = std::log(6.4) / 27.0;
+    return m < min_log_mel ? f_sp * m : min_log_hz * std::exp(logstep * (m - min_log_mel));
+}
+
+MelFrontend::MelFrontend(int n_mels) : n_mels_(n_mels) {
+    if (n_mels < 1 || n_mels > 1024) fail("mel", "bad mel bin count " + std::to_string(n_mels));
+    window_.resize(kNfft);
+    for (int n = 0; n < kNfft; ++n) window_[size_t(n)] = 0.5 - 0.5 * std::cos(2.0 * M_PI * n / kNfft);
+    // Filterbank: n_mels + 2 points equally spaced on the Slaney mel scale over [0, 8000] Hz.
+    const double mel_max = hz_to_mel_slaney(8000.0);
+    std::vector<double> f(size_t(n_mels) + 2);
+    for (size_t i = 0; i < f.size(); ++i) f[i] = mel_to_hz_slaney(mel_max * double(i) / double(n_mels + 1));
+    filters_.resize(size_t(n_mels));
+    first_bin_.resize(size_t(n_mels));
+    for (int m = 0; m < n_mels; ++m) {
+        const double lo = f[size_t(m)], mid = f[size_t(m) + 1], hi = f[size_t(m) + 2];
+        const double enorm = 2.0 / (hi - lo);
+        std::vector<double> w(kBins);
+        int first = -1, last = -1;
+        for (int k = 0; k < kBins; ++k) {
+            const double fk = 8000.0 * k / (kBins - 1);
+            const double v = std::max(0.0, std::min((fk - lo) / (mid - lo), (hi - fk) / (hi - mid))) * enorm;
+            w[size_t(k)] = v;
+            if (v > 0) {
+                if (first < 0) first = k;
+                last = k;
+            }
+        }
+        if (first < 0) first = last = 0;
+        first_bin_[size_t(m)] = first;
+        filters_[size_t(m)].assign(w.begin() + first, w.begin() + last + 1);
+    }
+    twiddle_.resize(kNfft);
+    for (int k = 0; k < kNfft; ++k) twiddle_[size_t(k)] = std::polar(1.0, -2.0 * M_PI * k / kNfft);
+    factors_ = {4, 4, 5, 5};
+}
+
+void MelFrontend::fft(const std::complex<double>* in, std::complex<double>* out, int n, int stride,
+                      int factor_idx) const {
+    if (n == 1) {
+        out[0] = in[0];
+        return;
+    }
+    const int p = factors_[size_t(factor_idx)], m = n / p;
+    for (int q = 0; q < p; ++q) fft(in + q * stride, out + q * m, m, stride * p, factor_idx + 1);
+    const int tw_step = kNfft / n;
+    std::complex<double> tmp[5];
+    for (int k = 0; k < m; ++k) {
+        for (int q = 0; q < p; ++q) tmp[q] = out[q * m + k];
+        for (int r = 0; r < p; ++r) {
+            std::complex<double> acc = 0;
+            const int idx = k + r * m;
+            for (int q = 0; q < p; ++q) acc += tmp[q] * twiddle_[size_t((q * idx % n) * tw_step)];
+            out[idx] = acc;
+        }
+    }
+}
+
+Tensor MelFrontend::filterbank_matrix() const {
+    Tensor t({kBins, n_mels_});
+    for (int m = 0; m < n_mels_; ++m)
+        for (size_t j = 0; j < filters_[size_t(m)].size(); ++j)
+            t.data[size_t(first_bin_[size_t(m)] + int(j)) * size_t(n_mels_) + size_t(m)] = float(filters_[size_t(m)][j]);
+    return t;
+}
+
+Tensor MelFrontend::compute(const std::vector<float>& samples, size_t min_samples) const {
+    const size_t N = std::max(samples.size(), min_samples);
+    if (N <= size_t(kNfft / 2)) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
+    auto x = [&](long i) -> double { return i < long(samples.size()) ? samples[size_t(i)] : 0.0; };
+    const size_t T = n_frames(N);
+    std::vector<double> logmel(size_t(n_mels_) * T);
+    std::vector<std::complex<double>> frame(kNfft), spec(kNfft);
+    std::vector<double> power(kBins);
+    double gmax = -1e300;
+    for (size_t t = 0; t < T; ++t) {
+        for (int j = 0; j < kNfft; ++j) {
+            long idx = long(t) * kHop + j - kNfft / 2;
+            if (idx < 0) idx = -idx;
+            if (idx >= long(N)) idx = 2 * (long(N) - 1) - idx;
+            frame[size_t(j)] = x(idx) * window_[size_t(j)];
+        }
+        fft(frame.data(), spec.data(), kNfft, 1, 0);
+        for (int k = 0; k < kBins; ++k) power[size_t(k)] = std::norm(spec[size_t(k)]);
+        for (int m = 0; m < n_mels_; ++m) {
+            const auto& w = filters_[size_t(m)];
+            const double* p = power.data() + first_bin_[size_t(m)];
+            double acc = 0;
+            for (size_t j = 0; j < w.size(); ++j) acc += w[j] * p[j];
+            const double l = std::log10(std::max(acc, 1e-10));
+            logmel[size_t(m) * T + t] = l;
+            gmax = std::max(gmax, l);
+        }
+    }
+    Tensor out({n_mels_, int64_t(T)});
+    const double floor = gmax - 8.0;
+    for (size_t i = 0; i < logmel.size(); ++i) out.data[i] = float((std::max(logmel[i], floor) + 4.0) / 4.0);
+    return out;
+}
+
+} // namespace qasr

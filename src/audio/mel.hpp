@@ -1,0 +1,38 @@
+// Log-mel front end exactly as the reference feature extractor (spec §3): periodic Hann 400, hop 160, centered
+// STFT with reflect padding, last frame dropped, Slaney mel filterbank (built in double), log10 with 1e-10 floor,
+// clip-global max−8 clamp, (x+4)/4. Window, filterbank and FFT twiddles are computed once per instance.
+#pragma once
+#include "core/tensor.hpp"
+
+#include <complex>
+#include <vector>
+
+namespace qasr {
+
+class MelFrontend {
+public:
+    static constexpr int kNfft = 400, kHop = 160, kBins = kNfft / 2 + 1;
+    explicit MelFrontend(int n_mels);
+
+    // [n_mels, T], T = N/160 after zero-padding to min_samples. Throws when N ≤ 200 after padding.
+    Tensor compute(const std::vector<float>& samples, size_t min_samples) const;
+    // Power spectrogram → un-normalized log10 mel, [n_mels, T]; exposed for streaming reuse.
+    Tensor filterbank_matrix() const; // [201, n_mels], float32 copy of the filterbank (tap 1)
+    int n_mels() const { return n_mels_; }
+    static size_t n_frames(size_t n_samples) { return n_samples / kHop; }
+
+private:
+    void fft(const std::complex<double>* in, std::complex<double>* out, int n, int stride, int factor_idx) const;
+    int n_mels_;
+    std::vector<double> window_;                  // [400] periodic Hann
+    std::vector<std::vector<double>> filters_;    // per mel: weights over [first_bin_, ...)
+    std::vector<int> first_bin_;
+    std::vector<std::complex<double>> twiddle_;   // exp(-2πi k/400)
+    std::vector<int> factors_;                    // 400 = 4·4·5·5
+};
+
+// Slaney mel scale (spec §3.4).
+double hz_to_mel_slaney(double f);
+double mel_to_hz_slaney(double m);
+
+} // namespace qasr

@@ -1,0 +1,129 @@
+// Encoder forward. Shapes for the shipped config: chunk [1,128,100] → conv1 [480,64,50] → conv2 [480,32,25]
+// → conv3 [480,16,13] → [13, 7680] → conv_out [13, d]; packed valid rows [A, d]; windows of 104 rows.
+#include "model/encoder.hpp"
+
+#include "core/error.hpp"
+#include "ops/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace qasr {
+namespace {
+
+int64_t conv_out_len(int64_t n) { return (n + 1) / 2; }
+int64_t valid_after_stem(int64_t l) { return conv_out_len(conv_out_len(conv_out_len(l))); }
+
+void gelu(Tensor& t) { ops::gelu_erf(t.ptr(), t.size()); }
+
+void encoder_layer(const EncoderLayerW& w, Tensor& h, int64_t heads, int64_t window) {
+    const int64_t n = h.rows(), d = h.cols();
+    Tensor a = h;
+    ops::layer_norm(a.ptr(), n, d, w.attn_norm.w.ptr(), w.attn_norm.b.ptr(), 1e-5f);
+    Tensor q = ops::linear(a, w.q.w, &w.q.b), k = ops::linear(a, w.k.w, &w.k.b), v = ops::linear(a, w.v.w, &w.v.b);
+    Tensor o({n, d});
+    ops::windowed_attention(q.ptr(), k.ptr(), v.ptr(), o.ptr(), n, heads, d / heads, window);
+    Tensor proj = ops::linear(o, w.o.w, &w.o.b);
+    ops::add(h.ptr(), proj.ptr(), h.size());
+    Tensor f = h;
+    ops::layer_norm(f.ptr(), n, d, w.ffn_norm.w.ptr(), w.ffn_norm.b.ptr(), 1e-5f);
+    Tensor u = ops::linear(f, w.fc1.w, &w.fc1.b);
+    gelu(u);
+    Tensor dn = ops::linear(u, w.fc2.w, &w.fc2.b);
+    ops::add(h.ptr(), dn.ptr(), h.size());
+}
+
+} // namespace
+
+int64_t audio_token_count(int64_t T, const AudioHParams& hp) {
+    const int64_t cf = hp.chunk_frames();
+    return (T / cf) * valid_after_stem(cf) + ((T % cf) ? valid_after_stem(T % cf) : 0);
+}
+
+Tensor sinusoid_table(int64_t n_pos, int64_t d) {
+    const int64_t half = d / 2;
+    Tensor t({n_pos, d});
+    const float inc = float(std::log(10000.0) / double(half - 1));
+    for (int64_t i = 0; i < half; ++i) {
+        const float inv = std::exp(-inc * float(i));
+        for (int64_t p = 0; p < n_pos; ++p) {
+            const float s = float(p) * inv;
+            t.data[size_t(p * d + i)] = std::sin(s);
+            t.data[size_t(p * d + half + i)] = std::cos(s);
+        }
+    }
+    return t;
+}
+
+Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap) {
+    const int64_t n_mels = hp.n_mels, T = mel.dim(1), cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
+    if (mel.dim(0) != n_mels) fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " +
+                                                  std::to_string(n_mels));
+    if (T <= 0) fail("encoder", "no mel frames");
+    const int64_t Ch = hp.conv_channels, d = hp.d_model;
+    const int64_t H1 = conv_out_len(n_mels), W1 = conv_out_len(cf);
+    const int64_t H2 = conv_out_len(H1), W2 = conv_out_len(W1);
+    const int64_t H3 = conv_out_len(H2), W3 = conv_out_len(W2);
+    const Tensor pe = sinusoid_table(W3, d);
+    Tensor c1_all, c2_all, c3_all, co_all;
+    if (tap) {
+        c1_all = Tensor({C, Ch, H1, W1});
+        c2_all = Tensor({C, Ch, H2, W2});
+        c3_all = Tensor({C, Ch, H3, W3});
+        co_all = Tensor({C, W3, d});
+    }
+    std::vector<int64_t> valid(static_cast<size_t>(C));
+    int64_t A = 0, m = 0;
+    for (int64_t c = 0; c < C; ++c) {
+        valid[size_t(c)] = valid_after_stem(std::min(cf, T - c * cf));
+        A += valid[size_t(c)];
+        m = std::max(m, valid[size_t(c)]);
+    }
+    Tensor x({A, d});
+    Tensor in({1, n_mels, cf}), c1({Ch, H1, W1}), c2({Ch, H2, W2}), c3({Ch, H3, W3}), flat({W3, Ch * H3});
+    int64_t row = 0;
+    for (int64_t c = 0; c < C; ++c) {
+        const int64_t l = std::min(cf, T - c * cf);
+        std::fill(in.data.begin(), in.data.end(), 0.0f); // zero-padded tail chunk (spec §4.1)
+        for (int64_t f = 0; f < n_mels; ++f)
+            std::memcpy(in.ptr() + f * cf, mel.ptr() + f * T + c * cf, size_t(l) * sizeof(float));
+        ops::conv3x3_s2(in.ptr(), 1, n_mels, cf, w.conv1_w.ptr(), w.conv1_b.ptr(), Ch, c1.ptr());
+        if (tap) std::copy(c1.data.begin(), c1.data.end(), c1_all.data.begin() + c * int64_t(c1.size()));
+        gelu(c1);
+        ops::conv3x3_s2(c1.ptr(), Ch, H1, W1, w.conv2_w.ptr(), w.conv2_b.ptr(), Ch, c2.ptr());
+        if (tap) std::copy(c2.data.begin(), c2.data.end(), c2_all.data.begin() + c * int64_t(c2.size()));
+        gelu(c2);
+        ops::conv3x3_s2(c2.ptr(), Ch, H2, W2, w.conv3_w.ptr(), w.conv3_b.ptr(), Ch, c3.ptr());
+        if (tap) std::copy(c3.data.begin(), c3.data.end(), c3_all.data.begin() + c * int64_t(c3.size()));
+        gelu(c3);
+        for (int64_t t = 0; t < W3; ++t) // (time, channel, freq) flatten order (spec §4.3)
+            for (int64_t ch = 0; ch < Ch; ++ch)
+                for (int64_t f = 0; f < H3; ++f) flat.data[size_t(t * Ch * H3 + ch * H3 + f)] = c3.data[size_t((ch * H3 + f) * W3 + t)];
+        Tensor co = ops::linear(flat, w.conv_out.w);
+        if (tap) std::copy(co.data.begin(), co.data.end(), co_all.data.begin() + c * W3 * d);
+        for (int64_t t = 0; t < valid[size_t(c)]; ++t, ++row)
+            for (int64_t i = 0; i < d; ++i) x.data[size_t(row * d + i)] = co.data[size_t(t * d + i)] + pe.data[size_t(t * d + i)];
+    }
+    if (tap) {
+        (*tap)("conv1", c1_all);
+        (*tap)("conv2", c2_all);
+        (*tap)("conv3", c3_all);
+        (*tap)("conv_out", co_all);
+        (*tap)("enc_in", x);
+    }
+    const int64_t window = m * (hp.n_window_infer / cf);
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+        encoder_layer(w.layers[i], x, hp.n_heads, window);
+        if (tap) (*tap)("enc_layer." + std::to_string(i), x);
+    }
+    ops::layer_norm(x.ptr(), A, d, w.ln_post.w.ptr(), w.ln_post.b.ptr(), 1e-5f);
+    if (tap) (*tap)("enc_out", x);
+    Tensor p = ops::linear(x, w.proj1.w, &w.proj1.b);
+    gelu(p);
+    Tensor out = ops::linear(p, w.proj2.w, &w.proj2.b);
+    if (tap) (*tap)("proj_out", out);
+    return out;
+}
+
+} // namespace qasr

@@ -1,0 +1,43 @@
+// Model loading: config → tokenizer → weight table (checked as a whole) → cross-checks between them.
+// Low-level failures are re-explained in terms of the model directory.
+#include "model/model.hpp"
+
+#include "core/error.hpp"
+#include "core/timer.hpp"
+
+#include <algorithm>
+#include <sys/stat.h>
+
+namespace qasr {
+
+static Model make_model(const std::string& dir, HParams hp, Tokenizer tok) {
+    SpecialIds sp = SpecialIds::resolve(tok);
+    MelFrontend mel(hp.audio.n_mels);
+    return Model{dir, std::move(hp), {}, std::move(tok), sp, {}, std::move(mel), 0};
+}
+
+std::shared_ptr<const Model> Model::load(const std::string& dir) {
+    Stopwatch sw;
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("loader", dir + ": not a model directory");
+    HParams hp = load_config(dir);
+    Tokenizer tok = Tokenizer::load_dir(dir);
+    auto m = std::make_shared<Model>(make_model(dir, hp, std::move(tok)));
+    TensorStore store = TensorStore::open_dir(dir);
+    m->weights = load_weights(store, m->hp);
+    const SpecialIds& sp = m->special;
+    if (m->hp.audio_token_id && *m->hp.audio_token_id != sp.audio_pad)
+        fail("loader", "config audio_token_id " + std::to_string(*m->hp.audio_token_id) +
+                           " differs from the tokenizer's <|audio_pad|> id " + std::to_string(sp.audio_pad));
+    if (size_t(m->hp.text.vocab_size) < m->tokenizer.vocab_size())
+        fail("loader", "text_config.vocab_size " + std::to_string(m->hp.text.vocab_size) +
+                           " is smaller than the tokenizer (" + std::to_string(m->tokenizer.vocab_size()) + " ids)");
+    m->eos_ids = m->hp.eos_token_ids;
+    if (m->eos_ids.empty()) m->eos_ids = {sp.endoftext, sp.im_end};
+    for (int id : {sp.endoftext, sp.im_end})
+        if (std::find(m->eos_ids.begin(), m->eos_ids.end(), id) == m->eos_ids.end()) m->eos_ids.push_back(id);
+    m->load_ms = sw.ms();
+    return m;
+}
+
+} // namespace qasr

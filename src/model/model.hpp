@@ -1,0 +1,29 @@
+// Model: everything immutable about a loaded checkpoint — hyperparameters, weights, tokenizer, special ids,
+// the mel front end. Shared (const) between any number of sessions and threads.
+#pragma once
+#include "audio/mel.hpp"
+#include "io/config.hpp"
+#include "model/weights.hpp"
+#include "text/prompt.hpp"
+#include "text/tokenizer.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace qasr {
+
+struct Model {
+    std::string dir;
+    HParams hp;
+    ModelWeights weights;
+    Tokenizer tokenizer;
+    SpecialIds special;
+    std::vector<int> eos_ids;
+    MelFrontend mel;
+    double load_ms = 0;
+
+    static std::shared_ptr<const Model> load(const std::string& dir);
+};
+
+} // namespace qasr

@@ -1,0 +1,294 @@
+// Weight table: canonical (-hf) names with expected shapes, mapped to the stored names of each scheme
+// (original `thinker.*`, `-hf`, mlx-community). Float tensors are converted to float32; MLX affine-quantized
+// modules (weight U32 + scales + biases) are dequantized at load; MLX OHWI conv weights are transposed to OIHW.
+#include "model/weights.hpp"
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "model/quant.hpp"
+
+#include <cstring>
+#include <functional>
+#include <set>
+
+namespace qasr {
+
+std::string detect_scheme(const TensorStore& store) {
+    bool thinker = false, hf = false, mlx = false;
+    for (const auto& [name, t] : store.tensors()) {
+        if (name.rfind("thinker.", 0) == 0) thinker = true;
+        else if (name.rfind("model.language_model.", 0) == 0 || name.rfind("model.audio_tower.", 0) == 0) hf = true;
+        else if (name.rfind("audio_tower.", 0) == 0 || name.rfind("model.embed_tokens.", 0) == 0) mlx = true;
+    }
+    if (int(thinker) + int(hf) + int(mlx) != 1)
+        fail("loader", "cannot tell the checkpoint layout from its tensor names (expected thinker.*, "
+                       "model.language_model.* or audio_tower.*/model.* names)");
+    return thinker ? "original" : hf ? "hf" : "mlx";
+}
+
+static bool replace_prefix(std::string& s, const std::string& from, const std::string& to) {
+    if (s.rfind(from, 0) != 0) return false;
+    s = to + s.substr(from.size());
+    return true;
+}
+
+std::string stored_name(const std::string& canonical, const std::string& scheme) {
+    std::string s = canonical;
+    if (scheme == "hf") return s;
+    const std::string root = scheme == "original" ? "thinker." : "";
+    if (replace_prefix(s, "model.language_model.", root + "model.")) return s;
+    if (replace_prefix(s, "model.multi_modal_projector.linear_1.", root + "audio_tower.proj1.")) return s;
+    if (replace_prefix(s, "model.multi_modal_projector.linear_2.", root + "audio_tower.proj2.")) return s;
+    if (replace_prefix(s, "model.audio_tower.", root + "audio_tower.")) return s;
+    if (replace_prefix(s, "lm_head.", root + "lm_head.")) return s;
+    return s;
+}
+
+namespace {
+
+enum class Kind { Plain, Conv, Quantizable };
+
+struct Spec {
+    std::string name; // canonical
+    std::vector<int64_t> shape;
+    Tensor* dest;
+    Kind kind;
+};
+
+class TableLoader {
+public:
+    TableLoader(const TensorStore& store, const HParams& hp) : store_(store), hp_(hp), scheme_(detect_scheme(store)) {}
+
+    void add(const std::string& name, std::vector<int64_t> shape, Tensor* dest, Kind kind = Kind::Plain) {
+        specs_.push_back({name, std::move(shape), dest, kind});
+    }
+    void linear(const std::string& prefix, Linear& l, int64_t out, int64_t in, bool bias) {
+        add(prefix + ".weight", {out, in}, &l.w, Kind::Quantizable);
+        if (bias) add(prefix + ".bias", {out}, &l.b);
+    }
+    const std::string& scheme() const { return scheme_; }
+
+    void check_and_load() {
+        std::vector<std::string> problems;
+        std::set<std::string> used;
+        for (const auto& s : specs_) check(s, problems, used);
+        for (const auto& [name, t] : store_.tensors())
+            if (!used.count(name) && !ignorable(name)) problems.push_back("unexpected tensor " + name + " " +
+                                                                         dtype_name(t.dtype) + shape_str(t.shape));
+        if (!problems.empty()) {
+            std::string msg = std::to_string(problems.size()) + " problem(s) in the weight table (" + scheme_ +
+                              " layout):";
+            size_t shown = 0;
+            for (const auto& p : problems) {
+                if (++shown > 40) {
+                    msg += "\n  ... and " + std::to_string(problems.size() - 40) + " more";
+                    break;
+                }
+                msg += "\n  " + p;
+            }
+            fail("loader", msg);
+        }
+        for (const auto& s : specs_) load(s);
+    }
+
+private:
+    bool ignorable(const std::string& name) const {
+        return name == stored_name("lm_head.weight", scheme_); // tied copy, checked separately
+    }
+
+    bool quantized(const Spec& s) const {
+        if (s.kind != Kind::Quantizable) return false;
+        std::string base = stored_name(s.name, scheme_);
+        base = base.substr(0, base.size() - std::string(".weight").size());
+        return store_.find(base + ".scales") != nullptr;
+    }
+
+    void check(const Spec& s, std::vector<std::string>& problems, std::set<std::string>& used) const {
+        const std::string sn = stored_name(s.name, scheme_);
+        const TensorRef* t = store_.find(sn);
+        if (!t) {
+            problems.push_back("missing " + sn + " " + shape_str(s.shape));
+            return;
+        }
+        used.insert(sn);
+        if (quantized(s)) {
+            const std::string base = sn.substr(0, sn.size() - 7);
+            used.insert(base + ".scales");
+            if (store_.find(base + ".biases")) used.insert(base + ".biases");
+            try {
+                describe_affine(store_, base, s.shape, hp_.quant);
+            } catch (const Error& e) {
+                problems.push_back(e.what());
+            }
+            return;
+        }
+        bool ok = t->shape == s.shape;
+        if (!ok && s.kind == Kind::Conv && s.shape.size() == 4)
+            ok = t->shape == std::vector<int64_t>{s.shape[0], s.shape[2], s.shape[3], s.shape[1]}; // OHWI
+        if (!ok) problems.push_back(sn + ": expected " + shape_str(s.shape) + ", got " + shape_str(t->shape));
+        if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
+            problems.push_back(sn + ": dtype " + dtype_name(t->dtype) + " is not a float type");
+    }
+
+    void load(const Spec& s) {
+        const std::string sn = stored_name(s.name, scheme_);
+        if (quantized(s)) {
+            *s.dest = dequantize_affine(store_, sn.substr(0, sn.size() - 7), s.shape, hp_.quant);
+            return;
+        }
+        const TensorRef& t = *store_.find(sn);
+        Tensor out(t.shape);
+        to_f32(t, out.ptr());
+        if (s.kind == Kind::Conv && t.shape != s.shape) out = ohwi_to_oihw(out, s.shape);
+        *s.dest = std::move(out);
+    }
+
+    static Tensor ohwi_to_oihw(const Tensor& in, const std::vector<int64_t>& oihw) {
+        Tensor out(oihw);
+        const int64_t O = oihw[0], I = oihw[1], H = oihw[2], W = oihw[3];
+        for (int64_t o = 0; o < O; ++o)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t w = 0; w < W; ++w)
+                    for (int64_t i = 0; i < I; ++i)
+                        out.data[size_t(((o * I + i) * H + h) * W + w)] = in.data[size_t(((o * H + h) * W + w) * I + i)];
+        return out;
+    }
+
+    const TensorStore& store_;
+    const HParams& hp_;
+    std::string scheme_;
+    std::vector<Spec> specs_;
+};
+
+} // namespace
+
+void to_f32(const TensorRef& t, float* out) {
+    const size_t n = t.numel();
+    switch (t.dtype) {
+    case DType::F32: std::memcpy(out, t.data, n * 4); break;
+    case DType::BF16:
+        for (size_t i = 0; i < n; ++i) {
+            uint16_t h;
+            std::memcpy(&h, t.data + 2 * i, 2);
+            out[i] = bf16_to_f32(h);
+        }
+        break;
+    case DType::F16:
+        for (size_t i = 0; i < n; ++i) {
+            uint16_t h;
+            std::memcpy(&h, t.data + 2 * i, 2);
+            out[i] = f16_to_f32(h);
+        }
+        break;
+    default: fail("loader", t.name + ": dtype " + dtype_name(t.dtype) + " cannot be read as float");
+    }
+}
+
+namespace {
+
+// Declares every tensor of the model (canonical name, shape, destination) to a sink with add()/linear().
+template <typename Sink> void declare_weights(Sink& L, ModelWeights& W, const HParams& hp) {
+    const AudioHParams& a = hp.audio;
+    const TextHParams& t = hp.text;
+    const int64_t C = a.conv_channels, d = a.d_model, F = a.ffn_dim;
+    EncoderW& E = W.enc;
+    const std::string at = "model.audio_tower.";
+    L.add(at + "conv2d1.weight", {C, 1, 3, 3}, &E.conv1_w, Kind::Conv);
+    L.add(at + "conv2d1.bias", {C}, &E.conv1_b);
+    L.add(at + "conv2d2.weight", {C, C, 3, 3}, &E.conv2_w, Kind::Conv);
+    L.add(at + "conv2d2.bias", {C}, &E.conv2_b);
+    L.add(at + "conv2d3.weight", {C, C, 3, 3}, &E.conv3_w, Kind::Conv);
+    L.add(at + "conv2d3.bias", {C}, &E.conv3_b);
+    L.linear(at + "conv_out", E.conv_out, d, C * a.freq_after_conv(), false);
+    E.layers.resize(size_t(a.n_layers));
+    for (int i = 0; i < a.n_layers; ++i) {
+        const std::string p = at + "layers." + std::to_string(i) + ".";
+        EncoderLayerW& l = E.layers[size_t(i)];
+        L.add(p + "self_attn_layer_norm.weight", {d}, &l.attn_norm.w);
+        L.add(p + "self_attn_layer_norm.bias", {d}, &l.attn_norm.b);
+        L.linear(p + "self_attn.q_proj", l.q, d, d, true);
+        L.linear(p + "self_attn.k_proj", l.k, d, d, true);
+        L.linear(p + "self_attn.v_proj", l.v, d, d, true);
+        L.linear(p + "self_attn.out_proj", l.o, d, d, true);
+        L.add(p + "final_layer_norm.weight", {d}, &l.ffn_norm.w);
+        L.add(p + "final_layer_norm.bias", {d}, &l.ffn_norm.b);
+        L.linear(p + "fc1", l.fc1, F, d, true);
+        L.linear(p + "fc2", l.fc2, d, F, true);
+    }
+    L.add(at + "ln_post.weight", {d}, &E.ln_post.w);
+    L.add(at + "ln_post.bias", {d}, &E.ln_post.b);
+    L.linear("model.multi_modal_projector.linear_1", E.proj1, d, d, true);
+    L.linear("model.multi_modal_projector.linear_2", E.proj2, a.output_dim, d, true);
+
+    DecoderW& D = W.dec;
+    const int64_t Dm = t.hidden, hd = t.head_dim, Hq = int64_t(t.n_heads) * hd, Hkv = int64_t(t.n_kv_heads) * hd;
+    const std::string lm = "model.language_model.";
+    L.add(lm + "embed_tokens.weight", {t.vocab_size, Dm}, &D.embed, Kind::Quantizable);
+    D.layers.resize(size_t(t.n_layers));
+    for (int j = 0; j < t.n_layers; ++j) {
+        const std::string p = lm + "layers." + std::to_string(j) + ".";
+        DecoderLayerW& l = D.layers[size_t(j)];
+        L.add(p + "input_layernorm.weight", {Dm}, &l.in_norm);
+        L.linear(p + "self_attn.q_proj", l.q, Hq, Dm, false);
+        L.linear(p + "self_attn.k_proj", l.k, Hkv, Dm, false);
+        L.linear(p + "self_attn.v_proj", l.v, Hkv, Dm, false);
+        L.linear(p + "self_attn.o_proj", l.o, Dm, Hq, false);
+        L.add(p + "self_attn.q_norm.weight", {hd}, &l.q_norm);
+        L.add(p + "self_attn.k_norm.weight", {hd}, &l.k_norm);
+        L.add(p + "post_attention_layernorm.weight", {Dm}, &l.post_norm);
+        L.linear(p + "mlp.gate_proj", l.gate, t.intermediate, Dm, false);
+        L.linear(p + "mlp.up_proj", l.up, t.intermediate, Dm, false);
+        L.linear(p + "mlp.down_proj", l.down, Dm, t.intermediate, false);
+    }
+    L.add(lm + "norm.weight", {Dm}, &D.norm);
+}
+
+struct NameCollector {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+    void add(const std::string& name, std::vector<int64_t> shape, Tensor*, Kind = Kind::Plain) {
+        out.emplace_back(name, std::move(shape));
+    }
+    void linear(const std::string& prefix, Linear&, int64_t o, int64_t i, bool bias) {
+        add(prefix + ".weight", {o, i}, nullptr);
+        if (bias) add(prefix + ".bias", {o}, nullptr);
+    }
+};
+
+} // namespace
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> weight_table(const HParams& hp) {
+    NameCollector c;
+    ModelWeights W;
+    declare_weights(c, W, hp);
+    return c.out;
+}
+
+ModelWeights load_weights(const TensorStore& store, const HParams& hp) {
+    ModelWeights W;
+    TableLoader L(store, hp);
+    W.scheme = L.scheme();
+    const TextHParams& t = hp.text;
+    if (hp.audio.output_dim != t.hidden)
+        fail("loader", "audio_config.output_dim " + std::to_string(hp.audio.output_dim) + " != text hidden_size " +
+                           std::to_string(t.hidden));
+    declare_weights(L, W, hp);
+    DecoderW& D = W.dec;
+    const bool tied = t.tie_word_embeddings.value_or(store.find(stored_name("lm_head.weight", W.scheme)) == nullptr);
+    if (!tied) L.add("lm_head.weight", {t.vocab_size, int64_t(t.hidden)}, &D.lm_head, Kind::Quantizable);
+    L.check_and_load();
+    if (tied) {
+        const TensorRef* copy = store.find(stored_name("lm_head.weight", W.scheme));
+        if (copy && copy->shape == D.embed.shape &&
+            (copy->dtype == DType::BF16 || copy->dtype == DType::F16 || copy->dtype == DType::F32)) {
+            std::vector<float> tmp(copy->numel());
+            to_f32(*copy, tmp.data());
+            if (std::memcmp(tmp.data(), D.embed.ptr(), tmp.size() * 4) != 0)
+                log(LogLevel::Warn, "lm_head.weight differs from embed_tokens; using embed_tokens (tied, as the "
+                                    "reference does)");
+        }
+    }
+    return W;
+}
+
+} // namespace qasr

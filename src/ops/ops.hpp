@@ -1,0 +1,43 @@
+// Backend-neutral operator vocabulary used by the model code (encoder, decoder). Arguments are row-major
+// float32 buffers; shapes in comments. The CPU implementations live in src/backend/cpu/.
+#pragma once
+#include "core/tensor.hpp"
+
+#include <cstdint>
+
+namespace qasr::ops {
+
+// Threads used by the CPU kernels (OpenMP and, when present, OpenBLAS). n ≤ 0: all cores.
+void set_num_threads(int n);
+int num_threads();
+
+// y[M,N] = x[M,K] · W[N,K]ᵀ (+ bias[N]).
+void linear(const float* x, int64_t M, int64_t K, const float* W, int64_t N, const float* bias, float* y);
+Tensor linear(const Tensor& x, const Tensor& W, const Tensor* bias = nullptr); // x [M,K], W [N,K] → [M,N]
+// The portable kernel (no BLAS, no bias), kept as the reference for kernel tests.
+void linear_portable(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y);
+
+void layer_norm(float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps);  // in place
+void rms_norm(float* x, int64_t rows, int64_t d, const float* w, float eps);                    // in place
+void gelu_erf(float* x, size_t n);
+void silu_mul(float* gate, const float* up, size_t n); // gate = silu(gate) * up
+void add(float* y, const float* x, size_t n);           // y += x
+void softmax_row(float* x, int64_t n);
+
+// 3×3, stride 2, padding 1 convolution, OIHW weights. in [Cin, H, W] → out [Cout, ⌈H/2⌉, ⌈W/2⌉] (+bias).
+void conv3x3_s2(const float* in, int64_t Cin, int64_t H, int64_t W, const float* w, const float* bias, int64_t Cout,
+                float* out);
+
+// Bidirectional attention inside consecutive windows of `window` rows. q,k,v,o: [n, heads*hd].
+void windowed_attention(const float* q, const float* k, const float* v, float* o, int64_t n, int64_t heads,
+                        int64_t hd, int64_t window);
+
+// Causal attention of n new queries at positions [past, past+n) over a cache holding past+n keys.
+// q [n, Hq*hd]; kc, vc [past+n, Hkv*hd]; o [n, Hq*hd]. Query head h uses KV head h / (Hq/Hkv).
+void causal_attention(const float* q, const float* kc, const float* vc, float* o, int64_t n, int64_t past,
+                      int64_t Hq, int64_t Hkv, int64_t hd);
+
+// Rotate-half RoPE on `heads` head vectors of x [n, heads*hd] at positions pos0..pos0+n-1 (inv_freq [hd/2]).
+void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0, const float* inv_freq);
+
+} // namespace qasr::ops

@@ -1,0 +1,40 @@
+// Session: the per-request state (KV cache, sampler) over a shared Model. Exposes the pipeline stages
+// separately (mel → encode → prompt → prefill → step) for tests and tools, and run() with the guardrails.
+#pragma once
+#include "model/decoder.hpp"
+#include "model/encoder.hpp"
+#include "model/model.hpp"
+#include "qasr/qasr.hpp"
+
+#include <memory>
+#include <random>
+
+namespace qasr {
+
+class Session {
+public:
+    explicit Session(std::shared_ptr<const Model> model);
+
+    Tensor mel(const std::vector<float>& audio, size_t min_samples) const;  // [n_mels, T]
+    Tensor encode(const Tensor& mel, const TapFn* tap = nullptr) const;     // [A, D]
+    Prompt prompt(int64_t n_audio, const TranscribeOptions& opts) const;
+    // Clears the cache, embeds the prompt, fills the audio rows, runs the decoder. Returns logits of the last
+    // position, or of all positions when all_logits.
+    Tensor prefill(const Prompt& p, const Tensor& audio_rows, bool all_logits = false, const TapFn* tap = nullptr);
+    Tensor step(int token); // logits [1, V] of the next position
+    int64_t cache_len() const { return cache_.len; }
+
+    TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts);
+
+private:
+    int choose(const float* logits, int64_t V, const DecodeOptions& d, float& logprob);
+    std::shared_ptr<const Model> model_;
+    Decoder decoder_;
+    KvCache cache_;
+    std::mt19937_64 rng_;
+};
+
+// Token-count cap for a clip (spec guardrail): ⌈seconds·20⌉ + 64.
+int default_token_cap(double seconds);
+
+} // namespace qasr

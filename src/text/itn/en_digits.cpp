@@ -1,0 +1,111 @@
+// English ITN digit-string classes: telephone numbers ("plus nine one one two
+// three ... " -> "+91 123-123-5678", "seven double nine one two three double
+// one three" -> "799-12-3113"), IP-style dotted groups ("two two five dot
+// double five dot o dot four o" -> "225.55.0.40"), plain digit strings of
+// three or more digits ("seven nine nine" -> 799), and letter/number codes
+// ("a b nine" -> ab9, "x eighty six" -> x86, "ten eighty p" -> 1080p).
+#include "en_classes.hpp"
+
+namespace qasr::itn::en {
+
+namespace {
+
+std::string format_phone(const std::string& d) {
+    if (d.size() == 10) return d.substr(0, 3) + "-" + d.substr(3, 3) + "-" + d.substr(6);
+    if (d.size() == 9) return d.substr(0, 3) + "-" + d.substr(3, 2) + "-" + d.substr(5);
+    if (d.size() == 7) return d.substr(0, 3) + "-" + d.substr(3);
+    return d;
+}
+
+// One dotted group: digit string (1-3 digits) or a cardinal <= 255.
+std::optional<std::pair<std::string, size_t>> ip_group(const Ctx& c, size_t p) {
+    Seq s = c.seq();
+    std::optional<std::pair<std::string, size_t>> best;
+    if (auto d = parse_digit_string(s, p); d && d->digits.size() <= 3) best = std::make_pair(d->digits, d->end);
+    if (auto k = parse_cardinal(s, p, false); k && k->value <= 255 && (!best || k->end > best->second))
+        best = std::make_pair(std::to_string(k->value), k->end);
+    return best;
+}
+
+// Trailing single letters glued to a code: "p" in "1080p", "t i" in "4050ti".
+size_t trailing_letters(const Ctx& c, size_t p, std::string& out) {
+    while (p < c.run.size() && !c.hyph(p) && is_single_letter(c.lw(p)) && c.lw(p) != "a" && c.lw(p) != "i") {
+        out += c.ow(p);
+        ++p;
+    }
+    return p;
+}
+
+} // namespace
+
+std::optional<Match> match_telephone(const Ctx& c, size_t i) {
+    Seq s = c.seq();
+    // IP-like: g dot g dot g dot g
+    if (auto g = ip_group(c, i)) {
+        std::string out = g->first;
+        size_t p = g->second;
+        int groups = 1;
+        while (groups < 4 && c.lw(p) == "dot" && !c.hyph(p)) {
+            auto n = ip_group(c, p + 1);
+            if (!n) break;
+            out += "." + n->first;
+            p = n->second;
+            ++groups;
+        }
+        if (groups == 4) return Match{p, out};
+    }
+    size_t p = i;
+    std::string cc;
+    if (c.lw(p) == "plus") {
+        ++p;
+        auto k = parse_cardinal(s, p, false);
+        auto d = parse_digit_string(s, p);
+        if (k && k->value >= 10 && k->value <= 999 && !d) {
+            cc = std::to_string(k->value);
+            p = k->end;
+        }
+    }
+    auto d = parse_digit_string(s, p);
+    if (!d || d->digits.size() < 3 || d->real_digits < 2) return std::nullopt;
+    std::string digits = d->digits;
+    if (c.lw(i) == "plus") {
+        if (cc.empty()) {
+            if (digits.size() <= 10 || digits.size() > 13) return std::nullopt;
+            cc = digits.substr(0, digits.size() - 10);
+            digits = digits.substr(digits.size() - 10);
+        }
+        if (digits.size() != 10) return std::nullopt;
+        return Match{d->end, "+" + cc + " " + format_phone(digits)};
+    }
+    return Match{d->end, format_phone(digits)};
+}
+
+std::optional<Match> match_alnum(const Ctx& c, size_t i) {
+    Seq s = c.seq();
+    std::string out;
+    size_t p = i;
+    while (p < c.run.size() && (p == i || !c.hyph(p)) && is_single_letter(c.lw(p))) { out += c.ow(p); ++p; }
+    size_t letters = p - i;
+    if (letters == 1 && (c.lw(i) == "a" || c.lw(i) == "i")) return std::nullopt;
+    // The number part: longest of digit string, group reading, cardinal.
+    std::string num;
+    size_t end = p;
+    if (p < c.run.size() && (letters == 0 || !c.hyph(p))) {
+        if (auto d = parse_digit_string(s, p); d && d->real_digits >= 1 && d->end > end) { num = d->digits; end = d->end; }
+        if (auto g = parse_groups(s, p, 4); g && g->end > end) { num = g->digits; end = g->end; }
+        if (auto k = parse_cardinal(s, p, false); k && k->end > end) { num = std::to_string(k->value); end = k->end; }
+        if (auto k = parse_cardinal(s, p, false); k && k->end == end && !num.empty() && k->words > 1 &&
+                                                  (c.lw(k->end - 1) == "hundred" || scale_value(c.lw(k->end - 1))))
+            num = std::to_string(k->value);
+    }
+    if (num.empty()) return std::nullopt;
+    out += num;
+    size_t after = trailing_letters(c, end, out);
+    if (letters == 0) {
+        if (after == end) return std::nullopt;   // needs a letter on one side
+        if (end - p < 2 && unit_value(c.lw(p)) >= 0) return std::nullopt; // "two p" etc. left to others
+    }
+    return Match{after, out};
+}
+
+} // namespace qasr::itn::en

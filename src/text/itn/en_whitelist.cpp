@@ -1,0 +1,55 @@
+// English ITN whitelist: fixed spoken phrases with a conventional written
+// form ("mister" -> "mr.", "saint george" -> "st. george", "for example" ->
+// "e.g.", "s and p five hundred" -> "S&P 500", "c u d n n" -> "cuDNN").
+// Titles only fire before a following word, and "misses" only where it
+// cannot be the verb ("she misses him" stays).
+#include "en_classes.hpp"
+
+namespace qasr::itn::en {
+
+namespace {
+
+struct Entry { std::string_view words[5]; std::string_view out; int kind; }; // kind 1: title, 2: "misses"
+
+constexpr Entry kEntries[] = {
+    {{"mister"}, "mr.", 1},       {{"missus"}, "mrs.", 1},       {{"misses"}, "mrs.", 2},
+    {{"saint"}, "st.", 1},        {{"for", "example"}, "e.g.", 0}, {{"et", "cetera"}, "etc.", 0},
+    {{"s", "and", "p", "five", "hundred"}, "S&P 500", 0}, {{"s", "and", "p"}, "S&P", 0},
+    {{"c", "u", "d", "n", "n"}, "cuDNN", 0}, {{"p", "c", "i", "e"}, "PCIe", 0},
+    {{"l", "g", "a"}, "LGA", 0}, {{"r", "t", "x"}, "RTX", 0}, {{"g", "t", "x"}, "GTX", 0},
+};
+
+bool misses_can_be_title(const Ctx& c, size_t i) {
+    if (i == 0) return true;
+    static constexpr std::string_view kBefore[] = {"to", "with", "and", "or", "dear", "for", "by", "from", "of",
+                                                   "hi", "hello", "thank", "thanks", "as", "like", "is", "was",
+                                                   "called", "met", "meet", "ask", "tell", "told", "see", "saw"};
+    for (auto w : kBefore) if (c.lw(i - 1) == w) return true;
+    return false;
+}
+
+} // namespace
+
+std::optional<Match> match_whitelist(const Ctx& c, size_t i) {
+    for (const auto& e : kEntries) {
+        size_t n = 0;
+        bool ok = true;
+        for (; n < 5 && !e.words[n].empty(); ++n) {
+            if (c.lw(i + n) != e.words[n] || (n > 0 && c.hyph(i + n))) { ok = false; break; }
+        }
+        if (!ok) continue;
+        size_t end = i + n;
+        if (e.kind != 0) {
+            // Needs a following name-like word.
+            if (end >= c.run.size() || c.hyph(end) || is_function_word(c.lw(end)) || is_number_word(c.lw(end)))
+                return std::nullopt;
+            if (e.kind == 2 && !misses_can_be_title(c, i)) return std::nullopt;
+        }
+        std::string out(e.out);
+        if (e.kind != 0 && c.run[i].capitalized()) out[0] = static_cast<char>(out[0] - 'a' + 'A');
+        return Match{end, out};
+    }
+    return std::nullopt;
+}
+
+} // namespace qasr::itn::en

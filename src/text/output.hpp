@@ -1,0 +1,21 @@
+// Model output handling (spec §7.3–7.6): repetition fixer, `language X<asr_text>text` parser, language names.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace qasr {
+
+std::string fix_repetitions(const std::string& text, size_t threshold = 20);
+
+struct ParsedOutput {
+    std::string language; // "" when none / unknown
+    std::string text;
+};
+// forced_language non-empty: the header was in the prompt, the whole output is text.
+ParsedOutput parse_asr_output(const std::string& raw, const std::string& forced_language);
+
+const std::vector<std::string>& supported_languages();
+// "english", "EN", " English " → "English"; throws qasr::Error for an unsupported name.
+std::string canonical_language(const std::string& name);
+
+} // namespace qasr

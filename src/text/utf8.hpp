@@ -1,0 +1,18 @@
+// UTF-8 helpers: lossy validation (invalid sequences → U+FFFD, one per maximal invalid subpart, like Python's
+// errors="replace"), code point iteration, and the incomplete-tail length used by streaming decoders.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qasr::utf8 {
+
+std::string sanitize(std::string_view bytes);                 // valid UTF-8, invalid parts replaced
+std::vector<char32_t> decode(std::string_view valid_utf8);   // input must be valid (use sanitize first)
+std::string encode(char32_t cp);
+std::string encode(const std::vector<char32_t>& cps);
+// Number of trailing bytes that form an incomplete (but so far valid) multi-byte sequence: 0..3.
+size_t incomplete_tail(std::string_view bytes);
+
+} // namespace qasr::utf8

@@ -1,0 +1,152 @@
+// Tokenizer tests against the vectors of formats.md §3.5 with the real Qwen3 vocabulary (set up by
+// scripts/setup_tokenizer.sh), both loading paths, and UTF-8 round trips.
+#include "text/prompt.hpp"
+#include "text/tokenizer.hpp"
+#include "text/utf8.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <random>
+
+using namespace qasr;
+
+namespace {
+
+const Tokenizer* tok_json() {
+    static std::unique_ptr<Tokenizer> t = [] {
+        std::unique_ptr<Tokenizer> p;
+        if (std::filesystem::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))
+            p = std::make_unique<Tokenizer>(Tokenizer::load_dir(QASR_TOKENIZER_DIR));
+        return p;
+    }();
+    return t.get();
+}
+
+#define NEED_TOKENIZER()                                                                                               \
+    if (!tok_json()) GTEST_SKIP() << "tokenizer not set up: run scripts/setup_tokenizer.sh"
+
+struct Vec {
+    const char* text;
+    std::vector<int> ids;
+};
+
+const std::vector<Vec>& vectors() {
+    static const std::vector<Vec> v = {
+        {"Hello world", {9707, 1879}},
+        {" Hello world", {21927, 1879}},
+        {"Hello, world!", {9707, 11, 1879, 0}},
+        {"  one\t two\n\nthree  \n", {220, 825, 197, 1378, 271, 27856, 2303}},
+        {"I'm 1234, we're coding.", {40, 2776, 220, 16, 17, 18, 19, 11, 582, 2299, 10822, 13}},
+        {"HE'LL DON'T", {1799, 6, 4086, 44273, 17323}},
+        {"caf\xC3\xA9 e\xCC\x81", {924, 58858, 3958}},
+        {"\xCF\x92\xCC\x81", {149493}},
+        {"中文测试：こんにちは。", {104811, 81705, 5122, 89015, 1773}},
+        {"你好世界", {108386, 99489}},
+        {"Berlin ist die Hauptstadt von Deutschland.", {94409, 5999, 2746, 89931, 44278, 6538, 44979, 13}},
+        {"\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB ok", {145233, 378, 235, 145851, 5394}},
+        {"language English<asr_text>", {11528, 6364, 151704}},
+        {"language Chinese<asr_text>你好世界。", {11528, 8453, 151704, 108386, 99489, 1773}},
+        {"language None<asr_text><non_speech>", {11528, 2240, 151704, 151675}},
+        {"<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|audio_start|>",
+         {151644, 8948, 198, 151645, 198, 151644, 872, 198, 151669}},
+        {"<|audio_end|><|im_end|>\n<|im_start|>assistant\n", {151670, 151645, 198, 151644, 77091, 198}},
+    };
+    return v;
+}
+
+} // namespace
+
+TEST(Tokenizer, FormatsVectorsTokenizerJson) {
+    NEED_TOKENIZER();
+    for (const auto& v : vectors()) EXPECT_EQ(tok_json()->encode(v.text), v.ids) << v.text;
+}
+
+TEST(Tokenizer, FormatsVectorsVocabMerges) {
+    NEED_TOKENIZER();
+    const std::string d = QASR_TOKENIZER_DIR;
+    auto read = [](const std::string& p) {
+        std::ifstream in(p);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    };
+    Tokenizer t = Tokenizer::from_vocab_merges(read(d + "/vocab.json"), read(d + "/merges.txt"),
+                                               read(d + "/tokenizer_config.json"), "slow");
+    for (const auto& v : vectors()) EXPECT_EQ(t.encode(v.text), v.ids) << v.text;
+}
+
+TEST(Tokenizer, PromptWithThreeAudioPads) {
+    NEED_TOKENIZER();
+    const SpecialIds sp = SpecialIds::resolve(*tok_json());
+    Prompt p = build_prompt(*tok_json(), sp, 3, "", "");
+    EXPECT_EQ(p.ids, (std::vector<int>{151644, 8948, 198, 151645, 198, 151644, 872, 198, 151669, 151676, 151676, 151676,
+                                       151670, 151645, 198, 151644, 77091, 198}));
+    EXPECT_EQ(p.audio_begin, 9);
+    Prompt f = build_prompt(*tok_json(), sp, 1, "", "English");
+    const std::vector<int> tail(f.ids.end() - 6, f.ids.end());
+    EXPECT_EQ(tail, (std::vector<int>{151644, 77091, 198, 11528, 6364, 151704}));
+    Prompt c = build_prompt(*tok_json(), sp, 1, "\n\nNames", "");
+    EXPECT_EQ(c.ids[1], 8948);
+    EXPECT_NE(c.ids[2], 198) << "system\\n\\n\\n must be tokenized as one segment";
+}
+
+TEST(Tokenizer, DecodeSkipsSpecialKeepsAsrText) {
+    NEED_TOKENIZER();
+    const auto ids = tok_json()->encode("<|im_start|>language English<asr_text>Hello world<|im_end|>");
+    EXPECT_EQ(tok_json()->decode(ids), "language English<asr_text>Hello world");
+    EXPECT_EQ(tok_json()->decode(ids, false), "<|im_start|>language English<asr_text>Hello world<|im_end|>");
+}
+
+TEST(Tokenizer, RoundTripUtf8) {
+    NEED_TOKENIZER();
+    const char* samples[] = {"", "a", "Ünïcödé façade", "日本語のテキストと中文", "emoji 👩‍💻🎉👍🏽 mixed",
+                             "tabs\tand\r\nnewlines\n\n", "  leading and trailing  ", "😀😀😀😀😀😀😀😀"};
+    for (const char* s : samples) EXPECT_EQ(tok_json()->decode(tok_json()->encode(s)), s) << s;
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 200; ++trial) {
+        std::string s;
+        const int n = int(rng() % 40);
+        for (int i = 0; i < n; ++i) {
+            const uint32_t kind = rng() % 4;
+            char32_t cp = kind == 0 ? 0x20 + rng() % 0x5f : kind == 1 ? 0x4e00 + rng() % 0x5000
+                          : kind == 2 ? 0x1f300 + rng() % 0x300 : 0xa0 + rng() % 0x2000;
+            if (cp >= 0xd800 && cp < 0xe000) cp = 'x';
+            s += utf8::encode(cp);
+        }
+        // Round trip holds up to NFC normalization; these ranges are NFC-stable except rare composables.
+        const std::string back = tok_json()->decode(tok_json()->encode(s));
+        EXPECT_EQ(tok_json()->encode(back), tok_json()->encode(s));
+    }
+}
+
+TEST(Tokenizer, InvalidBytesBecomeReplacementCharacters) {
+    NEED_TOKENIZER();
+    const std::string bad = std::string("ok\xFF\xFEz\xC3", 6);
+    EXPECT_EQ(tok_json()->decode(tok_json()->encode(bad)), "ok\xEF\xBF\xBD\xEF\xBF\xBDz\xEF\xBF\xBD");
+}
+
+TEST(Tokenizer, StreamingDecoderHoldsIncompleteUtf8) {
+    NEED_TOKENIZER();
+    const auto ids = tok_json()->encode("\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB ok 你好");
+    TokenTextStream st(*tok_json());
+    std::string acc;
+    for (int id : ids) {
+        std::string piece = st.push(id);
+        EXPECT_EQ(utf8::sanitize(piece), piece) << "emitted invalid UTF-8";
+        acc += piece;
+    }
+    acc += st.flush();
+    EXPECT_EQ(acc, "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB ok 你好");
+}
+
+TEST(Utf8, SanitizeLikePythonReplace) {
+    EXPECT_EQ(utf8::sanitize("\xE4\xB8"), "\xEF\xBF\xBD");               // truncated 3-byte: one U+FFFD
+    EXPECT_EQ(utf8::sanitize("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"); // surrogate
+    EXPECT_EQ(utf8::sanitize("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");    // overlong
+    EXPECT_EQ(utf8::incomplete_tail("ab\xE4\xB8"), 2u);
+    EXPECT_EQ(utf8::incomplete_tail("ab\xE4\xB8\xAD"), 0u);
+    EXPECT_EQ(utf8::incomplete_tail("ab\xF0"), 1u);
+}

@@ -1,0 +1,125 @@
+// `qasr transcribe -m DIR FILE...`: offline transcription of files (or raw s16le 16 kHz from stdin with "-").
+#include "args.hpp"
+#include "commands.hpp"
+
+#include "audio/audio.hpp"
+#include "qasr/qasr.hpp"
+#include "text/output.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+namespace qasr::cli {
+namespace {
+
+const char* kHelp = R"(usage: qasr transcribe -m MODEL_DIR [options] FILE...
+
+Transcribes audio files (WAV; mp3/flac/ogg/opus/m4a/webm when built with FFmpeg). FILE "-" reads raw
+signed 16-bit little-endian mono PCM at 16 kHz from standard input.
+
+options:
+  -m, --model DIR          model directory (config.json, *.safetensors, tokenizer files)
+  --language L             force the language (English, en, Chinese, zh, ...); default: detect
+  --context TEXT           context for the system prompt (names, terms)
+  --format text|json       output format (json: one object per file with tokens, logprobs, timings)
+  --threads N              CPU threads (default: all cores)
+  --max-new-tokens N       cap on generated tokens (default: ceil(seconds*20)+64)
+  --ignore-eos             decode exactly --max-new-tokens argmax tokens; no EOS or repetition stop
+  --temperature T          sampling temperature (default 0: greedy)
+  --top-p P                nucleus sampling threshold (default 1)
+  --seed S                 sampling seed (default 0)
+  --raw                    print the unparsed model output
+  --no-itn                 do not apply inverse text normalization
+  --no-warmup              skip the warm-up pass after loading
+  -q, --quiet              no timing summary on stderr
+  -h, --help               this help
+)";
+
+nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
+    nlohmann::json toks = nlohmann::json::array();
+    for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
+    return {{"file", file},
+            {"text", r.text},
+            {"language", r.language},
+            {"raw_text", r.raw_text},
+            {"finish_reason", finish_reason_name(r.finish)},
+            {"tokens", toks},
+            {"n_prompt_tokens", r.n_prompt_tokens},
+            {"n_audio_tokens", r.n_audio_tokens},
+            {"audio_seconds", r.audio_seconds},
+            {"rtf", r.rtf},
+            {"timings_ms",
+             {{"load", r.timings.load_ms}, {"mel", r.timings.mel_ms}, {"encode", r.timings.encode_ms},
+              {"prefill", r.timings.prefill_ms}, {"decode", r.timings.decode_ms}}}};
+}
+
+} // namespace
+
+int cmd_transcribe(int argc, char** argv) {
+    Args a(argc, argv, 2);
+    std::string model, format = "text", v;
+    std::vector<std::string> files;
+    TranscribeOptions o;
+    LoadOptions lo;
+    bool raw = false, warm = true, quiet = false;
+    while (!a.done()) {
+        if (a.flag("-h") || a.flag("--help")) {
+            std::fputs(kHelp, stdout);
+            return 0;
+        } else if (a.option("-m", model) || a.option("--model", model)) {
+        } else if (a.option("--language", o.language)) {
+        } else if (a.option("--context", o.context)) {
+        } else if (a.option("--format", format)) {
+            if (format != "text" && format != "json") throw std::invalid_argument("--format must be text or json");
+        } else if (a.option("--threads", v)) {
+            lo.threads = int(to_long("--threads", v, 1, 1024));
+        } else if (a.option("--max-new-tokens", v)) {
+            o.decode.max_new_tokens = int(to_long("--max-new-tokens", v, 1, 1000000));
+        } else if (a.flag("--ignore-eos")) {
+            o.decode.ignore_eos = true;
+        } else if (a.option("--temperature", v)) {
+            o.decode.temperature = float(to_double("--temperature", v, 0.0, 100.0));
+        } else if (a.option("--top-p", v)) {
+            o.decode.top_p = float(to_double("--top-p", v, 1e-6, 1.0));
+        } else if (a.option("--seed", v)) {
+            o.decode.seed = uint64_t(to_long("--seed", v, 0, 0x7fffffffffffffffL));
+        } else if (a.flag("--raw")) {
+            raw = true;
+        } else if (a.flag("--no-itn")) {
+            o.itn = false;
+        } else if (a.flag("--no-warmup")) {
+            warm = false;
+        } else if (a.flag("-q") || a.flag("--quiet")) {
+            quiet = true;
+        } else if (a.peek().size() > 1 && a.peek()[0] == '-') {
+            throw std::invalid_argument("unknown option " + a.peek() + " (see qasr transcribe --help)");
+        } else {
+            files.push_back(a.next());
+        }
+    }
+    if (model.empty()) throw std::invalid_argument("no model directory (-m DIR)");
+    if (files.empty()) throw std::invalid_argument("no input files (see qasr transcribe --help)");
+    if (o.decode.ignore_eos && o.decode.max_new_tokens <= 0)
+        throw std::invalid_argument("--ignore-eos needs --max-new-tokens N");
+    if (!o.language.empty()) o.language = canonical_language(o.language);
+    Transcriber t = warm ? Transcriber::load_with_warmup(model, lo) : Transcriber::load(model, lo);
+    for (const auto& f : files) {
+        TranscriptionResult r;
+        if (f == "-") {
+            std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+            r = t.transcribe(pcm_s16le_to_float(bytes.data(), bytes.size()), o);
+        } else {
+            r = t.transcribe_file(f, o);
+        }
+        if (format == "json") std::cout << to_json(f, r).dump() << "\n";
+        else std::cout << (raw ? r.raw_text : r.text) << "\n";
+        std::cout.flush();
+        if (!quiet) std::cerr << summary_line(r) << "\n";
+    }
+    return 0;
+}
+
+} // namespace qasr::cli

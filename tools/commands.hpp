@@ -1,0 +1,9 @@
+// Subcommands of the qasr CLI. Each returns the process exit code; errors are thrown and reported by main.
+#pragma once
+
+namespace qasr::cli {
+
+int cmd_transcribe(int argc, char** argv);
+int cmd_dev(int argc, char** argv);
+
+} // namespace qasr::cli

@@ -1,0 +1,54 @@
+// The qasr command line: dispatches subcommands; the one place (with the C API) where errors are caught and
+// turned into a one-line message and a non-zero exit status.
+#include "commands.hpp"
+
+#include "core/error.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+namespace {
+
+const char* kUsage = R"(usage: qasr COMMAND [options]
+
+commands:
+  transcribe   transcribe audio files            (qasr transcribe --help)
+  dev          developer tools: make-random checkpoints
+  help         this text
+
+Set-up, benchmarks and the model format are described in README.md and docs/.
+)";
+
+std::string one_line(std::string s) {
+    for (auto& c : s)
+        if (c == '\n') c = ';';
+    return s;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+        std::fputs(kUsage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const std::string cmd = argv[1];
+    try {
+        if (cmd == "transcribe") return qasr::cli::cmd_transcribe(argc, argv);
+        if (cmd == "dev") return qasr::cli::cmd_dev(argc, argv);
+        std::fprintf(stderr, "qasr: error: unknown command '%s' (see qasr help)\n", cmd.c_str());
+        return 2;
+    } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "qasr: error: %s\n", one_line(e.what()).c_str());
+        return 2;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "qasr: error: out of memory\n");
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "qasr: error: %s\n", one_line(e.what()).c_str());
+        return 1;
+    }
+}
