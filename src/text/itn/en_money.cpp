@@ -51,14 +51,13 @@ std::string two_digits(uint64_t v) { return (v < 10 ? "0" : "") + std::to_string
 std::optional<Match> match_money(const Ctx& c, size_t i) {
     Seq s = c.seq();
     std::string amount, scale;
-    size_t p = 0;
     bool is_one = false, integer = false;
     uint64_t int_value = 0;
     std::optional<Currency> cur;
     if (auto a = parse_amount(s, i, true)) {
         cur = parse_currency(c, a->end);
         if (cur) {
-            amount = a->text; scale = a->scale_word; p = a->end; is_one = a->is_one;
+            amount = a->text; scale = a->scale_word; is_one = a->is_one;
             integer = !a->has_point && a->scale_word.empty() && a->text[0] != '-';
             if (integer) int_value = std::stoull(a->text);
         }
@@ -69,7 +68,7 @@ std::optional<Match> match_money(const Ctx& c, size_t i) {
         if (!g || g->groups < 2 || g->last_hundred) return std::nullopt;
         cur = parse_currency(c, g->end);
         if (!cur || cur->cents) return std::nullopt;
-        amount = g->digits; p = g->end; integer = true; int_value = std::stoull(amount);
+        amount = g->digits; integer = true; int_value = std::stoull(amount);
     }
     if (is_one && cur->plural && cur->symbol == "$" && !cur->cents) return std::nullopt; // "One dollars"
     if (cur->cents) {

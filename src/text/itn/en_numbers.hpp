@@ -20,6 +20,8 @@ struct Seq {
     const Run* run = nullptr;
     size_t sub_pos = static_cast<size_t>(-1);
     std::string_view sub;
+    explicit Seq(const Run* r, size_t pos = static_cast<size_t>(-1), std::string_view s = {})
+        : run(r), sub_pos(pos), sub(s) {}
     size_t size() const { return run->size(); }
     std::string_view at(size_t k) const {
         if (k >= run->size()) return {};

@@ -1,0 +1,5 @@
+// Standalone development driver for `qasr itn` (the real binary registers
+// cmd_itn in tools/main.cpp): qasr_itn_cli --language en|zh < in > out.
+#include "cmd_itn.hpp"
+
+int main(int argc, char** argv) { return qasr::tools::cmd_itn(argc, argv); }
