@@ -37,6 +37,7 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i);
 std::optional<Match> match_telephone(const Ctx& c, size_t i);
 std::optional<Match> match_alnum(const Ctx& c, size_t i);
 std::optional<Match> match_ordinal(const Ctx& c, size_t i);
+std::optional<Match> match_fraction(const Ctx& c, size_t i);
 std::optional<Match> match_number(const Ctx& c, size_t i); // cardinal + decimal
 
 // Shared helpers.

@@ -29,7 +29,9 @@ std::optional<std::pair<std::string, size_t>> ip_group(const Ctx& c, size_t p) {
 
 // Trailing single letters glued to a code: "p" in "1080p", "t i" in "4050ti".
 size_t trailing_letters(const Ctx& c, size_t p, std::string& out) {
-    while (p < c.run.size() && !c.hyph(p) && is_single_letter(c.lw(p)) && c.lw(p) != "a" && c.lw(p) != "i") {
+    size_t start = p;
+    while (p < c.run.size() && !c.hyph(p) && is_single_letter(c.lw(p)) &&
+           (p > start || (c.lw(p) != "a" && c.lw(p) != "i"))) {
         out += c.ow(p);
         ++p;
     }

@@ -23,7 +23,7 @@ bool is_separator_word(std::string_view w) {
            w == "colon";
 }
 
-struct Elem { std::string text; size_t end; bool spelled; };
+struct Elem { std::string text; size_t end; bool spelled; bool spelled_tld = false; };
 
 // One address element: spelled letters/digits (optionally + one word, "g mail") or a single word.
 std::optional<Elem> parse_elem(const Ctx& c, size_t p) {
@@ -41,6 +41,8 @@ std::optional<Elem> parse_elem(const Ctx& c, size_t p) {
     }
     if (q > p) {
         e.spelled = true;
+        e.spelled_tld = q - p >= 2;
+        for (char ch : e.text) if (ch >= '0' && ch <= '9') e.spelled_tld = false;
         // "g mail", "n vidia": letters followed by a lower-case word.
         std::string_view nx = c.lw(q);
         if (q < c.run.size() && !c.hyph(q) && !is_separator_word(nx) && !is_function_word(nx) &&
@@ -93,7 +95,7 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i) {
     std::string part = first->text;
     size_t q = first->end;
     int dots = 0;
-    bool last_spelled = first->spelled;
+    bool last_spelled = first->spelled_tld;
     std::string_view last_word = c.lw(q - 1);
     while (true) {
         std::string_view sym = sep_symbol(c.lw(q));
@@ -104,7 +106,7 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i) {
         part += e->text;
         if (sym == ".") ++dots;
         q = e->end;
-        last_spelled = e->spelled;
+        last_spelled = e->spelled_tld;
         last_word = c.lw(q - 1);
     }
     size_t end = q;
@@ -116,7 +118,7 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i) {
             std::string dom = d->text;
             size_t r = d->end;
             int ddots = 0;
-            bool dlast_spelled = d->spelled;
+            bool dlast_spelled = d->spelled_tld;
             std::string_view dlast = c.lw(r - 1);
             while (c.lw(r) == "dot" && !c.hyph(r)) {
                 auto e = parse_elem(c, r + 1);
@@ -124,7 +126,7 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i) {
                 dom += "." + e->text;
                 r = e->end;
                 ++ddots;
-                dlast_spelled = e->spelled;
+                dlast_spelled = e->spelled_tld;
                 dlast = c.lw(r - 1);
             }
             if (ddots > 0 && (is_tld(dlast) || dlast_spelled)) {

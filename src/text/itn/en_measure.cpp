@@ -150,6 +150,8 @@ std::optional<Match> match_measure(const Ctx& c, size_t i) {
         // "wait one second", "one minute": idiomatic, keep words.
         if (u->timeish && a->is_one && a->words == 1 && (c.lw(p) == "second" || c.lw(p) == "minute"))
             return std::nullopt;
+        // "forty second" is the ordinal 42nd, not 40 seconds.
+        if (c.lw(p) == "second" && !a->is_one) return std::nullopt;
         sym = u->sym;
         end = u->end;
     }

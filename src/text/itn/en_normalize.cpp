@@ -15,7 +15,7 @@ using Matcher = std::optional<Match> (*)(const Ctx&, size_t);
 
 constexpr Matcher kMatchers[] = {
     match_electronic, match_time, match_date, match_money, match_measure,
-    match_telephone, match_alnum, match_ordinal, match_number,
+    match_telephone, match_alnum, match_fraction, match_ordinal, match_number,
 };
 
 } // namespace

@@ -50,6 +50,50 @@ std::optional<Match> match_number(const Ctx& c, size_t i) {
     return m;
 }
 
+namespace {
+
+// Denominator words: "half" -> 2, "thirds" -> 3 (plural flag), ... Not
+// "second"/"hundredth"/"thousandth", which read as ordinals.
+int denominator(std::string_view w, bool& plural) {
+    struct D { std::string_view sing, plur; int v; };
+    static constexpr D kDen[] = {{"half", "halves", 2}, {"third", "thirds", 3}, {"quarter", "quarters", 4},
+                                 {"fourth", "fourths", 4}, {"fifth", "fifths", 5}, {"sixth", "sixths", 6},
+                                 {"seventh", "sevenths", 7}, {"eighth", "eighths", 8}, {"ninth", "ninths", 9},
+                                 {"tenth", "tenths", 10}};
+    for (const auto& d : kDen) {
+        if (w == d.sing) { plural = false; return d.v; }
+        if (w == d.plur) { plural = true; return d.v; }
+    }
+    return 0;
+}
+
+// "<n> <denominator>" with number agreement: "one third", "two thirds".
+std::optional<std::pair<std::string, size_t>> simple_fraction(const Ctx& c, size_t i) {
+    auto n = parse_cardinal(c.seq(), i, false);
+    if (!n || n->value == 0 || c.hyph(n->end)) return std::nullopt;
+    bool plural = false;
+    int d = denominator(c.lw(n->end), plural);
+    if (d == 0 || plural != (n->value != 1)) return std::nullopt;
+    return std::make_pair(std::to_string(n->value) + "/" + std::to_string(d), n->end + 1);
+}
+
+} // namespace
+
+// Fractions: "two thirds" -> 2/3, "three and a half" -> "3 1/2",
+// "one and three quarters" -> "1 3/4". "a third of" (no number) stays.
+std::optional<Match> match_fraction(const Ctx& c, size_t i) {
+    auto whole = parse_cardinal(c.seq(), i, true);
+    if (whole && c.lw(whole->end) == "and" && !c.hyph(whole->end)) {
+        size_t p = whole->end + 1;
+        bool plural = false;
+        if (c.lw(p) == "a" && denominator(c.lw(p + 1), plural) && !plural)
+            return Match{p + 2, whole->digits() + " 1/" + std::to_string(denominator(c.lw(p + 1), plural))};
+        if (auto f = simple_fraction(c, p)) return Match{f->second, whole->digits() + " " + f->first};
+    }
+    if (auto f = simple_fraction(c, i)) return Match{f->second, f->first};
+    return std::nullopt;
+}
+
 std::optional<Match> match_ordinal(const Ctx& c, size_t i) {
     auto o = parse_ordinal(c.run, i);
     if (!o) return std::nullopt;

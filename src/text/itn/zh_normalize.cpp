@@ -99,12 +99,12 @@ std::optional<Out> match_date(const Text& t, size_t p) {
         if (!s.empty()) { s += "年"; e = n->end + 1; }
     }
     if (auto m = parse_number(t, e); m && m->end < t.size() && t[m->end] == U'月' && m->value >= 1 &&
-                                     m->value <= 12 && !m->digit_seq) {
+                                     m->value <= 12 && (!m->digit_seq || m->chars() == 1)) {
         s += std::to_string(m->value) + "月";
         e = m->end + 1;
         if (auto d = parse_number(t, e); d && d->end < t.size() && (t[d->end] == U'日' || t[d->end] == U'号' ||
                                                                     t[d->end] == U'號') &&
-                                         d->value >= 1 && d->value <= 31 && !d->digit_seq) {
+                                         d->value >= 1 && d->value <= 31 && (!d->digit_seq || d->chars() == 1)) {
             s += std::to_string(d->value);
             append_utf8(s, t[d->end]);
             e = d->end + 1;
@@ -132,6 +132,15 @@ std::optional<Out> match_fraction(const Text& t, size_t p) {
 
 // Number-led classes at p (t[p] is a numeral).
 std::optional<Out> match_number_led(const Text& t, size_t p) {
+    if (t[p] == U'两' || t[p] == U'兩') { // 两 before a unit: 两公斤 -> 2公斤
+        std::string_view sym;
+        if (size_t n = currency_at(t, p + 1, sym)) return Out{p + 1 + n, std::string(sym) + "2"};
+        if (size_t n = unit_at(t, p + 1)) {
+            std::string s = "2";
+            for (size_t k = p + 1; k < p + 1 + n; ++k) append_utf8(s, t[k]);
+            return Out{p + 1 + n, s};
+        }
+    }
     if (auto r = match_fraction(t, p)) return r;
     if (auto r = match_time(t, p)) return r;
     if (auto r = match_date(t, p)) return r;
@@ -228,11 +237,12 @@ std::string normalize_line(std::string_view line) {
     out.reserve(line.size() + 8);
     size_t p = 0;
     while (p < t.size()) {
-        size_t n = idiom_at(t, p);
+        std::string_view wl;
+        size_t n = whitelist_at(t, p, wl);
+        if (n) { out += wl; p += n; continue; }
+        n = idiom_at(t, p);
         if (n == 2 && t[p] == U'十' && p + 2 < t.size() && t[p + 2] == U'之') n = 0; // 十分之一
         if (n) { out.append(line.substr(off[p], off[p + n] - off[p])); p += n; continue; }
-        std::string_view wl;
-        if ((n = whitelist_at(t, p, wl))) { out += wl; p += n; continue; }
         if (auto m = match_at(t, p)) { out += m->text; p = m->end; continue; }
         // Skip a whole numeral run we did not convert, so we never restart inside it.
         size_t q = p + 1;
