@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace qasr::tools {
+namespace qasr::cli {
 
 namespace {
 
@@ -27,7 +27,9 @@ void usage(std::FILE* f) {
 
 int cmd_itn(int argc, char** argv) {
     std::string lang_name;
-    for (int i = 1; i < argc; ++i) {
+    // Called as main's argv ("qasr itn ...", argv[1] == "itn") or with the subcommand as argv[0].
+    int first = (argc > 1 && std::string_view(argv[1]) == "itn") ? 2 : 1;
+    for (int i = first; i < argc; ++i) {
         std::string_view a = argv[i];
         if (a == "--help" || a == "-h") { usage(stdout); return 0; }
         if (a == "--language" || a == "-l") {
@@ -57,4 +59,4 @@ int cmd_itn(int argc, char** argv) {
     return std::cout ? 0 : 1;
 }
 
-} // namespace qasr::tools
+} // namespace qasr::cli

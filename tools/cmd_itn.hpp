@@ -1,10 +1,11 @@
 // `qasr itn` subcommand: inverse text normalization of stdin lines.
 #pragma once
 
-namespace qasr::tools {
+namespace qasr::cli {
 
 // qasr itn --language en|zh  (reads lines from stdin, writes normalized lines
-// to stdout). Returns 0 on success, 2 on bad arguments.
+// to stdout). Accepts main's argv (argv[1] == "itn") or argv[0] == "itn".
+// Returns 0 on success, 2 on bad arguments (one-line message on stderr).
 int cmd_itn(int argc, char** argv);
 
-} // namespace qasr::tools
+} // namespace qasr::cli

@@ -2,4 +2,4 @@
 // cmd_itn in tools/main.cpp): qasr_itn_cli --language en|zh < in > out.
 #include "cmd_itn.hpp"
 
-int main(int argc, char** argv) { return qasr::tools::cmd_itn(argc, argv); }
+int main(int argc, char** argv) { return qasr::cli::cmd_itn(argc, argv); }
