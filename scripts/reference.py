@@ -96,15 +96,21 @@ def _values_chunk(name, shape, seed, start, count):
     kind = tensor_kind(name, shape)
     if kind == "matrix":
         fan_in = int(np.prod(shape[1:]))
-        v = u / np.float32(math.sqrt(fan_in))  # float32 division by float32(sqrt(fan_in)); a = 1.0
+        r = np.float32(1.0) / np.sqrt(np.float32(fan_in))  # float32: 1.0f / sqrtf(fan_in), then u * r; a = 1.0
+        v = u * r
     elif kind == "embed":
-        v = u
+        v = np.float32(EMBED_SCALE) * u
     elif kind == "gain":
         v = np.float32(1.0) + np.float32(0.1) * u
     else:
         v = np.float32(0.1) * u
     return round_bf16(v.astype(np.float32, copy=False))
 
+
+# Scale of embed_tokens (tied lm_head). With 1.0 the random decoder's residual stream is dominated by the current
+# token's own embedding and greedy decoding just repeats the last prompt token ("\n") forever; 0.1 lets the layers
+# (and so the audio) decide the output while keeping healthy logit margins.
+EMBED_SCALE = 0.1
 
 _POOL = None
 
@@ -136,7 +142,7 @@ PRESETS = {
                    downsample_hidden_size=16, output_dim=64, n_window=50, n_window_infer=800, num_mel_bins=128),
         text=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                   intermediate_size=128, vocab_size=151936, rope_theta=1e6, rms_norm_eps=1e-6),
-        mrope_section=[6, 5, 5]),  # scaled so that the sum stays head_dim/2 (real checkpoints: [24, 20, 20])
+        mrope_section=[24, 20, 20]),  # as in the real checkpoints (numerically irrelevant: all 3 components equal)
     "0.6b": dict(
         audio=dict(d_model=896, encoder_layers=18, encoder_attention_heads=14, encoder_ffn_dim=3584,
                    downsample_hidden_size=480, output_dim=1024, n_window=50, n_window_infer=800, num_mel_bins=128),
@@ -586,10 +592,12 @@ def run_case(model, fe, tok, case, device, compact, log):
         assert logits.shape[0] == L, logits.shape
         past = out.past_key_values
         last = logits[-1]
-        seq, step_logits = [], []
+        seq, step_logits, margins = [], [], []
         while True:
             if len(seq) < 64:
                 step_logits.append(last.detach().cpu().clone())
+            top2 = torch.topk(last, 2).values
+            margins.append(float(top2[0] - top2[1]))
             nxt = int(torch.argmax(last))
             seq.append(nxt)
             eos_at = next((k for k, v in enumerate(seq) if v in EOS_IDS), None)
@@ -609,6 +617,7 @@ def run_case(model, fe, tok, case, device, compact, log):
             taps.t[k] = taps.t[k][0]
     forced = seq[:64]
     greedy = seq[:eos_at] if eos_at is not None else seq[:cap]
+    n_greedy_steps = eos_at + 1 if eos_at is not None else cap
     stop = "eos" if eos_at is not None else "cap"
     sl = torch.stack(step_logits)
     if compact:
@@ -625,6 +634,7 @@ def run_case(model, fe, tok, case, device, compact, log):
     lang_out, text = parse_asr_output(raw, case["language"])
     case.update(prompt_ids=ids, n_audio_tokens=A, n_samples=n0, n_samples_padded=len(pcm), n_frames=T,
                 n_chunks=C, greedy_cap=cap, greedy_forced_ids=forced, greedy_ids=greedy, greedy_stop=stop,
+                forced_min_margin=min(margins[:64]), greedy_min_margin=min(margins[:n_greedy_steps]),
                 raw_text=raw, language_out=lang_out, text=text)
     return taps.t
 
@@ -657,6 +667,8 @@ def selftest():
     # a value of each kind, seed 1
     for name, shape in (("model.audio_tower.conv2d2.weight", (480, 480, 3, 3)),
                         ("model.language_model.embed_tokens.weight", (151936, 1024)),
+                        ("model.language_model.layers.0.self_attn.q_norm.weight", (128,)),
+                        ("model.multi_modal_projector.linear_2.weight", (2048, 1024)),
                         ("model.language_model.norm.weight", (1024,)),
                         ("model.audio_tower.conv2d1.bias", (480,))):
         v = _values_chunk(name, shape, 1, 0, 3)
