@@ -1,0 +1,165 @@
+// Audio input and front-end tests: WAV variants, hostile WAV bytes, resampling, mel constants (spec §3).
+#include "audio/audio.hpp"
+#include "audio/mel.hpp"
+#include "core/error.hpp"
+#include "model/encoder.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+using namespace qasr;
+
+namespace {
+
+std::vector<uint8_t> make_wav(uint16_t format, uint16_t channels, uint32_t rate, uint16_t bits,
+                              const std::vector<uint8_t>& pcm, bool extensible = false) {
+    std::vector<uint8_t> w;
+    auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; ++i) w.push_back(uint8_t(v >> (8 * i))); };
+    auto u16 = [&](uint16_t v) { w.push_back(uint8_t(v)); w.push_back(uint8_t(v >> 8)); };
+    const uint32_t fmt_len = extensible ? 40 : 16;
+    w.insert(w.end(), {'R', 'I', 'F', 'F'});
+    u32(uint32_t(4 + 8 + fmt_len + 8 + pcm.size()));
+    w.insert(w.end(), {'W', 'A', 'V', 'E', 'f', 'm', 't', ' '});
+    u32(fmt_len);
+    u16(extensible ? 0xFFFE : format);
+    u16(channels);
+    u32(rate);
+    u32(rate * channels * bits / 8);
+    u16(uint16_t(channels * bits / 8));
+    u16(bits);
+    if (extensible) {
+        u16(22);
+        u16(bits);
+        u32(0);
+        u16(format);
+        for (int i = 0; i < 14; ++i) w.push_back(0);
+    }
+    w.insert(w.end(), {'d', 'a', 't', 'a'});
+    u32(uint32_t(pcm.size()));
+    w.insert(w.end(), pcm.begin(), pcm.end());
+    return w;
+}
+
+} // namespace
+
+TEST(Wav, Pcm16StereoAveragesChannels) {
+    std::vector<uint8_t> pcm;
+    for (int16_t l : {16384, -32768}) {
+        for (int16_t v : {l, int16_t(0)}) {
+            pcm.push_back(uint8_t(v & 0xff));
+            pcm.push_back(uint8_t((v >> 8) & 0xff));
+        }
+    }
+    auto w = make_wav(1, 2, 16000, 16, pcm);
+    DecodedAudio a = parse_wav(w.data(), w.size(), "t");
+    ASSERT_EQ(a.samples.size(), 2u);
+    EXPECT_FLOAT_EQ(a.samples[0], 0.25f);
+    EXPECT_FLOAT_EQ(a.samples[1], -0.5f);
+}
+
+TEST(Wav, AllSampleFormats) {
+    struct Case { uint16_t fmt, bits; std::vector<uint8_t> bytes; float want; bool ext; };
+    float f = 0.5f;
+    double d = -0.25;
+    std::vector<uint8_t> fb(4), db(8);
+    std::memcpy(fb.data(), &f, 4);
+    std::memcpy(db.data(), &d, 8);
+    const Case cases[] = {{1, 8, {192}, 0.5f, false},
+                          {1, 24, {0x00, 0x00, 0x40}, 0.5f, false},
+                          {1, 32, {0, 0, 0, 0xC0}, -0.5f, true},
+                          {3, 32, fb, 0.5f, false},
+                          {3, 64, db, -0.25f, true}};
+    for (const auto& c : cases) {
+        auto w = make_wav(c.fmt, 1, 8000, c.bits, c.bytes, c.ext);
+        DecodedAudio a = parse_wav(w.data(), w.size(), "t");
+        ASSERT_EQ(a.samples.size(), 1u) << c.bits;
+        EXPECT_FLOAT_EQ(a.samples[0], c.want) << c.bits;
+        EXPECT_EQ(a.sample_rate, 8000);
+    }
+}
+
+TEST(Wav, HostileBytesAreErrorsNotCrashes) {
+    auto good = make_wav(1, 1, 16000, 16, std::vector<uint8_t>(200, 1));
+    EXPECT_THROW(parse_wav(good.data(), 11, "t"), Error);
+    auto bad_bits = make_wav(1, 1, 16000, 12, {1, 2});
+    EXPECT_THROW(parse_wav(bad_bits.data(), bad_bits.size(), "t"), Error);
+    auto zero_ch = make_wav(1, 0, 16000, 16, {1, 2});
+    EXPECT_THROW(parse_wav(zero_ch.data(), zero_ch.size(), "t"), Error);
+    auto mulaw = make_wav(7, 1, 8000, 8, {1, 2});
+    EXPECT_THROW(parse_wav(mulaw.data(), mulaw.size(), "t"), Error);
+    std::mt19937 rng(3);
+    for (int trial = 0; trial < 3000; ++trial) { // random corruption of a valid header
+        auto w = good;
+        for (int k = 0; k < 4; ++k) w[12 + rng() % 36] = uint8_t(rng());
+        w.resize(size_t(rng() % w.size()) + 1);
+        try {
+            DecodedAudio a = parse_wav(w.data(), w.size(), "t");
+            EXPECT_LE(a.samples.size(), w.size());
+        } catch (const Error&) {
+        }
+    }
+}
+
+TEST(Resample, PreservesToneAndLength) {
+    std::vector<float> x(44100);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * std::sin(2 * M_PI * 440.0 * double(i) / 44100.0);
+    auto y = resample(x, 44100, 16000);
+    EXPECT_NEAR(double(y.size()), 16000.0, 2.0);
+    double e = 0;
+    for (size_t i = 2000; i < 14000; ++i) {
+        const double want = 0.5 * std::sin(2 * M_PI * 440.0 * double(i) / 16000.0);
+        e = std::max(e, std::fabs(y[i] - want));
+    }
+    EXPECT_LT(e, 1e-3);
+}
+
+TEST(Mel, FilterbankCheckValues) {
+    MelFrontend m(128);
+    Tensor fb = m.filterbank_matrix(); // [201, 128]
+    EXPECT_NEAR(fb.data[1 * 128 + 0], 0.0123740, 1e-7);
+    EXPECT_NEAR(fb.data[1 * 128 + 1], 0.0303926, 1e-7);
+    EXPECT_EQ(fb.data[1 * 128 + 2], 0.0f);
+    EXPECT_NEAR(mel_to_hz_slaney(hz_to_mel_slaney(8000.0)), 8000.0, 1e-9);
+    EXPECT_NEAR(hz_to_mel_slaney(8000.0), 45.245640, 1e-6);
+}
+
+TEST(Mel, FrameCountAndNormalization) {
+    MelFrontend m(128);
+    std::vector<float> x(16159);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> n(0, 0.1f);
+    for (size_t i = 8000; i < x.size(); ++i) x[i] = n(rng); // first half digital silence
+    Tensor mel = m.compute(x, 8000);
+    EXPECT_EQ(mel.dim(0), 128);
+    EXPECT_EQ(mel.dim(1), 100);
+    float mx = -1e9f, mn = 1e9f;
+    for (float v : mel.data) mx = std::max(mx, v), mn = std::min(mn, v);
+    EXPECT_NEAR(mx - mn, 2.0f, 1e-5f) << "clip-max − 8 clamp spans exactly 8/4 = 2 in normalized units";
+    Tensor shortm = m.compute(std::vector<float>(3000, 0.01f), 8000); // padded to 0.5 s
+    EXPECT_EQ(shortm.dim(1), 50);
+    EXPECT_THROW(m.compute(std::vector<float>(150, 0.0f), 0), Error);
+}
+
+TEST(Mel, SilenceIsFlat) {
+    MelFrontend m(128);
+    Tensor mel = m.compute(std::vector<float>(32000, 0.0f), 8000);
+    for (float v : mel.data) ASSERT_FLOAT_EQ(v, (-10.0f + 4.0f) / 4.0f);
+}
+
+TEST(Encoder, AudioTokenCountTable) {
+    AudioHParams hp;
+    hp.n_window = 50;
+    const std::pair<int64_t, int64_t> table[] = {{400, 1},       {8000, 7},      {16000, 13},      {16159, 13},
+                                                 {48000, 39},    {160000, 130},  {480000, 390},    {19200000, 15600}};
+    for (auto [n, a] : table) EXPECT_EQ(audio_token_count(n / 160, hp), a) << n;
+}
+
+TEST(Encoder, SinusoidCheckValues) {
+    Tensor p = sinusoid_table(13, 896);
+    EXPECT_NEAR(p.data[1 * 896 + 0], 0.84147098, 1e-6);
+    EXPECT_NEAR(p.data[1 * 896 + 448], 0.54030231, 1e-6);
+    EXPECT_NEAR(p.data[0 * 896 + 448 + 5], 1.0, 1e-7);
+}

@@ -1,0 +1,198 @@
+// Loading tests: safetensors validation (hostile headers, truncation), config parsing of both layouts and the
+// errors for wrong configs, the weight table (missing/mis-shaped tensors reported together), MLX quantization.
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "io/config.hpp"
+#include "io/safetensors.hpp"
+#include "model/quant.hpp"
+#include "model/random_checkpoint.hpp"
+#include "model/weights.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+
+using namespace qasr;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<uint8_t> st_bytes(const std::string& header, size_t data_bytes) {
+    std::vector<uint8_t> b(8);
+    for (int i = 0; i < 8; ++i) b[size_t(i)] = uint8_t(uint64_t(header.size()) >> (8 * i));
+    b.insert(b.end(), header.begin(), header.end());
+    b.resize(b.size() + data_bytes, 0);
+    return b;
+}
+
+std::string expect_error(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "no qasr::Error thrown";
+    return "";
+}
+
+} // namespace
+
+TEST(Safetensors, ParsesAndValidates) {
+    auto ok = st_bytes(R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"format":"pt"}})", 16);
+    std::map<std::string, std::string> meta;
+    auto t = parse_safetensors(ok.data(), ok.size(), "t", &meta);
+    EXPECT_EQ(t.at("a").shape, (std::vector<int64_t>{2, 2}));
+    EXPECT_EQ(meta["format"], "pt");
+    const char* bad[] = {
+        R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})",           // size mismatch
+        R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,32]}})",           // past the end
+        R"({"a":{"dtype":"Q4","shape":[2,2],"data_offsets":[0,16]}})",            // dtype
+        R"({"a":{"dtype":"F32","shape":[-2,2],"data_offsets":[0,16]}})",          // negative dim
+        R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", // overflow
+        R"({"a":{"dtype":"F32","shape":[2,2]}})",                                  // no offsets
+        R"([1,2,3])", R"({not json)"};
+    for (const char* h : bad) {
+        auto b = st_bytes(h, 16);
+        EXPECT_THROW(parse_safetensors(b.data(), b.size(), "t"), Error) << h;
+    }
+    EXPECT_THROW(parse_safetensors(ok.data(), 5, "t"), Error);
+    EXPECT_NE(expect_error([&] { parse_safetensors(ok.data(), ok.size() - 4, "t"); }).find("truncated"), std::string::npos);
+    std::vector<uint8_t> huge(16, 0xff);
+    EXPECT_THROW(parse_safetensors(huge.data(), huge.size(), "t"), Error);
+}
+
+TEST(Safetensors, FuzzedHeadersNeverCrash) {
+    const std::string h = R"({"w":{"dtype":"BF16","shape":[3,5],"data_offsets":[0,30]},"b":{"dtype":"F32","shape":[1],"data_offsets":[30,34]}})";
+    auto base = st_bytes(h, 34);
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 5000; ++trial) {
+        auto b = base;
+        const int flips = 1 + int(rng() % 6);
+        for (int k = 0; k < flips; ++k) b[rng() % b.size()] = uint8_t(rng());
+        if (rng() % 4 == 0) b.resize(rng() % b.size());
+        try {
+            auto t = parse_safetensors(b.data(), b.size(), "fuzz");
+            for (auto& [n, r] : t) EXPECT_LE(r.data + r.nbytes, b.data() + b.size());
+        } catch (const Error&) {
+        }
+    }
+}
+
+TEST(Config, BothLayoutsParseToTheSameHyperparameters) {
+    for (const char* preset : {"tiny", "0.6b", "1.7b"}) {
+        HParams h = parse_config_json(preset_config_json(preset, "hf"), "hf");
+        HParams o = parse_config_json(preset_config_json(preset, "original"), "orig");
+        EXPECT_EQ(h.layout, "hf");
+        EXPECT_EQ(o.layout, "original");
+        EXPECT_EQ(h.audio.d_model, o.audio.d_model);
+        EXPECT_EQ(h.text.head_dim, o.text.head_dim);
+        EXPECT_EQ(h.text.rope_theta, 1e6);
+        EXPECT_EQ(o.text.rope_theta, 1e6);
+    }
+    HParams p = parse_config_json(preset_config_json("0.6b", "hf"), "x");
+    EXPECT_EQ(p.audio.freq_after_conv(), 16);
+    EXPECT_EQ(p.text.n_kv_heads, 8);
+}
+
+TEST(Config, WrongConfigsListEveryProblem) {
+    auto j = nlohmann::json::parse(preset_config_json("tiny", "hf"));
+    j["text_config"].erase("rope_parameters");
+    j["text_config"].erase("head_dim");
+    j["audio_config"]["d_model"] = -5;
+    j["text_config"]["hidden_act"] = "relu";
+    const std::string msg = expect_error([&] { parse_config_json(j.dump(), "cfg"); });
+    EXPECT_NE(msg.find("rope_theta"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("head_dim"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("d_model"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("hidden_act"), std::string::npos) << msg;
+    EXPECT_THROW(parse_config_json("{}", "x"), Error);
+    EXPECT_THROW(parse_config_json("nope", "x"), Error);
+}
+
+TEST(Weights, TableReportsMissingAndMisshapedTogether) {
+    const std::string dir = testing::TempDir() + "/qasr_weights_test";
+    fs::remove_all(dir);
+    write_random_checkpoint(dir, "tiny", "hf", 1, "");
+    const HParams hp = load_config(dir);
+    {
+        TensorStore st = TensorStore::open_dir(dir);
+        ModelWeights w = load_weights(st, hp);
+        EXPECT_EQ(w.scheme, "hf");
+        EXPECT_EQ(w.dec.embed.dim(0), 151936);
+        EXPECT_TRUE(w.dec.lm_head.data.empty()); // tied
+        // values follow the documented generator
+        const float want = bf16_to_f32(f32_to_bf16(random_weight_value(
+            1, "model.language_model.norm.weight", {64}, 3)));
+        EXPECT_EQ(w.dec.norm.data[3], want);
+    }
+    // Rewrite with one tensor dropped and one mis-shaped.
+    TensorStore st = TensorStore::open_dir(dir);
+    std::vector<TensorToWrite> out;
+    for (const auto& [name, t] : st.tensors()) {
+        if (name == "model.audio_tower.ln_post.bias") continue;
+        TensorToWrite w{name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)};
+        if (name == "model.language_model.layers.1.mlp.up_proj.weight") w.shape = {t.shape[1], t.shape[0]};
+        out.push_back(std::move(w));
+    }
+    const std::string bad = dir + "_bad";
+    fs::create_directories(bad);
+    fs::copy_file(dir + "/config.json", bad + "/config.json", fs::copy_options::overwrite_existing);
+    write_safetensors(bad + "/model.safetensors", out);
+    TensorStore sb = TensorStore::open_dir(bad);
+    const std::string msg = expect_error([&] { load_weights(sb, hp); });
+    EXPECT_NE(msg.find("missing model.audio_tower.ln_post.bias"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("layers.1.mlp.up_proj.weight: expected [128,64], got [64,128]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("2 problem(s)"), std::string::npos) << msg;
+}
+
+TEST(Weights, OriginalLayoutHasSameValues) {
+    const std::string a = testing::TempDir() + "/qasr_w_hf", b = testing::TempDir() + "/qasr_w_orig";
+    write_random_checkpoint(a, "tiny", "hf", 5, "");
+    write_random_checkpoint(b, "tiny", "original", 5, "");
+    TensorStore sa = TensorStore::open_dir(a), sb = TensorStore::open_dir(b);
+    ModelWeights wa = load_weights(sa, load_config(a)), wb = load_weights(sb, load_config(b));
+    EXPECT_EQ(wb.scheme, "original");
+    EXPECT_EQ(wa.enc.proj2.w.data, wb.enc.proj2.w.data);
+    EXPECT_EQ(wa.dec.layers[1].down.w.data, wb.dec.layers[1].down.w.data);
+    EXPECT_EQ(stored_name("model.multi_modal_projector.linear_1.weight", "original"), "thinker.audio_tower.proj1.weight");
+    EXPECT_EQ(stored_name("model.language_model.norm.weight", "mlx"), "model.norm.weight");
+}
+
+TEST(Quant, SixBitWorkedExample) {
+    const uint8_t bytes[] = {0x05, 0x1F, 0x4A};
+    EXPECT_EQ(affine_code(bytes, 0, 6), 5u);
+    EXPECT_EQ(affine_code(bytes, 1, 6), 60u);
+    EXPECT_EQ(affine_code(bytes, 2, 6), 33u);
+    EXPECT_EQ(affine_code(bytes, 3, 6), 18u);
+    const float s = bf16_to_f32(0x3C49), b = bf16_to_f32(0xBEC8);
+    EXPECT_NEAR(s * 5 + b, -0.329285, 1e-6);
+    EXPECT_NEAR(s * 60 + b, 0.345459, 1e-6);
+}
+
+TEST(Quant, RoundTripWithinAffineBound) {
+    std::mt19937 rng(2);
+    std::normal_distribution<float> n(0, 0.05f);
+    const int64_t out = 3, in = 128;
+    std::vector<float> w(size_t(out * in));
+    for (auto& v : w) v = n(rng);
+    for (int bits : {2, 3, 4, 5, 6, 8}) {
+        AffineQuantized q = quantize_affine(w.data(), out, in, bits, 64);
+        for (int64_t r = 0; r < out; ++r)
+            for (int64_t j = 0; j < in; ++j) {
+                const size_t g = size_t(r * (in / 64) + j / 64);
+                const float sc = q.scales[g], bi = q.biases[g], x = w[size_t(r * in + j)];
+                const float deq = sc * float(affine_code(q.packed.data() + size_t(r * in * bits / 8), j, bits)) + bi;
+                const float lo = std::min(bi, bi + sc * float((1 << bits) - 1)), hi = std::max(bi, bi + sc * float((1 << bits) - 1));
+                if (x >= lo && x <= hi) // inside the grid: nearest grid point
+                    EXPECT_LE(std::fabs(deq - x), std::fabs(sc) * 0.5f + 1e-6f) << bits;
+                else // outside (the zero-exact edge rescaling can shrink the grid): clamped to the end
+                    EXPECT_NEAR(deq, x < lo ? lo : hi, 1e-6f) << bits;
+            }
+    }
+}
