@@ -15,6 +15,8 @@ namespace qasr::itn::en {
 struct Ctx {
     const Run& run;
     std::string_view line;
+    size_t content_begin = 0; // first non-blank byte of the line
+    size_t content_end = 0;   // one past the last byte that is not blank or final . ! ?
     Seq seq() const { return Seq{&run}; }
     std::string_view lw(size_t k) const { return k < run.size() ? std::string_view(run[k].lower) : std::string_view(); }
     std::string_view ow(size_t k) const { return k < run.size() ? run[k].orig : std::string_view(); }

@@ -30,7 +30,7 @@ std::optional<std::pair<std::string, size_t>> ip_group(const Ctx& c, size_t p) {
 // Trailing single letters glued to a code: "p" in "1080p", "t i" in "4050ti".
 size_t trailing_letters(const Ctx& c, size_t p, std::string& out) {
     size_t start = p;
-    while (p < c.run.size() && !c.hyph(p) && is_single_letter(c.lw(p)) &&
+    while (p < c.run.size() && p < start + 8 && !c.hyph(p) && is_single_letter(c.lw(p)) &&
            (p > start || (c.lw(p) != "a" && c.lw(p) != "i"))) {
         out += c.ow(p);
         ++p;
@@ -86,7 +86,10 @@ std::optional<Match> match_alnum(const Ctx& c, size_t i) {
     Seq s = c.seq();
     std::string out;
     size_t p = i;
-    while (p < c.run.size() && (p == i || !c.hyph(p)) && is_single_letter(c.lw(p))) { out += c.ow(p); ++p; }
+    while (p < c.run.size() && p < i + 16 && (p == i || !c.hyph(p)) && is_single_letter(c.lw(p))) {
+        out += c.ow(p);
+        ++p;
+    }
     size_t letters = p - i;
     if (letters == 1 && (c.lw(i) == "a" || c.lw(i) == "i")) return std::nullopt;
     // The number part: longest of digit string, group reading, cardinal.

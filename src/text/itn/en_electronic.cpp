@@ -32,7 +32,7 @@ std::optional<Elem> parse_elem(const Ctx& c, size_t p) {
     if (is_separator_word(w)) return std::nullopt;
     Elem e{"", p, false};
     size_t q = p;
-    while (q < c.run.size() && !(q > p && c.hyph(q))) {
+    while (q < c.run.size() && q < p + 64 && !(q > p && c.hyph(q))) { // bounded lookahead
         std::string_view x = c.lw(q);
         if (is_single_letter(x)) { e.text += c.ow(q); ++q; continue; }
         int u = unit_value(x);
@@ -97,7 +97,7 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i) {
     int dots = 0;
     bool last_spelled = first->spelled_tld;
     std::string_view last_word = c.lw(q - 1);
-    while (true) {
+    for (int guard = 0; guard < 32; ++guard) { // bounded: keeps long inputs linear
         std::string_view sym = sep_symbol(c.lw(q));
         if (sym.empty() || c.hyph(q)) break;
         auto e = parse_elem(c, q + 1);
@@ -120,7 +120,7 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i) {
             int ddots = 0;
             bool dlast_spelled = d->spelled_tld;
             std::string_view dlast = c.lw(r - 1);
-            while (c.lw(r) == "dot" && !c.hyph(r)) {
+            for (int guard = 0; guard < 32 && c.lw(r) == "dot" && !c.hyph(r); ++guard) {
                 auto e = parse_elem(c, r + 1);
                 if (!e) break;
                 dom += "." + e->text;
@@ -144,7 +144,7 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i) {
             // One-word host "x dot com" needs a real-looking host, not "the dot".
         }
         // Path: slash element ...
-        while (c.lw(end) == "slash" && !c.hyph(end)) {
+        for (int guard = 0; guard < 32 && c.lw(end) == "slash" && !c.hyph(end); ++guard) {
             auto e = parse_elem(c, end + 1);
             if (!e) break;
             part += "/" + e->text;

@@ -14,7 +14,9 @@ namespace {
 struct Unit { std::string sym; size_t end = 0; bool metric_length = false; bool imperial = false; bool timeish = false; };
 
 struct Base { std::string_view sing, plur, sym; bool length; };
-constexpr std::array<Base, 12> kMetricBases = {{
+constexpr std::array<Base, 18> kMetricBases = {{
+    {"amp", "amps", "A", false}, {"ampere", "amperes", "A", false}, {"pascal", "pascals", "pa", false},
+    {"joule", "joules", "j", false}, {"calorie", "calories", "cal", false}, {"newton", "newtons", "N", false},
     {"meter", "meters", "m", true}, {"metre", "metres", "m", true}, {"gram", "grams", "g", false},
     {"liter", "liters", "l", false}, {"litre", "litres", "l", false}, {"watt", "watts", "W", false},
     {"volt", "volts", "v", false}, {"hertz", "hertz", "hz", false}, {"byte", "bytes", "b", false},
@@ -48,9 +50,9 @@ constexpr Plain kPlain[] = {
     {"celsius", "", "°C", false, false}, {"fahrenheit", "", "°F", false, false},
     {"kelvin", "", "K", false, false}, {"degrees", "", "°", false, false}, {"degree", "", "°", false, false},
     {"light", "years", "ly", false, false}, {"light", "year", "ly", false, false},
-    {"calories", "", "cal", false, false}, {"calorie", "", "cal", false, false},
-    {"amperes", "", "A", false, false}, {"ampere", "", "A", false, false},
-    {"amps", "", "A", false, false}, {"amp", "", "A", false, false},
+    {"gallons", "", "gal", true, false}, {"gallon", "", "gal", true, false},
+    {"decibels", "", "dB", false, false}, {"decibel", "", "dB", false, false},
+    {"knots", "", "kn", false, false}, {"knot", "", "kn", false, false},
     {"ohms", "", "Ω", false, false}, {"ohm", "", "Ω", false, false},
 };
 

@@ -25,8 +25,15 @@ std::string normalize_line(std::string_view line) {
     std::string out;
     out.reserve(line.size() + 8);
     size_t copied = 0; // bytes of `line` already emitted
+    size_t cb = 0, ce = line.size();
+    while (cb < line.size() && (line[cb] == ' ' || line[cb] == '\t')) ++cb;
+    while (ce > cb) {
+        char ch = line[ce - 1];
+        if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '.' && ch != '!' && ch != '?') break;
+        --ce;
+    }
     for (const Run& run : runs) {
-        Ctx ctx{run, line};
+        Ctx ctx{run, line, cb, ce};
         size_t i = 0;
         while (i < run.size()) {
             std::optional<Match> best = match_whitelist(ctx, i);

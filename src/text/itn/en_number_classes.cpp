@@ -11,14 +11,7 @@ namespace qasr::itn::en {
 
 bool Ctx::whole(size_t i, size_t end) const {
     if (i >= run.size() || end == 0 || end > run.size()) return false;
-    size_t b = run[i].begin, e = run[end - 1].end;
-    for (size_t k = 0; k < b; ++k)
-        if (line[k] != ' ' && line[k] != '\t') return false;
-    for (size_t k = e; k < line.size(); ++k) {
-        char ch = line[k];
-        if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '.' && ch != '!' && ch != '?') return false;
-    }
-    return true;
+    return run[i].begin == content_begin && run[end - 1].end == content_end;
 }
 
 bool is_single_letter(std::string_view w) { return w.size() == 1 && w[0] >= 'a' && w[0] <= 'z'; }

@@ -182,7 +182,7 @@ std::optional<Ordinal> parse_ordinal(const Run& r, size_t k) {
 std::optional<DigitString> parse_digit_string(const Seq& s, size_t k) {
     DigitString d;
     size_t p = k;
-    while (p < s.size()) {
+    while (p < s.size() && d.digits.size() < 40) { // bounded: keeps long inputs linear
         if (p > k && s.hyph(p)) break;
         std::string_view w = s.at(p);
         int rep = w == "double" ? 2 : w == "triple" ? 3 : 1;

@@ -9,11 +9,11 @@ namespace qasr::itn::en {
 
 namespace {
 
-struct Entry { std::string_view words[5]; std::string_view out; int kind; }; // kind 1: title, 2: "misses"
+struct Entry { std::string_view words[5]; std::string_view out; int kind; }; // 1 title, 2 "misses", 3 "doctor"
 
 constexpr Entry kEntries[] = {
     {{"mister"}, "mr.", 1},       {{"missus"}, "mrs.", 1},       {{"misses"}, "mrs.", 2},
-    {{"saint"}, "st.", 1},        {{"for", "example"}, "e.g.", 0}, {{"et", "cetera"}, "etc.", 0},
+    {{"saint"}, "st.", 1},        {{"doctor"}, "dr.", 3},        {{"for", "example"}, "e.g.", 0}, {{"et", "cetera"}, "etc.", 0},
     {{"s", "and", "p", "five", "hundred"}, "S&P 500", 0}, {{"s", "and", "p"}, "S&P", 0},
     {{"c", "u", "d", "n", "n"}, "cuDNN", 0}, {{"p", "c", "i", "e"}, "PCIe", 0},
     {{"l", "g", "a"}, "LGA", 0}, {{"r", "t", "x"}, "RTX", 0}, {{"g", "t", "x"}, "GTX", 0},
@@ -44,6 +44,9 @@ std::optional<Match> match_whitelist(const Ctx& c, size_t i) {
             if (end >= c.run.size() || c.hyph(end) || is_function_word(c.lw(end)) || is_number_word(c.lw(end)))
                 return std::nullopt;
             if (e.kind == 2 && !misses_can_be_title(c, i)) return std::nullopt;
+            // "doctor": only before a capitalized name, or opening the line ("doctor smith").
+            if (e.kind == 3 && !c.run[end].capitalized() && !(i == 0 && c.run[0].begin == c.content_begin))
+                return std::nullopt;
         }
         std::string out(e.out);
         if (e.kind != 0 && c.run[i].capitalized()) out[0] = static_cast<char>(out[0] - 'a' + 'A');

@@ -190,6 +190,7 @@ std::optional<Out> match_at(const Text& t, size_t p) {
         return std::nullopt;
     }
     if (c == U'负' || c == U'負') {
+        if (auto f = match_fraction(t, p + 1)) return Out{f->end, "-" + f->text};
         if (auto a = parse_amount(t, p + 1)) return Out{a->end, "-" + a->card};
         return std::nullopt;
     }
