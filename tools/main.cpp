@@ -1,5 +1,6 @@
 // The qasr command line: dispatches subcommands; the one place (with the C API) where errors are caught and
 // turned into a one-line message and a non-zero exit status.
+#include "cmd_itn.hpp"
 #include "commands.hpp"
 
 #include "core/error.hpp"
@@ -16,6 +17,7 @@ const char* kUsage = R"(usage: qasr COMMAND [options]
 
 commands:
   transcribe   transcribe audio files            (qasr transcribe --help)
+  itn          inverse text normalization of stdin lines (qasr itn --help)
   dev          developer tools: make-random checkpoints
   help         this text
 
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
     try {
         if (cmd == "transcribe") return qasr::cli::cmd_transcribe(argc, argv);
         if (cmd == "dev") return qasr::cli::cmd_dev(argc, argv);
+        if (cmd == "itn") return qasr::cli::cmd_itn(argc, argv);
         std::fprintf(stderr, "qasr: error: unknown command '%s' (see qasr help)\n", cmd.c_str());
         return 2;
     } catch (const std::invalid_argument& e) {

@@ -58,7 +58,7 @@ float random_unit(uint64_t seed, const std::string& name, uint64_t i) {
 float random_weight_value(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape, uint64_t i) {
     const float u = random_unit(seed, name, i);
     if (shape.size() >= 2) {
-        if (ends_with(name, "embed_tokens.weight")) return u;
+        if (ends_with(name, "embed_tokens.weight")) return 0.1f * u;
         int64_t fan_in = 1;
         for (size_t k = 1; k < shape.size(); ++k) fan_in *= shape[k];
         return u * (1.0f / std::sqrt(float(fan_in)));

@@ -196,3 +196,18 @@ TEST(Quant, RoundTripWithinAffineBound) {
             }
     }
 }
+
+TEST(RandomCheckpoint, GeneratorCheckValues) { // docs/reference-dumps.md, shared with scripts/reference.py
+    const float u[] = {0.80250144f, 0.33164084f, -0.852546334f, -0.589720607f};
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(random_unit(1, "a", uint64_t(i)), u[i]);
+    auto bf = [](const char* name, std::vector<int64_t> shape, uint64_t i) {
+        return f32_to_bf16(random_weight_value(1, name, shape, i));
+    };
+    EXPECT_EQ(bf("model.audio_tower.conv2d2.weight", {480, 480, 3, 3}, 0), 0xBBAC);
+    EXPECT_EQ(bf("model.audio_tower.conv2d2.weight", {480, 480, 3, 3}, 2), 0x3C1D);
+    EXPECT_EQ(bf("model.language_model.embed_tokens.weight", {151936, 1024}, 1), 0xBDBF);
+    EXPECT_EQ(bf("model.language_model.layers.0.self_attn.q_norm.weight", {128}, 2), 0x3F8B);
+    EXPECT_EQ(bf("model.multi_modal_projector.linear_2.weight", {2048, 1024}, 1), 0xBB64);
+    EXPECT_EQ(bf("model.language_model.norm.weight", {1024}, 0), 0x3F7B);
+    EXPECT_EQ(bf("model.audio_tower.conv2d1.bias", {480}, 2), 0x3CB5);
+}

@@ -14,16 +14,18 @@ namespace {
 struct Unit { std::string sym; size_t end = 0; bool metric_length = false; bool imperial = false; bool timeish = false; };
 
 struct Base { std::string_view sing, plur, sym; bool length; };
-constexpr std::array<Base, 18> kMetricBases = {{
+constexpr std::array<Base, 22> kMetricBases = {{
     {"amp", "amps", "A", false}, {"ampere", "amperes", "A", false}, {"pascal", "pascals", "pa", false},
-    {"joule", "joules", "j", false}, {"calorie", "calories", "cal", false}, {"newton", "newtons", "N", false},
+    {"joule", "joules", "j", false}, {"calorie", "calories", "cal", false}, {"newton", "newtons", "n", false},
+    {"farad", "farads", "f", false}, {"becquerel", "becquerels", "bq", false}, {"sievert", "sieverts", "sv", false},
+    {"dalton", "daltons", "da", false},
     {"meter", "meters", "m", true}, {"metre", "metres", "m", true}, {"gram", "grams", "g", false},
     {"liter", "liters", "l", false}, {"litre", "litres", "l", false}, {"watt", "watts", "W", false},
     {"volt", "volts", "v", false}, {"hertz", "hertz", "hz", false}, {"byte", "bytes", "b", false},
     {"bit", "bits", "b", false}, {"siemens", "siemens", "s", false}, {"second", "seconds", "s", false},
 }};
-constexpr std::array<std::pair<std::string_view, std::string_view>, 10> kPrefixes = {{
-    {"kilo", "k"}, {"mega", "m"}, {"giga", "g"}, {"tera", "t"}, {"peta", "p"},
+constexpr std::array<std::pair<std::string_view, std::string_view>, 11> kPrefixes = {{
+    {"kilo", "k"}, {"mega", "m"}, {"giga", "g"}, {"tera", "t"}, {"peta", "p"}, {"hecto", "h"},
     {"milli", "m"}, {"micro", "μ"}, {"nano", "n"}, {"centi", "c"}, {"deci", "d"}}};
 
 struct Plain { std::string_view w1, w2; std::string_view sym; bool imperial; bool timeish; };
@@ -37,7 +39,7 @@ constexpr Plain kPlain[] = {
     {"mile", "", "mi", true, false}, {"miles", "", "mi", true, false},
     {"hectare", "", "ha", false, false}, {"hectares", "", "ha", false, false},
     {"acre", "", "ac", false, false}, {"acres", "", "ac", false, false},
-    {"horsepower", "", "hp", false, false}, {"lumen", "", "lm", false, false}, {"lumens", "", "lm", false, false},
+    {"horsepower", "", "hp", false, false}, {"horse", "power", "hp", false, false}, {"lumen", "", "lm", false, false}, {"lumens", "", "lm", false, false},
     {"ounce", "", "oz", false, false}, {"ounces", "", "oz", false, false},
     {"pound", "", "lb", false, false}, {"pounds", "", "lb", false, false},
     {"ton", "", "t", false, false}, {"tons", "", "t", false, false}, {"tonne", "", "t", false, false},
@@ -51,8 +53,11 @@ constexpr Plain kPlain[] = {
     {"kelvin", "", "K", false, false}, {"degrees", "", "°", false, false}, {"degree", "", "°", false, false},
     {"light", "years", "ly", false, false}, {"light", "year", "ly", false, false},
     {"gallons", "", "gal", true, false}, {"gallon", "", "gal", true, false},
-    {"decibels", "", "dB", false, false}, {"decibel", "", "dB", false, false},
-    {"knots", "", "kn", false, false}, {"knot", "", "kn", false, false},
+    {"decibels", "", "db", false, false}, {"decibel", "", "db", false, false},
+    {"knots", "", "kt", false, false}, {"knot", "", "kt", false, false},
+    {"atmospheres", "", "atm", false, false}, {"atmosphere", "", "atm", false, false},
+    {"electron", "volts", "ev", false, false}, {"electron", "volt", "ev", false, false},
+    {"candela", "", "cd", false, false}, {"radians", "", "rad", false, false}, {"radian", "", "rad", false, false},
     {"ohms", "", "Ω", false, false}, {"ohm", "", "Ω", false, false},
 };
 
@@ -109,12 +114,15 @@ std::optional<Unit> parse_unit(const Ctx& c, size_t p, bool allow_bare_second) {
         else return std::nullopt;
         return u;
     };
+    if ((c.lw(p) == "revolutions" || c.lw(p) == "revolution") && c.lw(p + 1) == "per" && c.lw(p + 2) == "minute")
+        return Unit{"rpm", p + 3, false, false, false};
     auto u = powered(p);
     if (!u) return std::nullopt;
     if (c.lw(u->end) == "per" && !c.hyph(u->end)) {
         size_t q = u->end + 1;
         std::string_view w = c.lw(q);
         if (u->sym == "mi" && w == "hour") return Unit{"mph", q + 1, false, false, false};
+        if (u->sym == "mi" && w == "gallon") return Unit{"mpg", q + 1, false, false, false};
         if (u->sym.size() >= 1 && u->sym.back() == 'b' && w == "second" && !u->metric_length) {
             // bits per second -> bps ("gigabits per second" -> gbps)
             return Unit{u->sym + "ps", q + 1, false, false, false};

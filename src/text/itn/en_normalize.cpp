@@ -37,7 +37,9 @@ std::string normalize_line(std::string_view line) {
         size_t i = 0;
         while (i < run.size()) {
             std::optional<Match> best = match_whitelist(ctx, i);
-            if (!best) {
+            if (best) { // a longer e-mail/URL may contain a whitelisted spelling
+                if (auto e = match_electronic(ctx, i); e && e->end > best->end) best = std::move(e);
+            } else {
                 for (Matcher m : kMatchers) {
                     auto r = m(ctx, i);
                     if (r && r->end > i && (!best || r->end > best->end)) best = std::move(r);

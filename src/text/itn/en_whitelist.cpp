@@ -19,6 +19,36 @@ constexpr Entry kEntries[] = {
     {{"l", "g", "a"}, "LGA", 0}, {{"r", "t", "x"}, "RTX", 0}, {{"g", "t", "x"}, "GTX", 0},
 };
 
+// Spelled tech acronyms ("c p u" -> CPU). Matched only as a whole spelled
+// sequence: not next to another single letter (so e-mail spellings and
+// "a b c" stay untouched). Protocol letters (h t t p, w w w) are left to
+// the electronic class.
+struct Acronym { std::string_view letters, out; };
+constexpr Acronym kAcronyms[] = {
+    {"cpu", "CPU"}, {"gpu", "GPU"}, {"api", "API"}, {"sdk", "SDK"}, {"usb", "USB"}, {"ssd", "SSD"},
+    {"hdmi", "HDMI"}, {"dns", "DNS"}, {"tcp", "TCP"}, {"udp", "UDP"}, {"sql", "SQL"}, {"xml", "XML"},
+    {"css", "CSS"}, {"pdf", "PDF"}, {"ceo", "CEO"}, {"cfo", "CFO"}, {"bbc", "BBC"}, {"cnn", "CNN"},
+    {"dna", "DNA"}, {"vpn", "VPN"}, {"ssh", "SSH"}, {"ssl", "SSL"}, {"ftp", "FTP"}, {"iot", "IoT"},
+    {"oem", "OEM"}, {"llm", "LLM"}, {"nlp", "NLP"}, {"asr", "ASR"}, {"tts", "TTS"}, {"dgx", "DGX"},
+    {"fps", "FPS"}, {"atm", "ATM"}, {"amd", "AMD"}, {"aws", "AWS"}, {"ibm", "IBM"}, {"nvme", "NVMe"},
+    {"cli", "CLI"}, {"gui", "GUI"}, {"dhcp", "DHCP"}, {"ieee", "IEEE"}, {"rnn", "RNN"}, {"lstm", "LSTM"},
+    {"seo", "SEO"}, {"suv", "SUV"}, {"gcc", "GCC"}, {"mit", "MIT"}, {"dnn", "DNN"}, {"hpc", "HPC"},
+};
+
+std::optional<Match> match_acronym(const Ctx& c, size_t i) {
+    if (i > 0 && !c.hyph(i) && is_single_letter(c.lw(i - 1))) return std::nullopt;
+    for (const auto& a : kAcronyms) {
+        size_t n = a.letters.size();
+        bool ok = true;
+        for (size_t k = 0; k < n && ok; ++k)
+            ok = c.lw(i + k).size() == 1 && c.lw(i + k)[0] == a.letters[k] && !(k > 0 && c.hyph(i + k));
+        if (!ok) continue;
+        if (i + n < c.run.size() && !c.hyph(i + n) && is_single_letter(c.lw(i + n))) return std::nullopt;
+        return Match{i + n, std::string(a.out)};
+    }
+    return std::nullopt;
+}
+
 bool misses_can_be_title(const Ctx& c, size_t i) {
     if (i == 0) return true;
     static constexpr std::string_view kBefore[] = {"to", "with", "and", "or", "dear", "for", "by", "from", "of",
@@ -52,7 +82,7 @@ std::optional<Match> match_whitelist(const Ctx& c, size_t i) {
         if (e.kind != 0 && c.run[i].capitalized()) out[0] = static_cast<char>(out[0] - 'a' + 'A');
         return Match{end, out};
     }
-    return std::nullopt;
+    return match_acronym(c, i);
 }
 
 } // namespace qasr::itn::en

@@ -1,0 +1,145 @@
+// End-to-end tests of the qasr binary: a random-weight tiny checkpoint transcribes; bad model directories,
+// missing/mis-shaped tensors, truncated safetensors, non-audio and empty files and bad options each give one
+// clear error line and a non-zero exit status.
+#include "io/safetensors.hpp"
+#include "model/random_checkpoint.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+using namespace qasr;
+
+namespace {
+
+struct CliRun {
+    int status;
+    std::string out, err;
+};
+
+CliRun run(const std::string& args) {
+    const std::string dir = testing::TempDir();
+    const std::string cmd = std::string(QASR_BIN) + " " + args + " >" + dir + "/e2e_out 2>" + dir + "/e2e_err";
+    const int rc = std::system(cmd.c_str());
+    auto slurp = [](const std::string& p) {
+        std::ifstream in(p);
+        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    };
+    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(dir + "/e2e_out"), slurp(dir + "/e2e_err")};
+}
+
+int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+const std::string& tiny() {
+    static std::string dir = [] {
+        const std::string d = testing::TempDir() + "/qasr_e2e_tiny";
+        if (!fs::exists(d + "/model.safetensors")) write_random_checkpoint(d, "tiny", "hf", 1, QASR_TOKENIZER_DIR);
+        return d;
+    }();
+    return dir;
+}
+
+const std::string kWav = std::string(QASR_SOURCE_DIR) + "/tests/data/audio/t1p3s.wav";
+
+#define NEED_TOKENIZER()                                                                                               \
+    if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))                                             \
+    GTEST_SKIP() << "tokenizer not set up: run scripts/setup_tokenizer.sh"
+
+// A copy of the tiny checkpoint whose tensors are edited by `edit` (return false to drop a tensor).
+std::string broken_copy(const std::string& name, const std::function<bool(TensorToWrite&)>& edit) {
+    const std::string d = testing::TempDir() + "/qasr_e2e_" + name;
+    fs::remove_all(d);
+    fs::create_directories(d);
+    for (auto& f : fs::directory_iterator(tiny()))
+        if (f.path().filename() != "model.safetensors") fs::copy_file(f.path(), d + "/" + f.path().filename().string());
+    TensorStore st = TensorStore::open_dir(tiny());
+    std::vector<TensorToWrite> out;
+    for (const auto& [n, t] : st.tensors()) {
+        TensorToWrite w{n, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)};
+        if (edit(w)) out.push_back(std::move(w));
+    }
+    write_safetensors(d + "/model.safetensors", out);
+    return d;
+}
+
+} // namespace
+
+TEST(Cli, TranscribesWithTinyModel) {
+    NEED_TOKENIZER();
+    CliRun r = run("transcribe -m " + tiny() + " --format json --max-new-tokens 8 " + kWav);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("\"tokens\""), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("RTF"), std::string::npos);
+    CliRun ig = run("transcribe -m " + tiny() + " --format json --ignore-eos --max-new-tokens 12 -q " + kWav);
+    EXPECT_EQ(ig.status, 0) << ig.err;
+    auto j = nlohmann::json::parse(ig.out);
+    EXPECT_EQ(j["tokens"].size(), 12u);
+    EXPECT_EQ(j["finish_reason"], "token_cap");
+}
+
+TEST(Cli, BadModelDirectory) {
+    CliRun r = run("transcribe -m /nonexistent/model " + kWav);
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("not a model directory"), std::string::npos) << r.err;
+}
+
+TEST(Cli, MissingAndMisshapedTensors) {
+    NEED_TOKENIZER();
+    const std::string miss = broken_copy("missing", [](TensorToWrite& w) { return w.name != "model.language_model.norm.weight"; });
+    CliRun r = run("transcribe -m " + miss + " " + kWav);
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("missing model.language_model.norm.weight"), std::string::npos) << r.err;
+    const std::string shape = broken_copy("shape", [](TensorToWrite& w) {
+        if (w.name == "model.audio_tower.conv_out.weight") std::swap(w.shape[0], w.shape[1]);
+        return true;
+    });
+    r = run("transcribe -m " + shape + " " + kWav);
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("conv_out.weight: expected [64,256], got [256,64]"), std::string::npos) << r.err;
+}
+
+TEST(Cli, TruncatedSafetensors) {
+    NEED_TOKENIZER();
+    const std::string d = broken_copy("truncated", [](TensorToWrite&) { return true; });
+    fs::resize_file(d + "/model.safetensors", fs::file_size(d + "/model.safetensors") / 2);
+    CliRun r = run("transcribe -m " + d + " " + kWav);
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
+}
+
+TEST(Cli, NonAudioAndEmptyFiles) {
+    NEED_TOKENIZER();
+    const std::string text = testing::TempDir() + "/not_audio.wav", empty = testing::TempDir() + "/empty.wav";
+    std::ofstream(text) << "this is not audio at all\n";
+    std::ofstream(empty).close();
+    for (const auto& [f, want] : {std::pair{text, "[audio]"}, std::pair{empty, "empty file"}}) {
+        CliRun r = run("transcribe --no-warmup -m " + tiny() + " " + f);
+        EXPECT_NE(r.status, 0) << f;
+        EXPECT_EQ(lines(r.err), 1) << r.err;
+        EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    }
+}
+
+TEST(Cli, BadOptions) {
+    for (const char* args : {"transcribe -m x --threads abc a.wav", "transcribe -m x --format xml a.wav",
+                             "transcribe -m x --ignore-eos a.wav", "transcribe a.wav", "transcribe -m x --bogus a.wav",
+                             "transcribe -m x --language Klingon a.wav", "frobnicate"}) {
+        CliRun r = run(args);
+        EXPECT_NE(r.status, 0) << args;
+        EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
+    }
+    CliRun h = run("transcribe --help");
+    EXPECT_EQ(h.status, 0);
+    EXPECT_NE(h.out.find("--ignore-eos"), std::string::npos);
+}
