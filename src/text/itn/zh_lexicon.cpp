@@ -28,9 +28,12 @@ size_t idiom_at(const Text& t, size_t i) {
 size_t whitelist_at(const Text& t, size_t i, std::string_view& out) {
     struct E { std::u32string_view in; std::string_view out; };
     static constexpr E kList[] = {
-        {U"研究生管理专业入学考试", "GMAT"}, {U"全球定位系统", "GPS"}, {U"统一资源定位符", "URL"},
-        {U"平均学分绩点", "GPA"}, {U"发光二极管", "LED"}, {U"国内生产总值", "GDP"},
-        {U"首席执行官", "CEO"}, {U"通用串行总线", "USB"},
+        {U"研究生管理专业入学考试", "GMAT"}, {U"美国研究生入学考试", "GRE"}, {U"全球定位系统", "GPS"},
+        {U"统一资源定位符", "URL"}, {U"平均学分绩点", "GPA"}, {U"发光二极管", "LED"}, {U"国内生产总值", "GDP"},
+        {U"首席执行官", "CEO"}, {U"通用串行总线", "USB"}, {U"自动取款机", "ATM"}, {U"人力资源", "HR"},
+        {U"刷卡机", "POS机"}, {U"数位多功能光碟", "DVD"}, {U"镭射唱片", "CD"}, {U"虚拟专用网络", "VPN"},
+        {U"网络互联协议", "IP"}, {U"脱氧核糖核酸", "DNA"}, {U"核糖核酸", "RNA"}, {U"可移植文档格式", "PDF"},
+        {U"社会性网络服务", "SNS"},
     };
     for (const auto& e : kList)
         if (starts_with(t, i, e.in)) { out = e.out; return e.in.size(); }
@@ -40,12 +43,24 @@ size_t whitelist_at(const Text& t, size_t i, std::string_view& out) {
 size_t currency_at(const Text& t, size_t i, std::string_view& symbol) {
     struct E { std::u32string_view in; std::string_view sym; };
     static constexpr E kList[] = {
-        {U"印度卢布", "₹"}, {U"美元", "US$"}, {U"美金", "US$"}, {U"欧元", "€"}, {U"英镑", "£"},
-        {U"日元", "JPY¥"}, {U"日币", "JPY¥"}, {U"韩元", "₩"}, {U"港元", "HK$"}, {U"港币", "HK$"},
-        {U"人民币", "¥"}, {U"卢布", "₽"}, {U"元", "¥"},
+        {U"印度卢布", "₹"}, {U"印度盧布", "₹"}, {U"印度卢比", "₹"}, {U"印度盧比", "₹"}, {U"俄罗斯卢布", "₽"},
+        {U"俄羅斯盧布", "₽"}, {U"美元", "US$"}, {U"美金", "US$"}, {U"欧元", "€"}, {U"歐元", "€"},
+        {U"英镑", "£"}, {U"英鎊", "£"}, {U"加拿大元", "CAD$"}, {U"加元", "CAD$"}, {U"加币", "CAD$"},
+        {U"瑞士法郎", "Fr"}, {U"新加坡元", "SGD$"}, {U"新加坡币", "SGD$"}, {U"新西兰元", "NZD$"},
+        {U"新台币", "TWDNT$"}, {U"新臺幣", "TWDNT$"}, {U"泰铢", "฿"}, {U"泰銖", "฿"},
+        {U"日元", "JPY¥"}, {U"日圆", "JPY¥"}, {U"日圓", "JPY¥"}, {U"韩元", "₩"}, {U"韓元", "₩"},
+        {U"韩币", "₩"}, {U"港元", "HKD$"}, {U"港币", "HKD$"}, {U"港幣", "HKD$"}, {U"人民币", "￥"},
+        {U"人民幣", "￥"}, {U"卢布", "₽"}, {U"元", "¥"}, {U"圆", "¥"}, {U"圓", "¥"},
     };
     for (const auto& e : kList)
         if (starts_with(t, i, e.in)) { symbol = e.sym; return e.in.size(); }
+    return 0;
+}
+
+size_t duration_at(const Text& t, size_t i) {
+    static constexpr std::u32string_view kUnits[] = {U"个小时", U"個小時", U"个钟头", U"個鐘頭", U"小时", U"小時",
+                                                     U"分钟", U"分鐘", U"秒钟", U"秒鐘", U"秒"};
+    for (auto s : kUnits) if (starts_with(t, i, s)) return s.size();
     return 0;
 }
 

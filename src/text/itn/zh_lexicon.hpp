@@ -19,6 +19,9 @@ size_t whitelist_at(const Text& t, size_t i, std::string_view& out);
 // Currency word at i: length, symbol ("" = keep the word after the number).
 size_t currency_at(const Text& t, size_t i, std::string_view& symbol);
 
+// Time-duration unit at i (小时, 分钟, 秒, 个小时 ...): length or 0.
+size_t duration_at(const Text& t, size_t i);
+
 // Measure unit at i (kept as written after the digits): length or 0.
 size_t unit_at(const Text& t, size_t i);
 

@@ -65,7 +65,20 @@ std::optional<Out> match_time(const Text& t, size_t p) {
         if (!n || n->value > 24 || (n->digit_seq && n->chars() > 2)) return std::nullopt;
         h = n->value; q = n->end; hour_chars = n->chars();
     }
-    if (q >= t.size() || !is_point(t[q])) return std::nullopt;
+    if (q >= t.size()) return std::nullopt;
+    if (t[q] == U'时' || t[q] == U'時') { // 五时十五分 -> 05:15 (full form only)
+        auto m = parse_number(t, q + 1);
+        if (!m || m->end >= t.size() || t[m->end] != U'分' || m->value > 59) return std::nullopt;
+        if (m->end + 1 < t.size() && t[m->end + 1] == U'钟') return std::nullopt;
+        std::string s = two(h) + ":" + two(m->value);
+        size_t e = m->end + 1;
+        if (auto sec = parse_number(t, e); sec && sec->end < t.size() && t[sec->end] == U'秒' && sec->value <= 59) {
+            s += ":" + two(sec->value);
+            e = sec->end + 1;
+        }
+        return Out{e, s};
+    }
+    if (!is_point(t[q])) return std::nullopt;
     ++q;
     if (auto m = parse_number(t, q); m && m->end < t.size()) {
         char32_t u = t[m->end];
@@ -152,6 +165,11 @@ std::optional<Out> match_number_led(const Text& t, size_t p) {
         if (small && a->value == 1) return std::nullopt;
         return Out{a->end + n, std::string(sym) + a->plain};
     }
+    if (size_t n = duration_at(t, a->end); n && !a->decimal) { // 五分钟 -> 5分钟 (一小时 -> 1小时 too)
+        std::string s = a->plain;
+        for (size_t k = a->end; k < a->end + n; ++k) append_utf8(s, t[k]);
+        return Out{a->end + n, s};
+    }
     if (size_t n = unit_at(t, a->end)) {
         if (small && a->value == 1) return std::nullopt;
         std::string s = a->card;
@@ -169,11 +187,12 @@ std::optional<Out> match_at(const Text& t, size_t p) {
     char32_t c = t[p];
     // Era prefix + year.
     for (std::u32string_view era : {std::u32string_view(U"公元前"), std::u32string_view(U"纪元前"),
-                                    std::u32string_view(U"紀元前"), std::u32string_view(U"公元"),
-                                    std::u32string_view(U"纪元"), std::u32string_view(U"紀元")}) {
+                                    std::u32string_view(U"紀元前"), std::u32string_view(U"公元后"),
+                                    std::u32string_view(U"公元"), std::u32string_view(U"纪元"),
+                                    std::u32string_view(U"紀元"), std::u32string_view(U"西元")}) {
         if (starts_with(t, p, era)) {
             if (auto d = match_date(t, p + era.size()); d && d->text.find("年") != std::string::npos) {
-                bool before = era.size() == 3;
+                bool before = era.back() == U'前';
                 return Out{d->end, std::string(before ? "公元前" : "公元") + d->text};
             }
         }
@@ -242,7 +261,8 @@ std::string normalize_line(std::string_view line) {
         size_t n = whitelist_at(t, p, wl);
         if (n) { out += wl; p += n; continue; }
         n = idiom_at(t, p);
-        if (n == 2 && t[p] == U'十' && p + 2 < t.size() && t[p + 2] == U'之') n = 0; // 十分之一
+        if (n == 2 && t[p] == U'十' && p + 2 < t.size() && (t[p + 2] == U'之' || t[p + 2] == U'钟' || t[p + 2] == U'鐘'))
+            n = 0; // 十分之一, 十分钟: not the adverb 十分
         if (n) { out.append(line.substr(off[p], off[p + n] - off[p])); p += n; continue; }
         if (auto m = match_at(t, p)) { out += m->text; p = m->end; continue; }
         // Skip a whole numeral run we did not convert, so we never restart inside it.
