@@ -1,8 +1,7 @@
 // English ITN classes built directly on number words: cardinal and decimal
 // ("two hundred and fifty four" -> 254, "five point two million" ->
 // "5.2 million") and ordinal ("twenty third" -> 23rd). Style decisions:
-// single-word cardinals zero..nine stay words ("one of the best"), a
-// capitalized single-word cardinal stays (sentence start, "Twelve"), and
+// single-word cardinals zero..twelve stay words ("one of the best"), and
 // first..ninth stay words in running text (only converted when they are the
 // whole utterance). See docs/itn.md and tests/itn/style_differences.md.
 #include "en_classes.hpp"
@@ -33,8 +32,8 @@ std::optional<Match> match_number(const Ctx& c, size_t i) {
     bool single = a->words == 1 && !a->has_point && a->scale_word.empty();
     if (single) {
         std::string_view w = c.lw(i);
-        if (unit_value(w) >= 0) return std::nullopt;      // zero..nine stay words
-        if (c.run[i].capitalized()) return std::nullopt;  // sentence-initial "Twelve"
+        // zero..twelve said alone stay words ("one of the best"), as in NeMo.
+        if (unit_value(w) >= 0 || (teen_value(w) >= 10 && teen_value(w) <= 12)) return std::nullopt;
     }
     Match m;
     m.end = a->end;

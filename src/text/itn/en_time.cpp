@@ -116,7 +116,7 @@ Match finish(const Ctx& c, int h, int m, size_t p, bool need_suffix) {
 std::optional<Match> match_time(const Ctx& c, size_t i) {
     std::string_view w = c.lw(i);
     // quarter/half past/to H
-    if ((w == "quarter" || w == "half") && (c.lw(i + 1) == "past" || c.lw(i + 1) == "to")) {
+    if ((w == "quarter" || w == "half") && (c.lw(i + 1) == "past" || c.lw(i + 1) == "to" || c.lw(i + 1) == "till")) {
         int h = hour_word(c.lw(i + 2));
         if (h < 0 || c.hyph(i + 1) || c.hyph(i + 2)) return std::nullopt;
         bool past = c.lw(i + 1) == "past";
@@ -132,7 +132,7 @@ std::optional<Match> match_time(const Ctx& c, size_t i) {
         std::string_view mw = c.lw(p);
         if (mw == "min" || mw == "mins" || mw == "minute" || mw == "minutes") { minute_word = true; ++p; }
         std::string_view rel = c.lw(p);
-        if ((rel == "past" || rel == "to") && !c.hyph(p)) {
+        if ((rel == "past" || rel == "to" || rel == "till") && !c.hyph(p)) {
             int h = hour_word(c.lw(p + 1));
             if (h >= 0 && !c.hyph(p + 1)) {
                 bool past = rel == "past";
@@ -144,6 +144,11 @@ std::optional<Match> match_time(const Ctx& c, size_t i) {
             }
         }
     }
+    // "fourteen hundred hours" -> 14:00 (military style)
+    if (auto hh = parse_groups(c.seq(), i, 1);
+        hh && std::stoi(hh->digits) <= 23 && c.lw(hh->end) == "hundred" && c.lw(hh->end + 1) == "hours" &&
+        !c.hyph(hh->end))
+        return finish(c, std::stoi(hh->digits), 0, hh->end + 2, false);
     int h = hour_word(w);
     if (h < 0) return std::nullopt;
     size_t p = i + 1;
