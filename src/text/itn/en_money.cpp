@@ -63,9 +63,9 @@ std::optional<Match> match_money(const Ctx& c, size_t i) {
         }
     }
     if (!cur) {
-        // "one fifty five dollars": digit-group reading.
-        auto g = parse_groups(s, i, 3);
-        if (!g || g->groups < 2 || g->last_hundred) return std::nullopt;
+        // "one fifty five dollars" = "one hundred fifty five": a digit then a two-digit group.
+        auto g = parse_groups(s, i, 2);
+        if (!g || g->groups != 2 || g->last_hundred || g->first > 9 || g->digits.size() != 3) return std::nullopt;
         cur = parse_currency(c, g->end);
         if (!cur || cur->cents) return std::nullopt;
         amount = g->digits; integer = true; int_value = std::stoull(amount);
