@@ -129,7 +129,9 @@ std::optional<Match> match_electronic(const Ctx& c, size_t i) {
                 dlast_spelled = e->spelled_tld;
                 dlast = c.lw(r - 1);
             }
-            if (ddots > 0 && (is_tld(dlast) || dlast_spelled)) {
+            // After "at" any final label is accepted ("dot" is rarely said outside addresses).
+            (void)dlast; (void)dlast_spelled;
+            if (ddots > 0) {
                 part += "@" + dom;
                 end = r;
                 is_email = true;
