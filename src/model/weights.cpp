@@ -168,6 +168,7 @@ void to_f32(const TensorRef& t, float* out) {
     switch (t.dtype) {
     case DType::F32: std::memcpy(out, t.data, n * 4); break;
     case DType::BF16:
+#pragma omp parallel for if (n > (1u << 20))
         for (size_t i = 0; i < n; ++i) {
             uint16_t h;
             std::memcpy(&h, t.data + 2 * i, 2);
@@ -175,6 +176,7 @@ void to_f32(const TensorRef& t, float* out) {
         }
         break;
     case DType::F16:
+#pragma omp parallel for if (n > (1u << 20))
         for (size_t i = 0; i < n; ++i) {
             uint16_t h;
             std::memcpy(&h, t.data + 2 * i, 2);

@@ -17,4 +17,4 @@ struct ParityResult {
 };
 
 ParityResult compare_case(const std::shared_ptr<const qasr::Model>& model, const nlohmann::json& c,
-                          const std::string& dumps_dir, const std::string& repo_root);
+                          const std::string& dumps_dir, const std::string& repo_root, int greedy_max = 0);

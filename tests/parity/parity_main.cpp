@@ -3,6 +3,7 @@
 // else they are rebuilt from the seed (model/random_checkpoint). Exit status 0 only if every check passes.
 //
 //   qasr_parity --dumps DIR --work DIR [--tokenizer DIR] [--repo ROOT] [--layouts hf,original] [--cases a,b]
+//               [--threads N] [--greedy-max N]   (N > 0: compare only the first N EOS-stopped greedy ids)
 #include "parity_compare.hpp"
 
 #include "model/random_checkpoint.hpp"
@@ -13,7 +14,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <tuple>
 #include <set>
 #include <sstream>
 
@@ -56,13 +59,14 @@ int main(int argc, char** argv) {
     const auto layouts = split(a["--layouts"]);
     const auto only = a.count("--cases") ? split(a["--cases"]) : std::set<std::string>{};
     int failures = 0, checks = 0;
-    std::map<std::string, std::shared_ptr<const Model>> loaded;
-    for (const auto& c : man["cases"]) {
-        const std::string name = c["name"];
-        if (!only.empty() && !only.count(name)) continue;
-        const std::string preset = c["preset"];
-        for (const std::string layout : {"hf", "original"}) {
-            if (!layouts.count(layout)) continue;
+    // Group the work by checkpoint so each model is loaded once.
+    std::vector<std::tuple<std::string, std::string, const nlohmann::json*>> work; // dir, layout, case
+    for (const std::string layout : {"hf", "original"}) {
+        if (!layouts.count(layout)) continue;
+        for (const auto& c : man["cases"]) {
+            const std::string name = c["name"];
+            if (!only.empty() && !only.count(name)) continue;
+            const std::string preset = c["preset"];
             const std::string mname = preset + (layout == "hf" ? "-hf" : "-orig");
             std::string dir;
             if (man["models"].contains(mname) && man["models"][mname]["dir"].is_string() &&
@@ -73,18 +77,26 @@ int main(int argc, char** argv) {
                 if (!fs::exists(dir + "/model.safetensors"))
                     write_random_checkpoint(dir, preset, layout, seed, a["--tokenizer"]);
             }
-            if (!loaded.count(dir)) {
-                loaded.clear(); // one model in memory at a time
-                loaded[dir] = Model::load(dir);
-            }
-            const ParityResult r = compare_case(loaded[dir], c, dumps, a["--repo"]);
-            checks += r.checks;
-            failures += r.failures;
-            std::printf("%s %-28s %-8s %s\n", r.failures ? "FAIL" : "ok  ", name.c_str(), layout.c_str(),
-                        r.summary.c_str());
-            for (const auto& line : r.details) std::printf("      %s\n", line.c_str());
-            std::fflush(stdout);
+            work.emplace_back(dir, layout, &c);
         }
+    }
+    std::stable_sort(work.begin(), work.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+    const int greedy_max = a.count("--greedy-max") ? std::stoi(a["--greedy-max"]) : 0;
+    std::shared_ptr<const Model> model;
+    std::string model_dir;
+    for (const auto& [dir, layout, cp] : work) {
+        if (dir != model_dir) {
+            model.reset(); // one model in memory at a time
+            model = Model::load(dir);
+            model_dir = dir;
+        }
+        const std::string name = (*cp)["name"];
+        const ParityResult r = compare_case(model, *cp, dumps, a["--repo"], greedy_max);
+        checks += r.checks;
+        failures += r.failures;
+        std::printf("%s %-28s %-8s %s\n", r.failures ? "FAIL" : "ok  ", name.c_str(), layout.c_str(), r.summary.c_str());
+        for (const auto& line : r.details) std::printf("      %s\n", line.c_str());
+        std::fflush(stdout);
     }
     std::printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;
