@@ -22,8 +22,8 @@ import common as C  # noqa: E402
 
 def load_test(path):
     d = np.load(path)
-    off = d["offsets"]
-    clips = [d["audio"][off[i]:off[i + 1]].astype(np.float32) / 32768.0 for i in range(len(off) - 1)]
+    off, audio = d["offsets"], d["audio"]
+    clips = [audio[off[i]:off[i + 1]].astype(np.float32) / 32768.0 for i in range(len(off) - 1)]
     return dict(clips=clips, texts=[str(t) for t in d["texts"]], langs=[str(l) for l in d["langs"]],
                 ids=[str(i) for i in d["ids"]])
 

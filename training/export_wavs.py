@@ -11,8 +11,8 @@ from synth import write_wav  # noqa: E402
 npz, out = sys.argv[1], sys.argv[2]
 want = set(sys.argv[3].split(",")) if len(sys.argv) > 3 else None
 d = np.load(npz)
-off = d["offsets"]
+off, audio = d["offsets"], d["audio"]
 os.makedirs(out, exist_ok=True)
 for i, cid in enumerate(d["ids"]):
     if want is None or str(cid) in want:
-        write_wav(os.path.join(out, f"{cid}.wav"), d["audio"][off[i]:off[i + 1]])
+        write_wav(os.path.join(out, f"{cid}.wav"), audio[off[i]:off[i + 1]])

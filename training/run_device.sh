@@ -22,7 +22,7 @@ export ESPEAK_NG=${ESPEAK_NG:-$PWD/training/espeak_carried.sh}
 mkdir -p "$W" "$OUT"
 el() { echo $(( $(date +%s) - START )); }
 log() { echo "[$(el)s] $*" | tee -a "$OUT/run.log"; }
-log "start: $(nproc) cores; $(python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)')"
+log "start: $(nproc) cores"
 "$ESPEAK_NG" --version | tee -a "$OUT/run.log"
 
 if [ -z "$SKIP_DRY" ]; then
@@ -49,6 +49,8 @@ log "synth done"
 # training budget = what is left minus evaluation/packing reserve minus ~25 s of training set-up/saving
 BUDGET=$(( TOTAL_S - $(el) - EVAL_RESERVE_S - 25 ))
 if [ -n "$STEPS" ]; then STEPARG="--steps $STEPS"; else STEPARG="--seconds $BUDGET"; fi
+if [ -n "$INIT" ]; then STEPARG="$STEPARG --init $INIT"; fi
+STEPARG="$STEPARG $TRAIN_ARGS"
 log "train ($STEPARG)"
 python3 training/train.py --data "$W/data" --tokenizer "$TOK" --out "$W/model" --seed "$SEED" $STEPARG \
   > "$OUT/train.log" 2>&1 || { tail -40 "$OUT/train.log"; exit 1; }
