@@ -46,9 +46,10 @@ std::optional<Elem> parse_elem(const Ctx& c, size_t p) {
         // "g mail", "n vidia": letters followed by a lower-case word.
         std::string_view nx = c.lw(q);
         if (q < c.run.size() && !c.hyph(q) && !is_separator_word(nx) && !is_function_word(nx) &&
-            nx.size() > 1 && unit_value(nx) < 0 && c.ow(q) == c.lw(q) && !is_tld(nx) &&
+            nx.size() > 1 && unit_value(nx) < 0 && !is_tld(nx) &&
             q - p <= 2 && !(c.lw(q + 1).empty()) && c.lw(q + 1) == "dot") {
-            for (char& ch : e.text) if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+            if (c.ow(q) == c.lw(q)) // "N vidia" -> nvidia; "G Mail" keeps its case
+                for (char& ch : e.text) if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
             e.text += c.ow(q);
             ++q;
         }
