@@ -178,7 +178,8 @@ std::optional<Out> match_number_led(const Text& t, size_t p) {
     }
     if (a->decimal) return Out{a->end, a->card};
     auto n = parse_number(t, p);
-    if (n->has_mult && n->chars() >= 2) return Out{a->end, a->card};
+    // Standalone cardinals below 20 (十, 十一 ... 十九) stay as written, as in NeMo.
+    if (n->has_mult && n->chars() >= 2 && n->value >= 20) return Out{a->end, a->card};
     if (n->digit_seq && n->chars() >= 3) return Out{a->end, n->digits};
     return std::nullopt;
 }
