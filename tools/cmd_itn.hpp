@@ -1,4 +1,6 @@
 // `qasr itn` subcommand: inverse text normalization of stdin lines.
+// Implemented in cmd_itn.cpp on top of src/text/itn (qasr_itn); registered
+// in tools/main.cpp as `qasr itn --language en|zh`.
 #pragma once
 
 namespace qasr::cli {

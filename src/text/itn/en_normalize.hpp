@@ -1,5 +1,6 @@
 // English ITN entry point: normalizes one line (no '\n') of spoken-form
 // English into written form. See en_normalize.cpp for the class order.
+// Internal to the module; callers use qasr::itn::normalize (itn.hpp).
 #pragma once
 
 #include <string>

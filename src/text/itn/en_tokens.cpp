@@ -1,5 +1,6 @@
 // English ITN tokenizer (see en_tokens.hpp). One pass over the bytes, no
-// allocation beyond the word list.
+// allocation beyond the word list. Words are ASCII letters with internal
+// apostrophes ("o'clock"); each keeps its byte span for in-place rewriting.
 #include "en_tokens.hpp"
 
 namespace qasr::itn::en {

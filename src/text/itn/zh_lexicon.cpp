@@ -1,5 +1,6 @@
 // Chinese ITN word lists (see zh_lexicon.hpp). Lists are short; lookups scan
-// them in order (longest entries first where prefixes overlap).
+// them in order (longest entries first where prefixes overlap). Currency
+// symbols and whitelist acronyms follow NeMo-text-processing's zh tables.
 #include "zh_lexicon.hpp"
 
 namespace qasr::itn::zh {
@@ -69,7 +70,7 @@ size_t unit_at(const Text& t, size_t i) {
         U"平方公里", U"平方千米", U"平方米", U"立方米", U"平方厘米", U"摄氏度", U"华氏度", U"公里", U"千米",
         U"厘米", U"毫米", U"微米", U"纳米", U"公斤", U"千克", U"毫克", U"公顷", U"毫升", U"千瓦时",
         U"千瓦", U"兆瓦", U"赫兹", U"千赫", U"兆赫", U"字节", U"千字节", U"兆字节", U"英寸", U"英尺",
-        U"英里", U"盎司", U"块钱", U"块", U"米", U"克", U"吨", U"升", U"度", U"瓦", U"伏", U"磅", U"亩",
+        U"英里", U"盎司", U"块钱", U"块", U"毛钱", U"角钱", U"分钱", U"米", U"克", U"吨", U"升", U"度", U"瓦", U"伏", U"磅", U"亩",
         U"岁", U"斤", U"%",
     };
     for (auto s : kUnits) if (starts_with(t, i, s)) return s.size();

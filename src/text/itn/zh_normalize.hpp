@@ -1,5 +1,6 @@
 // Chinese ITN entry point: normalizes one line (no '\n') of spoken-form
-// Chinese into written form. See zh_normalize.cpp.
+// Chinese into written form. See zh_normalize.cpp for the class order.
+// Internal to the module; callers use qasr::itn::normalize (itn.hpp).
 #pragma once
 
 #include <string>
