@@ -7,6 +7,8 @@
 
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 using qasr::itn::Language;
 using qasr::itn::normalize;
@@ -41,6 +43,19 @@ TEST(ItnEnglish, Classes) {
     EXPECT_EQ(normalize("twenty-five people", Language::English), "25 people");
 }
 
+TEST(ItnEnglish, MoreClasses) {
+    EXPECT_EQ(normalize("two thirds of the people", Language::English), "2/3 of the people");
+    EXPECT_EQ(normalize("three and a half", Language::English), "3 1/2");
+    EXPECT_EQ(normalize("the c p u is hot", Language::English), "the CPU is hot");
+    EXPECT_EQ(normalize("quarter till two", Language::English), "01:45");
+    EXPECT_EQ(normalize("fourteen hundred hours", Language::English), "14:00");
+    EXPECT_EQ(normalize("john dot smith at gmail dot com", Language::English), "john.smith@gmail.com");
+    EXPECT_EQ(normalize("call five five five one two three four", Language::English), "call 555-1234");
+    EXPECT_EQ(normalize("nineteen eighties", Language::English), "1980s");
+    EXPECT_EQ(normalize("Mister Smith", Language::English), "Mr. Smith");
+    EXPECT_EQ(normalize("eight hundred kilowatts", Language::English), "800 kW");
+}
+
 TEST(ItnEnglish, MustNotChange) {
     for (const char* s : {"one of the best", "wait a second", "a hundred percent sure", "at first I was sure",
                           "the second time", "she misses him", "we may go", "one", "Yahoo!", "x"}) {
@@ -69,6 +84,16 @@ TEST(ItnChinese, Classes) {
     EXPECT_EQ(normalize("五分之二", Language::Chinese), "2/5");
     EXPECT_EQ(normalize("五千元", Language::Chinese), "¥5000");
     EXPECT_EQ(normalize("他今年二十岁", Language::Chinese), "他今年20岁");
+}
+
+TEST(ItnChinese, MoreClasses) {
+    EXPECT_EQ(normalize("五时十五分", Language::Chinese), "05:15");
+    EXPECT_EQ(normalize("等五分钟", Language::Chinese), "等5分钟");
+    EXPECT_EQ(normalize("一千港元", Language::Chinese), "HKD$1000");
+    EXPECT_EQ(normalize("负三分之一", Language::Chinese), "-1/3");
+    EXPECT_EQ(normalize("第一百零一", Language::Chinese), "第101");
+    EXPECT_EQ(normalize("一億零一百萬", Language::Chinese), "101,000,000");
+    EXPECT_EQ(normalize("全球定位系统", Language::Chinese), "GPS");
 }
 
 TEST(ItnChinese, MustNotChange) {
@@ -110,6 +135,27 @@ TEST(ItnRobustness, VeryLongInput) {
     std::string zdigits;
     for (int i = 0; i < 5000; ++i) zdigits += "九千九百九十九亿";
     EXPECT_NO_THROW(normalize(zdigits, Language::Chinese));
+}
+
+TEST(ItnRobustness, ThreadSafe) {
+    const std::vector<std::pair<std::string, Language>> inputs = {
+        {"twenty five dollars and one hundred people", Language::English},
+        {"july twenty fifth twenty twelve at two p m", Language::English},
+        {"一百二十三个人，百分之五十，二零二零年三月五日", Language::Chinese},
+    };
+    std::vector<std::string> expected;
+    for (const auto& [s, l] : inputs) expected.push_back(normalize(s, l));
+    std::vector<std::thread> threads;
+    std::vector<int> mismatches(4, 0);
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            for (int k = 0; k < 2000; ++k)
+                for (size_t i = 0; i < inputs.size(); ++i)
+                    if (normalize(inputs[i].first, inputs[i].second) != expected[i]) ++mismatches[static_cast<size_t>(t)];
+        });
+    }
+    for (auto& th : threads) th.join();
+    for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
 TEST(ItnRobustness, RandomBytesNoCrash) {
