@@ -50,7 +50,7 @@ TEST(ItnEnglish, MoreClasses) {
     EXPECT_EQ(normalize("quarter till two", Language::English), "01:45");
     EXPECT_EQ(normalize("fourteen hundred hours", Language::English), "14:00");
     EXPECT_EQ(normalize("john dot smith at gmail dot com", Language::English), "john.smith@gmail.com");
-    EXPECT_EQ(normalize("call five five five one two three four", Language::English), "call 555-1234");
+    EXPECT_EQ(normalize("call five five five one two three four", Language::English), "call 5551234");
     EXPECT_EQ(normalize("nineteen eighties", Language::English), "1980s");
     EXPECT_EQ(normalize("Mister Smith", Language::English), "Mr. Smith");
     EXPECT_EQ(normalize("eight hundred kilowatts", Language::English), "800 kW");

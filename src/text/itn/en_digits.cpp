@@ -13,7 +13,41 @@ namespace {
 std::string format_phone(const std::string& d) {
     if (d.size() == 10) return d.substr(0, 3) + "-" + d.substr(3, 3) + "-" + d.substr(6);
     if (d.size() == 9) return d.substr(0, 3) + "-" + d.substr(3, 2) + "-" + d.substr(5);
-    if (d.size() == 7) return d.substr(0, 3) + "-" + d.substr(3);
+    return d;
+}
+
+struct PhoneDigits { std::string digits; size_t end = 0; size_t real_digits = 0; bool only_single = true; };
+
+// Digits read one, two ("fifty six") or "double"/"triple" at a time; at most 20.
+std::optional<PhoneDigits> parse_phone_digits(const Ctx& c, size_t k) {
+    PhoneDigits d;
+    size_t p = k;
+    while (p < c.run.size() && d.digits.size() < 20) {
+        if (p > k && c.hyph(p) && tens_value(c.lw(p - 1)) < 0) break;
+        std::string_view w = c.lw(p);
+        int rep = w == "double" ? 2 : w == "triple" ? 3 : 1;
+        size_t q = rep > 1 ? p + 1 : p;
+        if (int v = digit_word(c.lw(q)); v >= 0) {
+            d.digits.append(static_cast<size_t>(rep), static_cast<char>('0' + v));
+            if (c.lw(q) != "o" && c.lw(q) != "oh") d.real_digits += static_cast<size_t>(rep);
+            p = q + 1;
+            continue;
+        }
+        if (rep > 1) break;
+        if (int t = teen_value(w); t >= 10) { d.digits += std::to_string(t); d.real_digits += 2; d.only_single = false; ++p; continue; }
+        if (int t = tens_value(w); t >= 20) {
+            int u = unit_value(c.lw(p + 1));
+            int v = u >= 1 ? t + u : t;
+            d.digits += std::to_string(v);
+            d.real_digits += 2;
+            d.only_single = false;
+            p += u >= 1 ? 2 : 1;
+            continue;
+        }
+        break;
+    }
+    if (d.digits.empty()) return std::nullopt;
+    d.end = p;
     return d;
 }
 
@@ -41,7 +75,6 @@ size_t trailing_letters(const Ctx& c, size_t p, std::string& out) {
 } // namespace
 
 std::optional<Match> match_telephone(const Ctx& c, size_t i) {
-    Seq s = c.seq();
     // IP-like: g dot g dot g dot g
     if (auto g = ip_group(c, i)) {
         std::string out = g->first;
@@ -56,30 +89,23 @@ std::optional<Match> match_telephone(const Ctx& c, size_t i) {
         }
         if (groups == 4) return Match{p, out};
     }
+    // Phone-style digits: single digits, double/triple X, and two-digit numbers
+    // ("fifty six"); formats: [+CC] ddd-ddd-dddd, ddd-dd-dddd, card groups.
     size_t p = i;
-    std::string cc;
-    if (c.lw(p) == "plus") {
-        ++p;
-        auto k = parse_cardinal(s, p, false);
-        auto d = parse_digit_string(s, p);
-        if (k && k->value >= 10 && k->value <= 999 && !d) {
-            cc = std::to_string(k->value);
-            p = k->end;
-        }
-    }
-    auto d = parse_digit_string(s, p);
+    bool plus = c.lw(p) == "plus";
+    if (plus) ++p;
+    auto d = parse_phone_digits(c, p);
     if (!d || d->digits.size() < 3 || d->real_digits < 2) return std::nullopt;
-    std::string digits = d->digits;
-    if (c.lw(i) == "plus") {
-        if (cc.empty()) {
-            if (digits.size() <= 10 || digits.size() > 13) return std::nullopt;
-            cc = digits.substr(0, digits.size() - 10);
-            digits = digits.substr(digits.size() - 10);
-        }
-        if (digits.size() != 10) return std::nullopt;
-        return Match{d->end, "+" + cc + " " + format_phone(digits)};
-    }
-    return Match{d->end, format_phone(digits)};
+    const std::string& D = d->digits;
+    const size_t n = D.size();
+    if (n >= 11 && n <= 13) return Match{d->end, (plus ? "+" : "") + D.substr(0, n - 10) + " " + format_phone(D.substr(n - 10))};
+    if (plus) return std::nullopt;
+    if (n == 10 || n == 9) return Match{d->end, format_phone(D)};
+    if (n == 16) return Match{d->end, D.substr(0, 4) + " " + D.substr(4, 4) + " " + D.substr(8, 4) + " " + D.substr(12)};
+    if (n == 15) return Match{d->end, D.substr(0, 4) + " " + D.substr(4, 6) + " " + D.substr(10)};
+    if (n == 14) return Match{d->end, D.substr(0, 4) + " " + D.substr(4, 6) + " " + D.substr(10)};
+    if (!d->only_single) return std::nullopt;
+    return Match{d->end, D}; // plain digit string / serial number ("799")
 }
 
 std::optional<Match> match_alnum(const Ctx& c, size_t i) {
