@@ -449,7 +449,7 @@ def build_model(preset, seed, attn, log):
     return model
 
 
-def write_checkpoints(model, preset, seed, out, log):
+def write_checkpoints(model, preset, seed, out, log, verify=True):
     """Writes <out>/models/<preset>-hf (save_pretrained, bf16) and <out>/models/<preset>-orig. Converts model to bf16!"""
     import torch
     from safetensors.torch import save_file, load_file
@@ -502,7 +502,7 @@ def write_checkpoints(model, preset, seed, out, log):
         for fn in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"):
             shutil.copy(os.path.join(tok_dir, fn), os.path.join(d, fn))
     # verify: every stored tensor equals the generator's values bit for bit
-    for d, to_hf in ((hf_dir, lambda n: n), (orig_dir, original_to_hf)):
+    for d, to_hf in ((hf_dir, lambda n: n), (orig_dir, original_to_hf)) if verify else ():
         seen = set()
         for fn in sorted(os.listdir(d)):
             if not fn.endswith(".safetensors"):
@@ -696,6 +696,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--compact", action="store_true", help="small dumps for committing (see docs)")
     ap.add_argument("--no-models", action="store_true", help="do not write checkpoint directories")
+    ap.add_argument("--no-verify", action="store_true", help="skip re-reading the written checkpoints")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--attn", default="eager", help="attention implementation (eager or sdpa)")
@@ -760,7 +761,7 @@ def main():
                 json.dump(manifest, f, indent=1, ensure_ascii=False)
         if not args.no_models:
             model.to("cpu")
-            write_checkpoints(model, preset, args.seed, args.out, log)
+            write_checkpoints(model, preset, args.seed, args.out, log, verify=not args.no_verify)
         del model
         log(f"[{preset}] done in {time.time() - t0:.1f} s")
     with open(mpath, "w") as f:
