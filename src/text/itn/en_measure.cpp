@@ -118,6 +118,10 @@ std::optional<Unit> parse_unit(const Ctx& c, size_t p, bool allow_bare_second) {
         return Unit{"rpm", p + 3, false, false, false};
     auto u = powered(p);
     if (!u) return std::nullopt;
+    if (u->metric_length && (c.lw(u->end) == "squared" || c.lw(u->end) == "cubed") && !c.hyph(u->end)) {
+        u->sym += c.lw(u->end) == "squared" ? "²" : "³"; // "meters squared"
+        ++u->end;
+    }
     if (c.lw(u->end) == "per" && !c.hyph(u->end)) {
         size_t q = u->end + 1;
         std::string_view w = c.lw(q);
