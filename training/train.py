@@ -294,16 +294,22 @@ def main():
         for b in batches(split["lens"], a.bs, rng):
             if step >= total:
                 break
-            if not a.steps and step in (40, 300):
+            if not a.steps and (step in (40, 300) or (step > 300 and step % 100 == 0)):
+                # time budget -> step count: provisional at 40, then re-estimated every 100 steps from the rate
+                # since step 300 (the first steps are slow: kernel selection for new shapes)
                 torch.cuda.synchronize()
                 if step == 40:
                     t40 = time.time()
                     per = (t40 - t_train) / 40
+                elif step == 300:
+                    t300 = time.time()
+                    per = (t300 - t40) / 260
                 else:
-                    per = (time.time() - t40) / 260
+                    per = (time.time() - t300) / (step - 300)
                 total = max(step + 20, step + int((a.seconds - (time.time() - t_train)) / per))
                 budget_set = True
-                print(f"step {step}: step time {per * 1000:.1f} ms -> total steps {total}", flush=True)
+                if step in (40, 300) or step % 500 == 0:
+                    print(f"step {step}: step time {per * 1000:.1f} ms -> total steps {total}", flush=True)
             lr = a.lr * min(1.0, (step + 1) / a.warmup)
             if budget_set and step > a.warmup:
                 prog = (step - a.warmup) / max(1, total - a.warmup)
