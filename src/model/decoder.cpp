@@ -30,7 +30,7 @@ Tensor Decoder::embed(const std::vector<int>& ids) const {
         if (ids[i] < 0 || ids[i] >= hp_.vocab_size)
             fail("decoder", "token id " + std::to_string(ids[i]) + " is outside the vocabulary of " +
                                 std::to_string(hp_.vocab_size));
-        std::memcpy(x.ptr() + int64_t(i) * D, w_.embed.ptr() + int64_t(ids[i]) * D, size_t(D) * sizeof(float));
+        w_.embed.row_f32(ids[i], x.ptr() + int64_t(i) * D);
     }
     return x;
 }
@@ -71,7 +71,7 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
 }
 
 Tensor Decoder::logits(const Tensor& h) const {
-    const Tensor& head = w_.lm_head.data.empty() ? w_.embed : w_.lm_head;
+    const WeightMatrix& head = w_.lm_head.empty() ? w_.embed : w_.lm_head;
     return ops::linear(h, head);
 }
 

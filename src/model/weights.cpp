@@ -1,6 +1,8 @@
 // Weight table: canonical (-hf) names with expected shapes, mapped to the stored names of each scheme
-// (original `thinker.*`, `-hf`, mlx-community). Float tensors are converted to float32; MLX affine-quantized
-// modules (weight U32 + scales + biases) are dequantized at load; MLX OHWI conv weights are transposed to OIHW.
+// (original `thinker.*`, `-hf`, mlx-community). Matrices stay in the memory-mapped file when their stored
+// format is a compute format (bf16, f32, MLX affine 4/6/8-bit with bf16 scales); anything else (f16, other
+// widths, non-bf16 scales, misaligned data) is converted to float32. Norms, biases and convs become float32;
+// MLX OHWI conv weights are transposed to OIHW.
 #include "model/weights.hpp"
 
 #include "core/dtype.hpp"
@@ -54,17 +56,22 @@ struct Spec {
     std::vector<int64_t> shape;
     Tensor* dest;
     Kind kind;
+    WeightMatrix* mdest = nullptr; // matrices (Kind::Quantizable)
 };
 
 class TableLoader {
 public:
-    TableLoader(const TensorStore& store, const HParams& hp) : store_(store), hp_(hp), scheme_(detect_scheme(store)) {}
+    TableLoader(const TensorStore& store, const HParams& hp)
+        : store_(store), hp_(hp), scheme_(detect_scheme(store)), keep_(std::make_shared<TensorStore>(store)) {}
 
     void add(const std::string& name, std::vector<int64_t> shape, Tensor* dest, Kind kind = Kind::Plain) {
         specs_.push_back({name, std::move(shape), dest, kind});
     }
+    void matrix(const std::string& name, std::vector<int64_t> shape, WeightMatrix* dest) {
+        specs_.push_back({name, std::move(shape), nullptr, Kind::Quantizable, dest});
+    }
     void linear(const std::string& prefix, Linear& l, int64_t out, int64_t in, bool bias) {
-        add(prefix + ".weight", {out, in}, &l.w, Kind::Quantizable);
+        matrix(prefix + ".weight", {out, in}, &l.w);
         if (bias) add(prefix + ".bias", {out}, &l.b);
     }
     const std::string& scheme() const { return scheme_; }
@@ -133,8 +140,8 @@ private:
 
     void load(const Spec& s) {
         const std::string sn = stored_name(s.name, scheme_);
-        if (quantized(s)) {
-            *s.dest = dequantize_affine(store_, sn.substr(0, sn.size() - 7), s.shape, hp_.quant);
+        if (s.mdest) {
+            *s.mdest = load_matrix(s, sn);
             return;
         }
         const TensorRef& t = *store_.find(sn);
@@ -142,6 +149,48 @@ private:
         to_f32(t, out.ptr());
         if (s.kind == Kind::Conv && t.shape != s.shape) out = ohwi_to_oihw(out, s.shape);
         *s.dest = std::move(out);
+    }
+
+    // A matrix in its compute format: mapped bf16/f32, mapped MLX affine 4/6/8-bit (bf16 scales and biases,
+    // group size a multiple of 32), otherwise converted to float32.
+    WeightMatrix load_matrix(const Spec& s, const std::string& sn) {
+        const int64_t rows = s.shape[0], cols = s.shape[1];
+        auto aligned = [](const TensorRef& t, size_t a) { return reinterpret_cast<uintptr_t>(t.data) % a == 0; };
+        if (quantized(s)) {
+            const std::string base = sn.substr(0, sn.size() - 7);
+            const AffineLayout L = describe_affine(store_, base, s.shape, hp_.quant);
+            const TensorRef& w = *store_.find(base + ".weight");
+            const TensorRef& sc = *store_.find(base + ".scales");
+            const TensorRef& bi = *store_.find(base + ".biases");
+            if ((L.bits == 4 || L.bits == 6 || L.bits == 8) && L.group_size % 32 == 0 && sc.dtype == DType::BF16 &&
+                bi.dtype == DType::BF16 && aligned(sc, 2) && aligned(bi, 2)) {
+                WeightMatrix m;
+                m.fmt = WFormat::Q;
+                m.rows = rows;
+                m.cols = cols;
+                m.bits = L.bits;
+                m.group_size = L.group_size;
+                m.data = w.data;
+                m.scales = reinterpret_cast<const uint16_t*>(sc.data);
+                m.biases = reinterpret_cast<const uint16_t*>(bi.data);
+                m.owner = keep_;
+                return m;
+            }
+            return WeightMatrix::from_tensor(dequantize_affine(store_, base, s.shape, hp_.quant));
+        }
+        const TensorRef& t = *store_.find(sn);
+        if ((t.dtype == DType::BF16 && aligned(t, 2)) || (t.dtype == DType::F32 && aligned(t, 4))) {
+            WeightMatrix m;
+            m.fmt = t.dtype == DType::BF16 ? WFormat::BF16 : WFormat::F32;
+            m.rows = rows;
+            m.cols = cols;
+            m.data = t.data;
+            m.owner = keep_;
+            return m;
+        }
+        std::vector<float> v(t.numel());
+        to_f32(t, v.data());
+        return WeightMatrix::from_f32(std::move(v), rows, cols);
     }
 
     static Tensor ohwi_to_oihw(const Tensor& in, const std::vector<int64_t>& oihw) {
@@ -159,6 +208,7 @@ private:
     const HParams& hp_;
     std::string scheme_;
     std::vector<Spec> specs_;
+    std::shared_ptr<const TensorStore> keep_; // keeps the mapping alive for mapped matrices
 };
 
 } // namespace
@@ -226,7 +276,7 @@ template <typename Sink> void declare_weights(Sink& L, ModelWeights& W, const HP
     DecoderW& D = W.dec;
     const int64_t Dm = t.hidden, hd = t.head_dim, Hq = int64_t(t.n_heads) * hd, Hkv = int64_t(t.n_kv_heads) * hd;
     const std::string lm = "model.language_model.";
-    L.add(lm + "embed_tokens.weight", {t.vocab_size, Dm}, &D.embed, Kind::Quantizable);
+    L.matrix(lm + "embed_tokens.weight", {t.vocab_size, Dm}, &D.embed);
     D.layers.resize(size_t(t.n_layers));
     for (int j = 0; j < t.n_layers; ++j) {
         const std::string p = lm + "layers." + std::to_string(j) + ".";
@@ -249,6 +299,9 @@ template <typename Sink> void declare_weights(Sink& L, ModelWeights& W, const HP
 struct NameCollector {
     std::vector<std::pair<std::string, std::vector<int64_t>>> out;
     void add(const std::string& name, std::vector<int64_t> shape, Tensor*, Kind = Kind::Plain) {
+        out.emplace_back(name, std::move(shape));
+    }
+    void matrix(const std::string& name, std::vector<int64_t> shape, WeightMatrix*) {
         out.emplace_back(name, std::move(shape));
     }
     void linear(const std::string& prefix, Linear&, int64_t o, int64_t i, bool bias) {
@@ -277,18 +330,16 @@ ModelWeights load_weights(const TensorStore& store, const HParams& hp) {
     declare_weights(L, W, hp);
     DecoderW& D = W.dec;
     const bool tied = t.tie_word_embeddings.value_or(store.find(stored_name("lm_head.weight", W.scheme)) == nullptr);
-    if (!tied) L.add("lm_head.weight", {t.vocab_size, int64_t(t.hidden)}, &D.lm_head, Kind::Quantizable);
+    if (!tied) L.matrix("lm_head.weight", {t.vocab_size, int64_t(t.hidden)}, &D.lm_head);
     L.check_and_load();
     if (tied) {
+        // A stored copy of the tied head is compared byte for byte when it has the embedding's stored format.
         const TensorRef* copy = store.find(stored_name("lm_head.weight", W.scheme));
-        if (copy && copy->shape == D.embed.shape &&
-            (copy->dtype == DType::BF16 || copy->dtype == DType::F16 || copy->dtype == DType::F32)) {
-            std::vector<float> tmp(copy->numel());
-            to_f32(*copy, tmp.data());
-            if (std::memcmp(tmp.data(), D.embed.ptr(), tmp.size() * 4) != 0)
-                log(LogLevel::Warn, "lm_head.weight differs from embed_tokens; using embed_tokens (tied, as the "
-                                    "reference does)");
-        }
+        const TensorRef* emb = store.find(stored_name("model.language_model.embed_tokens.weight", W.scheme));
+        if (copy && emb && copy->shape == emb->shape && copy->dtype == emb->dtype && copy->nbytes == emb->nbytes &&
+            std::memcmp(copy->data, emb->data, copy->nbytes) != 0)
+            log(LogLevel::Warn, "lm_head.weight differs from embed_tokens; using embed_tokens (tied, as the "
+                                "reference does)");
     }
     return W;
 }

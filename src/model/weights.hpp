@@ -1,10 +1,13 @@
-// The model's weights in compute form (float32), one struct per module, shapes in comments.
+// The model's weights in compute form, one struct per module, shapes in comments. Matrices are WeightMatrix
+// (f32, bf16 or MLX affine 4/6/8-bit, memory-mapped where the stored format is the compute format); norms,
+// biases and convolutions are float32 Tensors.
 // load_weights() checks the whole weight table (names, shapes, dtypes) against the hyperparameters before any
 // conversion and reports every problem in one error.
 #pragma once
 #include "core/tensor.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
+#include "ops/weight.hpp"
 
 #include <string>
 #include <utility>
@@ -13,10 +16,10 @@
 namespace qasr {
 
 struct Linear {
-    Tensor w; // [out, in]
-    Tensor b; // [out] or empty
-    int64_t out() const { return w.dim(0); }
-    int64_t in() const { return w.dim(1); }
+    WeightMatrix w; // [out, in]
+    Tensor b;       // [out] or empty
+    int64_t out() const { return w.rows; }
+    int64_t in() const { return w.cols; }
 };
 
 struct LayerNormW {
@@ -54,10 +57,10 @@ struct DecoderLayerW {
 };
 
 struct DecoderW {
-    Tensor embed;               // [V, D]
+    WeightMatrix embed;         // [V, D]
     std::vector<DecoderLayerW> layers;
     Tensor norm;                // [D]
-    Tensor lm_head;             // [V, D]; empty when tied to embed
+    WeightMatrix lm_head;       // [V, D]; empty when tied to embed
 };
 
 struct ModelWeights {

@@ -2,6 +2,7 @@
 // float32 buffers; shapes in comments. The CPU implementations live in src/backend/cpu/.
 #pragma once
 #include "core/tensor.hpp"
+#include "ops/weight.hpp"
 
 #include <cstdint>
 
@@ -14,6 +15,10 @@ int num_threads();
 // y[M,N] = x[M,K] · W[N,K]ᵀ (+ bias[N]).
 void linear(const float* x, int64_t M, int64_t K, const float* W, int64_t N, const float* bias, float* y);
 Tensor linear(const Tensor& x, const Tensor& W, const Tensor* bias = nullptr); // x [M,K], W [N,K] → [M,N]
+// y[M,N] = x[M,K] · Wᵀ (+ bias) for a weight in any compute format (f32, bf16, MLX affine 4/6/8-bit): M = 1 runs
+// the fused per-ISA matrix-vector kernels, M > 1 expands tiles of W to float32 for sgemm.
+void linear(const float* x, int64_t M, const WeightMatrix& W, const float* bias, float* y);
+Tensor linear(const Tensor& x, const WeightMatrix& W, const Tensor* bias = nullptr);
 // The portable kernel (no BLAS, no bias), kept as the reference for kernel tests.
 void linear_portable(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y);
 

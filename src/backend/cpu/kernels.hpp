@@ -1,0 +1,40 @@
+// Per-ISA CPU kernel tables. Each ISA's kernels live in their own translation unit compiled with that ISA's
+// flags (kernels_avx2.cpp: -mavx2 -mfma -mf16c; kernels_avx512.cpp: AVX-512 F/BW/VL/DQ); the portable table is
+// plain C++. The table is chosen once at start-up from the CPU's features, or forced with QASR_ISA=portable|
+// avx2|avx512 (tests run the suite with each).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace qasr::cpu {
+
+enum class Isa { Portable = 0, Avx2 = 1, Avx512 = 2 };
+
+struct KernelTable {
+    Isa isa;
+    const char* name;
+    // Quantized matrix-vector product, rows [r0, r1) of y = W·x. x is first prepared by q_prep: xp [K] is x in
+    // the order the kernel consumes codes, xs [K/gs] the per-group sums of x (for the bias term).
+    void (*q_prep)(const float* x, int64_t K, int bits, int gs, float* xp, float* xs);
+    void (*q_gemv)(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                   const float* xp, const float* xs, float* y, int64_t r0, int64_t r1);
+    // bf16 / f32 matrix-vector product, rows [r0, r1): y[r] = W[r,:]·x.
+    void (*bf16_gemv)(const uint16_t* W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1);
+    void (*f32_gemv)(const float* W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1);
+    // Rows [r0, r1) of a quantized matrix as float32 into out[(r - r0) * K + k].
+    void (*q_dequant)(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                      float* out, int64_t r0, int64_t r1);
+    void (*bf16_to_f32)(const uint16_t* in, float* out, size_t n);
+};
+
+const KernelTable& portable_kernels();
+const KernelTable* avx2_kernels();   // nullptr when not compiled in
+const KernelTable* avx512_kernels(); // nullptr when not compiled in
+
+bool isa_supported(Isa isa);        // compiled in and supported by this CPU
+const KernelTable& kernels();       // the active table
+void set_isa(Isa isa);              // throws when unsupported
+Isa best_isa();
+const char* isa_name(Isa isa);
+
+} // namespace qasr::cpu

@@ -1,0 +1,163 @@
+// AVX2 + FMA kernel table (compiled with -mavx2 -mfma -mf16c; chosen at start-up only on CPUs that have them).
+// Quantized products use fused dequantize + FMA: codes are widened to float and multiplied with x permuted into
+// the order the codes come out of the unpacking (q_prep), scale applied per group, bias via the group sums of x.
+#include "backend/cpu/kernels.hpp"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace qasr::cpu {
+namespace {
+
+#include "backend/cpu/kernels_generic.inc"
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+inline __m256 u8x8_to_ps(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)); }
+
+// x order per 32-column block: 4-bit: the 16 even columns then the 16 odd ones; 6-bit: columns 4i+r for r = 0..3
+// (i < 8); 8-bit: natural order.
+void a2_q_prep(const float* x, int64_t K, int bits, int gs, float* xp, float* xs) {
+    for (int64_t g = 0; g < K / gs; ++g) {
+        float s = 0;
+        for (int j = 0; j < gs; ++j) s += x[g * gs + j];
+        xs[g] = s;
+    }
+    if (bits == 4) {
+        for (int64_t b = 0; b < K; b += 32)
+            for (int i = 0; i < 16; ++i) {
+                xp[b + i] = x[b + 2 * i];
+                xp[b + 16 + i] = x[b + 2 * i + 1];
+            }
+    } else if (bits == 6) {
+        for (int64_t b = 0; b < K; b += 32)
+            for (int r = 0; r < 4; ++r)
+                for (int i = 0; i < 8; ++i) xp[b + 8 * r + i] = x[b + 4 * i + r];
+    } else {
+        std::memcpy(xp, x, size_t(K) * sizeof(float));
+    }
+}
+
+// Dot product of one group's codes with xp (gs values), unscaled.
+template <int BITS> inline __m256 group_dot(const uint8_t* p, const float* xp, int gs) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    if constexpr (BITS == 8) {
+        for (int j = 0; j < gs; j += 16) {
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j));
+            a0 = _mm256_fmadd_ps(u8x8_to_ps(b), _mm256_loadu_ps(xp + j), a0);
+            a1 = _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(b, 8)), _mm256_loadu_ps(xp + j + 8), a1);
+        }
+    } else if constexpr (BITS == 4) {
+        const __m128i m4 = _mm_set1_epi8(15);
+        for (int j = 0; j < gs; j += 32) {
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j / 2));
+            const __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
+            a0 = _mm256_fmadd_ps(u8x8_to_ps(lo), _mm256_loadu_ps(xp + j), a0);
+            a1 = _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xp + j + 8), a1);
+            a0 = _mm256_fmadd_ps(u8x8_to_ps(hi), _mm256_loadu_ps(xp + j + 16), a0);
+            a1 = _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xp + j + 24), a1);
+        }
+    } else { // 6
+        const __m256i shuf = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, //
+                                              4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
+        const __m256i m6 = _mm256_set1_epi32(63);
+        for (int j = 0; j < gs; j += 32) {
+            const uint8_t* q = p + j / 4 * 3;
+            const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));     // bytes 0..11 used
+            const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 8)); // bytes 12..23 at 4..15
+            const __m256i d = _mm256_shuffle_epi8(_mm256_set_m128i(hi, lo), shuf);
+            const float* x = xp + j;
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(d, m6)), _mm256_loadu_ps(x), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 6), m6)),
+                                 _mm256_loadu_ps(x + 8), a1);
+            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 12), m6)),
+                                 _mm256_loadu_ps(x + 16), a0);
+            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(d, 18)), _mm256_loadu_ps(x + 24), a1);
+        }
+    }
+    return _mm256_add_ps(a0, a1);
+}
+
+template <int BITS>
+void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs, const float* xp,
+              const float* xs, float* y, int64_t r0, int64_t r1) {
+    const int64_t ng = K / gs, row_bytes = K * BITS / 8, gbytes = int64_t(gs) * BITS / 8;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = W + r * row_bytes;
+        const uint16_t* sc = scales + r * ng;
+        const uint16_t* bi = biases + r * ng;
+        __m256 acc = _mm256_setzero_ps();
+        float bsum = 0;
+        for (int64_t g = 0; g < ng; ++g) {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(bf16f(sc[g])), group_dot<BITS>(row + g * gbytes, xp + g * gs, gs), acc);
+            bsum += bf16f(bi[g]) * xs[g];
+        }
+        y[r] = hsum(acc) + bsum;
+    }
+}
+
+void a2_q_gemv(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+               const float* xp, const float* xs, float* y, int64_t r0, int64_t r1) {
+    switch (bits) {
+    case 8: q_gemv_t<8>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    case 4: q_gemv_t<4>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    case 6: q_gemv_t<6>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    default: portable_kernels().q_gemv(W, scales, biases, K, bits, gs, xp, xs, y, r0, r1);
+    }
+}
+
+inline __m256 bf16x8(const uint16_t* p) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+void a2_bf16_gemv(const uint16_t* W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint16_t* w = W + r * K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            a0 = _mm256_fmadd_ps(bf16x8(w + k), _mm256_loadu_ps(x + k), a0);
+            a1 = _mm256_fmadd_ps(bf16x8(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+            a2 = _mm256_fmadd_ps(bf16x8(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+            a3 = _mm256_fmadd_ps(bf16x8(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
+        }
+        for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(bf16x8(w + k), _mm256_loadu_ps(x + k), a0);
+        float acc = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; k < K; ++k) acc += bf16f(w[k]) * x[k];
+        y[r] = acc;
+    }
+}
+
+void a2_f32_gemv(const float* W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const float* w = W + r * K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
+        }
+        for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+        float acc = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; k < K; ++k) acc += w[k] * x[k];
+        y[r] = acc;
+    }
+}
+
+const KernelTable kAvx2{Isa::Avx2,  "avx2",          a2_q_prep,          a2_q_gemv, a2_bf16_gemv,
+                        a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32};
+
+} // namespace
+
+const KernelTable* avx2_kernels() { return &kAvx2; }
+
+} // namespace qasr::cpu

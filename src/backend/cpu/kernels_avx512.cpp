@@ -1,0 +1,164 @@
+// AVX-512 (F/BW/VL/DQ) kernel table: the same fused dequantize + FMA scheme as the AVX2 table on 512-bit
+// vectors. 6-bit codes with a group size that is not a multiple of 64 use the AVX2 kernels (every AVX-512 CPU
+// has AVX2).
+#include "backend/cpu/kernels.hpp"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace qasr::cpu {
+namespace {
+
+#include "backend/cpu/kernels_generic.inc"
+
+inline __m512 u8x16_to_ps(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
+
+bool use_avx2_for(int bits, int gs) { return bits == 6 && gs % 64 != 0; }
+
+// x order: 4-bit: per 32 columns the 16 even then the 16 odd ones; 6-bit: per 64 columns, columns 4i+r for
+// r = 0..3 (i < 16); 8-bit: natural.
+void a5_q_prep(const float* x, int64_t K, int bits, int gs, float* xp, float* xs) {
+    if (use_avx2_for(bits, gs)) return avx2_kernels()->q_prep(x, K, bits, gs, xp, xs);
+    for (int64_t g = 0; g < K / gs; ++g) {
+        float s = 0;
+        for (int j = 0; j < gs; ++j) s += x[g * gs + j];
+        xs[g] = s;
+    }
+    if (bits == 4) {
+        for (int64_t b = 0; b < K; b += 32)
+            for (int i = 0; i < 16; ++i) {
+                xp[b + i] = x[b + 2 * i];
+                xp[b + 16 + i] = x[b + 2 * i + 1];
+            }
+    } else if (bits == 6) {
+        for (int64_t b = 0; b < K; b += 64)
+            for (int r = 0; r < 4; ++r)
+                for (int i = 0; i < 16; ++i) xp[b + 16 * r + i] = x[b + 4 * i + r];
+    } else {
+        std::memcpy(xp, x, size_t(K) * sizeof(float));
+    }
+}
+
+template <int BITS> inline __m512 group_dot(const uint8_t* p, const float* xp, int gs) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    if constexpr (BITS == 8) {
+        for (int j = 0; j < gs; j += 32) {
+            a0 = _mm512_fmadd_ps(u8x16_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j))),
+                                 _mm512_loadu_ps(xp + j), a0);
+            a1 = _mm512_fmadd_ps(u8x16_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j + 16))),
+                                 _mm512_loadu_ps(xp + j + 16), a1);
+        }
+    } else if constexpr (BITS == 4) {
+        const __m128i m4 = _mm_set1_epi8(15);
+        for (int j = 0; j < gs; j += 32) {
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j / 2));
+            a0 = _mm512_fmadd_ps(u8x16_to_ps(_mm_and_si128(b, m4)), _mm512_loadu_ps(xp + j), a0);
+            a1 = _mm512_fmadd_ps(u8x16_to_ps(_mm_and_si128(_mm_srli_epi16(b, 4), m4)), _mm512_loadu_ps(xp + j + 16),
+                                 a1);
+        }
+    } else { // 6, gs % 64 == 0
+        const __m512i shuf = _mm512_set_epi8(                                                       //
+            -1, 15, 14, 13, -1, 12, 11, 10, -1, 9, 8, 7, -1, 6, 5, 4,                               // lane 3
+            -1, 11, 10, 9, -1, 8, 7, 6, -1, 5, 4, 3, -1, 2, 1, 0,                                   // lane 2
+            -1, 15, 14, 13, -1, 12, 11, 10, -1, 9, 8, 7, -1, 6, 5, 4,                               // lane 1
+            -1, 11, 10, 9, -1, 8, 7, 6, -1, 5, 4, 3, -1, 2, 1, 0);                                  // lane 0
+        const __m512i m6 = _mm512_set1_epi32(63);
+        for (int j = 0; j < gs; j += 64) {
+            const uint8_t* q = p + j / 4 * 3;
+            __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 8)), 1);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 24)), 2);
+            v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32)), 3);
+            const __m512i d = _mm512_shuffle_epi8(v, shuf);
+            const float* x = xp + j;
+            a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(d, m6)), _mm512_loadu_ps(x), a0);
+            a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(d, 6), m6)),
+                                 _mm512_loadu_ps(x + 16), a1);
+            a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(d, 12), m6)),
+                                 _mm512_loadu_ps(x + 32), a0);
+            a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(d, 18)), _mm512_loadu_ps(x + 48), a1);
+        }
+    }
+    return _mm512_add_ps(a0, a1);
+}
+
+template <int BITS>
+void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs, const float* xp,
+              const float* xs, float* y, int64_t r0, int64_t r1) {
+    const int64_t ng = K / gs, row_bytes = K * BITS / 8, gbytes = int64_t(gs) * BITS / 8;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = W + r * row_bytes;
+        const uint16_t* sc = scales + r * ng;
+        const uint16_t* bi = biases + r * ng;
+        __m512 acc = _mm512_setzero_ps();
+        float bsum = 0;
+        for (int64_t g = 0; g < ng; ++g) {
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[g])), group_dot<BITS>(row + g * gbytes, xp + g * gs, gs), acc);
+            bsum += bf16f(bi[g]) * xs[g];
+        }
+        y[r] = _mm512_reduce_add_ps(acc) + bsum;
+    }
+}
+
+void a5_q_gemv(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+               const float* xp, const float* xs, float* y, int64_t r0, int64_t r1) {
+    if (use_avx2_for(bits, gs)) return avx2_kernels()->q_gemv(W, scales, biases, K, bits, gs, xp, xs, y, r0, r1);
+    switch (bits) {
+    case 8: q_gemv_t<8>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    case 4: q_gemv_t<4>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    case 6: q_gemv_t<6>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    default: portable_kernels().q_gemv(W, scales, biases, K, bits, gs, xp, xs, y, r0, r1);
+    }
+}
+
+inline __m512 bf16x16(const uint16_t* p) {
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+inline __m512 bf16x16_tail(const uint16_t* p, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+void a5_bf16_gemv(const uint16_t* W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint16_t* w = W + r * K;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            a0 = _mm512_fmadd_ps(bf16x16(w + k), _mm512_loadu_ps(x + k), a0);
+            a1 = _mm512_fmadd_ps(bf16x16(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);
+        }
+        for (; k < K; k += 16) {
+            const __mmask16 m = K - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (K - k)) - 1u);
+            a0 = _mm512_fmadd_ps(bf16x16_tail(w + k, m), _mm512_maskz_loadu_ps(m, x + k), a0);
+        }
+        y[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+}
+
+void a5_f32_gemv(const float* W, int64_t K, const float* x, float* y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const float* w = W + r * K;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);
+        }
+        for (; k < K; k += 16) {
+            const __mmask16 m = K - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (K - k)) - 1u);
+            a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + k), _mm512_maskz_loadu_ps(m, x + k), a0);
+        }
+        y[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+}
+
+const KernelTable kAvx512{Isa::Avx512, "avx512",          a5_q_prep,          a5_q_gemv, a5_bf16_gemv,
+                          a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32};
+
+} // namespace
+
+const KernelTable* avx512_kernels() { return &kAvx512; }
+
+} // namespace qasr::cpu
