@@ -82,16 +82,14 @@ Tensor MelFrontend::filterbank_matrix() const {
     return t;
 }
 
-Tensor MelFrontend::compute(const std::vector<float>& samples, size_t min_samples) const {
-    const size_t N = std::max(samples.size(), min_samples);
+std::vector<float> MelFrontend::log10_frames(const std::vector<float>& samples, size_t N, size_t t0, size_t t1) const {
     if (N <= size_t(kNfft / 2)) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
     auto x = [&](long i) -> double { return i < long(samples.size()) ? samples[size_t(i)] : 0.0; };
-    const size_t T = n_frames(N);
-    std::vector<double> logmel(size_t(n_mels_) * T);
+    const size_t n = t1 - t0;
+    std::vector<float> out(size_t(n_mels_) * n);
     std::vector<std::complex<double>> frame(kNfft), spec(kNfft);
     std::vector<double> power(kBins);
-    double gmax = -1e300;
-    for (size_t t = 0; t < T; ++t) {
+    for (size_t t = t0; t < t1; ++t) {
         for (int j = 0; j < kNfft; ++j) {
             long idx = long(t) * kHop + j - kNfft / 2;
             if (idx < 0) idx = -idx;
@@ -105,15 +103,25 @@ Tensor MelFrontend::compute(const std::vector<float>& samples, size_t min_sample
             const double* p = power.data() + first_bin_[size_t(m)];
             double acc = 0;
             for (size_t j = 0; j < w.size(); ++j) acc += w[j] * p[j];
-            const double l = std::log10(std::max(acc, 1e-10));
-            logmel[size_t(m) * T + t] = l;
-            gmax = std::max(gmax, l);
+            out[size_t(m) * n + (t - t0)] = float(std::log10(std::max(acc, 1e-10)));
         }
     }
-    Tensor out({n_mels_, int64_t(T)});
-    const double floor = gmax - 8.0;
-    for (size_t i = 0; i < logmel.size(); ++i) out.data[i] = float((std::max(logmel[i], floor) + 4.0) / 4.0);
     return out;
+}
+
+Tensor MelFrontend::normalize(const std::vector<float>& logmel, int n_mels, size_t T, float max) {
+    Tensor out({n_mels, int64_t(T)});
+    const float floor = max - 8.0f;
+    for (size_t i = 0; i < logmel.size(); ++i) out.data[i] = (std::max(logmel[i], floor) + 4.0f) / 4.0f;
+    return out;
+}
+
+Tensor MelFrontend::compute(const std::vector<float>& samples, size_t min_samples) const {
+    const size_t N = std::max(samples.size(), min_samples);
+    const size_t T = n_frames(N);
+    std::vector<float> logmel = log10_frames(samples, N, 0, T);
+    const float mx = logmel.empty() ? 0.0f : *std::max_element(logmel.begin(), logmel.end());
+    return normalize(logmel, n_mels_, T, mx);
 }
 
 } // namespace qasr

@@ -16,7 +16,11 @@ public:
 
     // [n_mels, T], T = N/160 after zero-padding to min_samples. Throws when N ≤ 200 after padding.
     Tensor compute(const std::vector<float>& samples, size_t min_samples) const;
-    // Power spectrogram → un-normalized log10 mel, [n_mels, T]; exposed for streaming reuse.
+    // Unclamped log10 mel of frames [t0, t1) of a clip of n_total samples (samples past samples.size() are zero),
+    // layout [n_mels, t1 - t0]. Streaming recomputes only the frames whose samples changed.
+    std::vector<float> log10_frames(const std::vector<float>& samples, size_t n_total, size_t t0, size_t t1) const;
+    // Clamp to max − 8 and map (x + 4) / 4; logmel [n_mels, T] → [n_mels, T].
+    static Tensor normalize(const std::vector<float>& logmel, int n_mels, size_t T, float max);
     Tensor filterbank_matrix() const; // [201, n_mels], float32 copy of the filterbank (tap 1)
     int n_mels() const { return n_mels_; }
     static size_t n_frames(size_t n_samples) { return n_samples / kHop; }

@@ -1,0 +1,102 @@
+// StreamSession: incremental transcription for live dictation (push PCM at any pace and block size, receive
+// partial and final text). Cost per chunk is bounded independently of the stream length:
+//  - the log-mel is computed only for frames whose samples changed;
+//  - encoder rows of completed 8-second attention windows are reused (recomputed only if the clip-max clamp
+//    floor moved above one of their values, which keeps them exact, spec §4.6);
+//  - the decoder keeps the KV cache of the unchanged prompt prefix (system part + completed windows) and
+//    re-runs only the tail: the open window's rows, the prompt suffix and the rolled-back text prefix;
+//  - audio is processed in segments of at most `max_segment_windows` windows; a full segment is finalized at a
+//    window boundary and its text committed (the encoder output stays exact across the cut).
+// Chunk steps happen at fixed sample counts, so results do not depend on how the PCM was split into pushes.
+#pragma once
+#include "model/decoder.hpp"
+#include "model/model.hpp"
+#include "qasr/qasr.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace qasr {
+
+struct StreamOptions {
+    std::string language;            // "" = detect
+    std::string context;
+    double chunk_seconds = 2.0;      // decoding cadence
+    int unfixed_chunks = 2;          // first chunks of a segment decode without a text prefix
+    int rollback_tokens = 5;         // tokens of the previous hypothesis re-decoded each chunk
+    int max_segment_windows = 3;     // segment length bound (× 8 s)
+    int max_new_tokens_per_chunk = 0; // 0: ⌈chunk seconds·20⌉ + 32
+    bool itn = true;
+};
+
+struct StreamEvent {
+    enum class Kind { Partial, Final } kind;
+    std::string stable;   // text that will not change (committed segments + fixed prefix)
+    std::string unstable; // tail that may still change
+    std::string language;
+    double audio_seconds = 0;
+    std::string text() const { return stable + unstable; }
+};
+
+struct StreamChunkStats {
+    double audio_seconds = 0;   // stream position when the chunk step ran
+    int encoder_windows = 0;    // windows encoded in this step
+    int encoder_frames = 0;     // mel frames fed to the encoder
+    int mel_frames = 0;         // mel frames (re)computed
+    int prefilled_tokens = 0;   // decoder positions run in prefill (after KV reuse)
+    int generated_tokens = 0;
+    double ms = 0;
+};
+
+class StreamSession {
+public:
+    using Callback = std::function<void(const StreamEvent&)>;
+    StreamSession(std::shared_ptr<const Model> model, StreamOptions opts, Callback cb = nullptr);
+
+    void push(const float* pcm, size_t n);      // mono 16 kHz float samples
+    void push_s16le(const uint8_t* bytes, size_t n);
+    std::vector<StreamEvent> poll();            // events since the last poll (also delivered to the callback)
+    TranscriptionResult finish();               // flushes the tail, returns the final result; the session ends
+    const std::vector<StreamChunkStats>& stats() const { return stats_; }
+
+private:
+    void step(bool final);
+    void end_segment(size_t keep_from);
+    void emit(StreamEvent::Kind kind, const std::string& stable, const std::string& unstable);
+    std::vector<int> rollback_prefix(bool final) const;
+
+    std::shared_ptr<const Model> model_;
+    StreamOptions opts_;
+    Callback cb_;
+    Decoder decoder_;
+    std::string forced_;             // canonical forced language or ""
+    size_t chunk_samples_;
+    bool finished_ = false;
+
+    // Current segment.
+    std::vector<float> audio_;       // samples of the segment
+    size_t next_step_at_;            // segment sample count that triggers the next chunk step
+    int chunk_index_ = 0;
+    std::vector<float> logmel_;      // unclamped log10 mel, frame-major blocks [frame][n_mels]
+    size_t stable_frames_ = 0;       // frames whose samples are all final
+    float max_stable_ = -1e30f;
+    std::vector<Tensor> windows_;    // encoder rows of completed windows
+    std::vector<float> window_min_;  // min unclamped log-mel value inside each completed window
+    float floor_used_ = -1e30f;      // clamp floor the completed windows were encoded with
+    KvCache cache_;
+    std::vector<int> cached_ids_;    // input ids behind the cache rows (audio rows: pad id)
+    size_t cached_audio_rows_ = 0;   // audio rows in the cache that came from completed windows
+    std::vector<int> hyp_;           // last generated ids of the segment (without EOS)
+
+    // Whole stream.
+    std::string committed_raw_text_; // parsed texts of finished segments, concatenated
+    std::string language_;
+    double consumed_seconds_ = 0;    // audio of finished segments
+    std::vector<StreamEvent> pending_;
+    std::vector<StreamChunkStats> stats_;
+    TranscriptionResult final_;
+};
+
+} // namespace qasr
