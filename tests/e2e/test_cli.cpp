@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 using namespace qasr;
@@ -25,8 +26,22 @@ struct CliRun {
     std::string out, err;
 };
 
+// Per-process scratch folder: ctest runs these tests in parallel processes.
+struct Scratch {
+    std::string path = testing::TempDir() + "/qasr_e2e_" + std::to_string(::getpid());
+    Scratch() { fs::create_directories(path); }
+    ~Scratch() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+const std::string& scratch() {
+    static const Scratch s;
+    return s.path;
+}
+
 CliRun run(const std::string& args) {
-    const std::string dir = testing::TempDir();
+    const std::string dir = scratch();
     const std::string cmd = std::string(QASR_BIN) + " " + args + " >" + dir + "/e2e_out 2>" + dir + "/e2e_err";
     const int rc = std::system(cmd.c_str());
     auto slurp = [](const std::string& p) {
@@ -40,7 +55,7 @@ int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n'
 
 const std::string& tiny() {
     static std::string dir = [] {
-        const std::string d = testing::TempDir() + "/qasr_e2e_tiny";
+        const std::string d = scratch() + "/tiny";
         if (!fs::exists(d + "/model.safetensors")) write_random_checkpoint(d, "tiny", "hf", 1, QASR_TOKENIZER_DIR);
         return d;
     }();
@@ -55,7 +70,7 @@ const std::string kWav = std::string(QASR_SOURCE_DIR) + "/tests/data/audio/t1p3s
 
 // A copy of the tiny checkpoint whose tensors are edited by `edit` (return false to drop a tensor).
 std::string broken_copy(const std::string& name, const std::function<bool(TensorToWrite&)>& edit) {
-    const std::string d = testing::TempDir() + "/qasr_e2e_" + name;
+    const std::string d = scratch() + "/" + name;
     fs::remove_all(d);
     fs::create_directories(d);
     for (auto& f : fs::directory_iterator(tiny()))
@@ -120,7 +135,7 @@ TEST(Cli, TruncatedSafetensors) {
 
 TEST(Cli, NonAudioAndEmptyFiles) {
     NEED_TOKENIZER();
-    const std::string text = testing::TempDir() + "/not_audio.wav", empty = testing::TempDir() + "/empty.wav";
+    const std::string text = scratch() + "/not_audio.wav", empty = scratch() + "/empty.wav";
     std::ofstream(text) << "this is not audio at all\n";
     std::ofstream(empty).close();
     for (const auto& [f, want] : {std::pair{text, "[audio]"}, std::pair{empty, "empty file"}}) {
