@@ -18,6 +18,8 @@ const char* kUsage = R"(usage: qasr COMMAND [options]
 commands:
   transcribe   transcribe audio files            (qasr transcribe --help)
   itn          inverse text normalization of stdin lines (qasr itn --help)
+  quantize     MLX affine 4/6/8-bit quantization (qasr quantize --help)
+  bench        speed and memory benchmark      (qasr bench --help)
   dev          developer tools: make-random checkpoints
   help         this text
 
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
     try {
         if (cmd == "transcribe") return qasr::cli::cmd_transcribe(argc, argv);
         if (cmd == "dev") return qasr::cli::cmd_dev(argc, argv);
+        if (cmd == "quantize") return qasr::cli::cmd_quantize(argc, argv);
+        if (cmd == "bench") return qasr::cli::cmd_bench(argc, argv);
         if (cmd == "itn") return qasr::cli::cmd_itn(argc, argv);
         std::fprintf(stderr, "qasr: error: unknown command '%s' (see qasr help)\n", cmd.c_str());
         return 2;

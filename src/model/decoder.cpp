@@ -38,6 +38,7 @@ Tensor Decoder::embed(const std::vector<int>& ids) const {
 Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
     const int64_t n = x.rows(), D = hp_.hidden, hd = hp_.head_dim, Hq = hp_.n_heads, Hkv = hp_.n_kv_heads;
     const int64_t past = cache.len, kv_row = Hkv * hd;
+    ops::Bf16GemmScope precision(w_.bf16_compute);
     if (cache.k.size() != w_.layers.size()) cache.reset(w_.layers.size());
     for (size_t li = 0; li < w_.layers.size(); ++li) {
         const DecoderLayerW& l = w_.layers[li];

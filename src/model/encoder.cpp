@@ -57,6 +57,7 @@ Tensor sinusoid_table(int64_t n_pos, int64_t d) {
 }
 
 Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap) {
+    ops::Bf16GemmScope precision(w.bf16_compute);
     const int64_t n_mels = hp.n_mels, T = mel.dim(1), cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
     if (mel.dim(0) != n_mels) fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " +
                                                   std::to_string(n_mels));

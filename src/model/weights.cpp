@@ -310,7 +310,25 @@ struct NameCollector {
     }
 };
 
+struct Visitor {
+    const WeightVisitor& fn;
+    void add(const std::string& name, std::vector<int64_t> shape, Tensor* t, Kind = Kind::Plain) {
+        fn(name, shape, t, nullptr);
+    }
+    void matrix(const std::string& name, std::vector<int64_t> shape, WeightMatrix* m) { fn(name, shape, nullptr, m); }
+    void linear(const std::string& prefix, Linear& l, int64_t o, int64_t i, bool bias) {
+        matrix(prefix + ".weight", {o, i}, &l.w);
+        if (bias) add(prefix + ".bias", {o}, &l.b);
+    }
+};
+
 } // namespace
+
+void for_each_weight(const ModelWeights& w, const HParams& hp, const WeightVisitor& fn) {
+    Visitor v{fn};
+    declare_weights(v, const_cast<ModelWeights&>(w), hp); // the visitor only reads
+    if (!w.dec.lm_head.empty()) fn("lm_head.weight", w.dec.lm_head.shape(), nullptr, &w.dec.lm_head);
+}
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> weight_table(const HParams& hp) {
     NameCollector c;
@@ -332,6 +350,13 @@ ModelWeights load_weights(const TensorStore& store, const HParams& hp) {
     const bool tied = t.tie_word_embeddings.value_or(store.find(stored_name("lm_head.weight", W.scheme)) == nullptr);
     if (!tied) L.matrix("lm_head.weight", {t.vocab_size, int64_t(t.hidden)}, &D.lm_head);
     L.check_and_load();
+    // Quantized checkpoints are approximations already: their matrix-matrix products run in bf16 (AMX) like
+    // MLX's; float checkpoints keep the float32 path that matches the reference.
+    bool any_q = false;
+    for_each_weight(W, hp, [&](const std::string&, const std::vector<int64_t>&, const Tensor*, const WeightMatrix* m) {
+        if (m && m->fmt == WFormat::Q) any_q = true;
+    });
+    W.enc.bf16_compute = W.dec.bf16_compute = any_q;
     if (tied) {
         // A stored copy of the tied head is compared byte for byte when it has the embedding's stored format.
         const TensorRef* copy = store.find(stored_name("lm_head.weight", W.scheme));

@@ -9,6 +9,7 @@
 #include "io/safetensors.hpp"
 #include "ops/weight.hpp"
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,7 @@ struct EncoderW {
     LayerNormW ln_post;         // [d]
     Linear proj1;               // [d, d]
     Linear proj2;               // [O, d]
+    bool bf16_compute = false;  // matrix-matrix products may round activations to bf16 (quantized checkpoints)
 };
 
 struct DecoderLayerW {
@@ -61,6 +63,7 @@ struct DecoderW {
     std::vector<DecoderLayerW> layers;
     Tensor norm;                // [D]
     WeightMatrix lm_head;       // [V, D]; empty when tied to embed
+    bool bf16_compute = false;  // see EncoderW::bf16_compute
 };
 
 struct ModelWeights {
@@ -76,6 +79,12 @@ ModelWeights load_weights(const TensorStore& store, const HParams& hp);
 
 // Canonical (-hf) names and shapes of every tensor the model needs (tied LM head not included).
 std::vector<std::pair<std::string, std::vector<int64_t>>> weight_table(const HParams& hp);
+
+// Visits every tensor of loaded weights in table order with its canonical (-hf) name: exactly one of t (norms,
+// biases, convolutions in OIHW) and m (matrices) is non-null. A separate lm_head is visited last when present.
+using WeightVisitor = std::function<void(const std::string& canonical, const std::vector<int64_t>& shape,
+                                         const Tensor* t, const WeightMatrix* m)>;
+void for_each_weight(const ModelWeights& w, const HParams& hp, const WeightVisitor& fn);
 
 // Stored-name scheme of a checkpoint and the mapping from canonical (-hf) names.
 std::string detect_scheme(const TensorStore& store);

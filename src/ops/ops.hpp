@@ -21,6 +21,23 @@ void linear(const float* x, int64_t M, const WeightMatrix& W, const float* bias,
 Tensor linear(const Tensor& x, const WeightMatrix& W, const Tensor* bias = nullptr);
 // The portable kernel (no BLAS, no bias), kept as the reference for kernel tests.
 void linear_portable(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y);
+void linear_portable_serial(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y); // 1 thread
+// bf16 compute for matrix-matrix products (x and W rounded to bf16, float32 accumulation, on AMX where present):
+// enabled for the calling thread while a Bf16GemmScope(true) lives (the model code opens one for quantized
+// checkpoints). QASR_GEMM=f32 or QASR_GEMM=bf16 overrides it everywhere. Without AMX the float32 path runs.
+bool bf16_gemm_enabled();
+class Bf16GemmScope {
+public:
+    explicit Bf16GemmScope(bool on);
+    ~Bf16GemmScope();
+    Bf16GemmScope(const Bf16GemmScope&) = delete;
+    Bf16GemmScope& operator=(const Bf16GemmScope&) = delete;
+
+private:
+    bool prev_;
+};
+// The matrix-matrix product behind linear() for M > 1 (tiles over the OpenMP team, sgemm per tile).
+void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y);
 
 void layer_norm(float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps);  // in place
 void rms_norm(float* x, int64_t rows, int64_t d, const float* w, float eps);                    // in place

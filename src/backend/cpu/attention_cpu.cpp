@@ -1,5 +1,6 @@
 // CPU attention: windowed bidirectional (encoder) and causal over a KV cache (decoder prefill and steps).
 // Scores and softmax in float32; parallel over (head, query).
+#include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
 
 #include <cmath>
@@ -11,6 +12,7 @@ void windowed_attention(const float* q, const float* k, const float* v, float* o
                         int64_t hd, int64_t window) {
     const int64_t D = heads * hd;
     const float scale = 1.0f / std::sqrt(float(hd));
+    const cpu::KernelTable& K = cpu::kernels();
 #pragma omp parallel
     {
         std::vector<float> s(static_cast<size_t>(window));
@@ -21,9 +23,7 @@ void windowed_attention(const float* q, const float* k, const float* v, float* o
                 const float* qi = q + i * D + h * hd;
                 for (int64_t j = w0; j < w1; ++j) {
                     const float* kj = k + j * D + h * hd;
-                    float acc = 0;
-                    for (int64_t c = 0; c < hd; ++c) acc += qi[c] * kj[c];
-                    s[size_t(j - w0)] = acc * scale;
+                    s[size_t(j - w0)] = K.dot(qi, kj, hd) * scale;
                 }
                 softmax_row(s.data(), w1 - w0);
                 float* oi = o + i * D + h * hd;
@@ -31,7 +31,7 @@ void windowed_attention(const float* q, const float* k, const float* v, float* o
                 for (int64_t j = w0; j < w1; ++j) {
                     const float p = s[size_t(j - w0)];
                     const float* vj = v + j * D + h * hd;
-                    for (int64_t c = 0; c < hd; ++c) oi[c] += p * vj[c];
+                    K.axpy(p, vj, oi, hd);
                 }
             }
     }
@@ -41,6 +41,7 @@ void causal_attention(const float* q, const float* kc, const float* vc, float* o
                       int64_t Hq, int64_t Hkv, int64_t hd) {
     const int64_t group = Hq / Hkv, Dq = Hq * hd, Dk = Hkv * hd, total = past + n;
     const float scale = 1.0f / std::sqrt(float(hd));
+    const cpu::KernelTable& K = cpu::kernels();
 #pragma omp parallel
     {
         std::vector<float> s(static_cast<size_t>(total));
@@ -51,9 +52,7 @@ void causal_attention(const float* q, const float* kc, const float* vc, float* o
                 const float* qi = q + i * Dq + h * hd;
                 for (int64_t j = 0; j < len; ++j) {
                     const float* kj = kc + j * Dk + kvh * hd;
-                    float acc = 0;
-                    for (int64_t c = 0; c < hd; ++c) acc += qi[c] * kj[c];
-                    s[size_t(j)] = acc * scale;
+                    s[size_t(j)] = K.dot(qi, kj, hd) * scale;
                 }
                 softmax_row(s.data(), len);
                 float* oi = o + i * Dq + h * hd;
@@ -61,7 +60,7 @@ void causal_attention(const float* q, const float* kc, const float* vc, float* o
                 for (int64_t j = 0; j < len; ++j) {
                     const float p = s[size_t(j)];
                     const float* vj = vc + j * Dk + kvh * hd;
-                    for (int64_t c = 0; c < hd; ++c) oi[c] += p * vj[c];
+                    K.axpy(p, vj, oi, hd);
                 }
             }
     }

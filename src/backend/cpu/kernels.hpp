@@ -25,6 +25,9 @@ struct KernelTable {
     void (*q_dequant)(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                       float* out, int64_t r0, int64_t r1);
     void (*bf16_to_f32)(const uint16_t* in, float* out, size_t n);
+    // Attention inner loops: dot product, y += a·x.
+    float (*dot)(const float* a, const float* b, int64_t n);
+    void (*axpy)(float a, const float* x, float* y, int64_t n);
 };
 
 const KernelTable& portable_kernels();

@@ -153,8 +153,28 @@ void a2_f32_gemv(const float* W, int64_t K, const float* x, float* y, int64_t r0
     }
 }
 
-const KernelTable kAvx2{Isa::Avx2,  "avx2",          a2_q_prep,          a2_q_gemv, a2_bf16_gemv,
-                        a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32};
+float a2_dot(const float* a, const float* b, int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), a1);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+    float acc = hsum(_mm256_add_ps(a0, a1));
+    for (; i < n; ++i) acc += a[i] * b[i];
+    return acc;
+}
+
+void a2_axpy(float a, const float* x, float* y, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * x[i];
+}
+
+const KernelTable kAvx2{Isa::Avx2,  "avx2",            a2_q_prep,           a2_q_gemv, a2_bf16_gemv,
+                        a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a2_dot,    a2_axpy};
 
 } // namespace
 

@@ -154,8 +154,29 @@ void a5_f32_gemv(const float* W, int64_t K, const float* x, float* y, int64_t r0
     }
 }
 
-const KernelTable kAvx512{Isa::Avx512, "avx512",          a5_q_prep,          a5_q_gemv, a5_bf16_gemv,
-                          a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32};
+float a5_dot(const float* a, const float* b, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
+    if (i < n) {
+        const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), a0);
+    }
+    return _mm512_reduce_add_ps(a0);
+}
+
+void a5_axpy(float a, const float* x, float* y, int64_t n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+const KernelTable kAvx512{Isa::Avx512, "avx512",          a5_q_prep,           a5_q_gemv, a5_bf16_gemv,
+                          a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a5_dot,    a5_axpy};
 
 } // namespace
 

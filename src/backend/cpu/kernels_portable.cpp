@@ -56,8 +56,18 @@ void p_f32_gemv(const float* W, int64_t K, const float* x, float* y, int64_t r0,
     }
 }
 
-const KernelTable kPortable{Isa::Portable, "portable", p_q_prep,          p_q_gemv,           p_bf16_gemv,
-                            p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32};
+float p_dot(const float* a, const float* b, int64_t n) {
+    float acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+    return acc;
+}
+
+void p_axpy(float a, const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,          p_q_gemv, p_bf16_gemv,
+                            p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32, p_dot,  p_axpy};
 
 const KernelTable* g_active = nullptr;
 

@@ -23,7 +23,7 @@ void set_num_threads(int n) {
     g_threads = n;
     omp_set_num_threads(n);
 #ifdef QASR_HAVE_OPENBLAS
-    openblas_set_num_threads(n);
+    openblas_set_num_threads(1); // the OpenMP team splits the work; sgemm runs per tile (see gemm())
 #endif
 }
 
@@ -49,17 +49,26 @@ void linear_portable(const float* x, int64_t M, int64_t K, const float* W, int64
         }
 }
 
+void linear_portable_serial(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y) {
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            const float* xr = x + m * K;
+            const float* wr = W + n * K;
+            float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+            for (int64_t k = 0; k < K; ++k) acc += xr[k] * wr[k];
+            y[m * N + n] = acc;
+        }
+}
+
 void linear(const float* x, int64_t M, int64_t K, const float* W, int64_t N, const float* bias, float* y) {
     if (M <= 0 || N <= 0) return;
-#ifdef QASR_HAVE_OPENBLAS
-    if (M == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, int(N), int(K), 1.0f, W, int(K), x, 1, 0.0f, y, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, x, int(K), W, int(K), 0.0f,
-                    y, int(N));
-#else
-    linear_portable(x, M, K, W, N, y);
-#endif
+    WeightMatrix w;
+    w.fmt = WFormat::F32;
+    w.rows = N;
+    w.cols = K;
+    w.data = W;
+    linear(x, M, w, nullptr, y);
     if (bias)
         for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];

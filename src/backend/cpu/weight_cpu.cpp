@@ -1,6 +1,7 @@
 // WeightMatrix helpers and ops::linear on WeightMatrix: matrix-vector products (decode, M = 1) run the fused
 // per-ISA kernels over row blocks on all threads; matrix-matrix products (prefill, encoder) expand tiles of W to
 // float32 in a scratch buffer and hand them to sgemm (OpenBLAS) or the portable kernel.
+#include "backend/cpu/amx_gemm.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
@@ -9,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -118,53 +120,124 @@ void gemv(const float* x, const WeightMatrix& W, float* y) {
     }
 }
 
-// Rows [r0, r1) of W as float32 into out (parallel over rows).
-void expand_rows(const WeightMatrix& W, int64_t r0, int64_t r1, float* out) {
-    const cpu::KernelTable& k = cpu::kernels();
-    const int64_t K = W.cols;
-    parallel_rows(r1 - r0, K, [&](int64_t a, int64_t b) {
-        if (W.fmt == WFormat::BF16)
-            k.bf16_to_f32(static_cast<const uint16_t*>(W.data) + (r0 + a) * K, out + a * K, size_t((b - a) * K));
-        else
-            k.q_dequant(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, out + a * K,
-                        r0 + a, r0 + b);
-    });
-}
-
-// y[:, n0:n0+nb] (row stride N) = x · T[nb, K]ᵀ
-void gemm_tile(const float* x, int64_t M, int64_t K, const float* T, int64_t nb, float* y, int64_t N) {
+// y[:, 0:nb] (row stride ldy) = x · T[nb, K]ᵀ on the calling thread.
+void gemm_tile(const float* x, int64_t M, int64_t K, const float* T, int64_t nb, float* y, int64_t ldy) {
 #ifdef QASR_HAVE_OPENBLAS
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(nb), int(K), 1.0f, x, int(K), T, int(K), 0.0f, y,
-                int(N));
+                int(ldy));
 #else
     thread_local std::vector<float> tmp;
     tmp.resize(size_t(M * nb));
-    linear_portable(x, M, K, T, nb, tmp.data());
-    for (int64_t m = 0; m < M; ++m) std::memcpy(y + m * N, tmp.data() + m * nb, size_t(nb) * 4);
+    linear_portable_serial(x, M, K, T, nb, tmp.data());
+    for (int64_t m = 0; m < M; ++m) std::memcpy(y + m * ldy, tmp.data() + m * nb, size_t(nb) * 4);
 #endif
 }
 
 } // namespace
 
+// Matrix-matrix product: the N output columns are split into tiles of rows of W (~512 KB of float32 each, a
+// multiple of 16 rows) handed out to the OpenMP team; each thread expands its tile (bf16 / quantized → float32,
+// in its own scratch buffer, L2-resident) and runs a single-threaded sgemm on it. OpenBLAS itself runs with one
+// thread: its own pool would fight the OpenMP team for the cores.
+namespace {
+
+int env_gemm_mode() { // -1: QASR_GEMM=f32, 1: QASR_GEMM=bf16, 0: as the model asks
+    static const int mode = [] {
+        const char* e = std::getenv("QASR_GEMM");
+        if (!e || !*e) return 0;
+        if (!std::strcmp(e, "f32")) return -1;
+        if (!std::strcmp(e, "bf16")) return 1;
+        fail("cpu", std::string("QASR_GEMM=") + e + ": expected f32 or bf16");
+    }();
+    return mode;
+}
+thread_local bool t_bf16 = false;
+
+#ifdef QASR_HAVE_AMX
+void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
+    const int64_t N = W.rows, K = W.cols, Kp = (K + 31) / 32 * 32;
+    thread_local std::vector<uint16_t> xbuf;
+    xbuf.resize(cpu::amx_packed_x_size(M, K));
+    cpu::AmxPackedX px;
+    cpu::amx_pack_x(x, M, K, xbuf.data(), px);
+    constexpr int64_t nbt = 128;
+    const int64_t tiles = (N + nbt - 1) / nbt;
+    const int nt = int(std::min<int64_t>(num_threads(), tiles));
+    const cpu::KernelTable& k = cpu::kernels();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t n0 = t * nbt, rows = std::min(N, n0 + nbt) - n0, nb = (rows + 31) / 32 * 32;
+        if (W.fmt == WFormat::BF16 && K == Kp && rows == nb) {
+            cpu::amx_gemm_rows(static_cast<const uint16_t*>(W.data) + n0 * K, K, nb, rows, px, y + n0, N);
+            continue;
+        }
+        thread_local std::vector<uint16_t> wb;
+        thread_local std::vector<float> wf;
+        wb.assign(size_t(nb * Kp), 0);
+        if (W.fmt == WFormat::BF16) {
+            for (int64_t r = 0; r < rows; ++r)
+                std::memcpy(wb.data() + r * Kp, static_cast<const uint16_t*>(W.data) + (n0 + r) * K, size_t(K) * 2);
+        } else {
+            const float* src;
+            if (W.fmt == WFormat::F32) {
+                src = static_cast<const float*>(W.data) + n0 * K;
+            } else {
+                wf.resize(size_t(rows * K));
+                k.q_dequant(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, wf.data(),
+                            n0, n0 + rows);
+                src = wf.data();
+            }
+            for (int64_t r = 0; r < rows; ++r) cpu::amx_f32_to_bf16(src + r * K, wb.data() + r * Kp, size_t(K));
+        }
+        cpu::amx_gemm_rows(wb.data(), Kp, nb, rows, px, y + n0, N);
+    }
+}
+#endif
+
+} // namespace
+
+bool bf16_gemm_enabled() {
+    const int e = env_gemm_mode();
+    return e > 0 || (e == 0 && t_bf16);
+}
+
+Bf16GemmScope::Bf16GemmScope(bool on) : prev_(t_bf16) { t_bf16 = on; }
+Bf16GemmScope::~Bf16GemmScope() { t_bf16 = prev_; }
+
+void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
+    const int64_t N = W.rows, K = W.cols;
+#ifdef QASR_HAVE_AMX
+    if (bf16_gemm_enabled() && cpu::amx_available()) return amx_gemm(x, M, W, y);
+#endif
+    const int64_t nb = std::max<int64_t>(16, std::min<int64_t>((N + 15) / 16 * 16, (int64_t(1) << 17) / K / 16 * 16));
+    const int64_t tiles = (N + nb - 1) / nb;
+    const int nt = int(std::min<int64_t>(num_threads(), tiles));
+    const cpu::KernelTable& k = cpu::kernels();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t n0 = t * nb, n1 = std::min(N, n0 + nb);
+        const float* T;
+        thread_local std::vector<float> tile;
+        if (W.fmt == WFormat::F32) {
+            T = static_cast<const float*>(W.data) + n0 * K;
+        } else {
+            tile.resize(size_t(nb * K));
+            if (W.fmt == WFormat::BF16)
+                k.bf16_to_f32(static_cast<const uint16_t*>(W.data) + n0 * K, tile.data(), size_t((n1 - n0) * K));
+            else
+                k.q_dequant(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size,
+                            tile.data(), n0, n1);
+            T = tile.data();
+        }
+        gemm_tile(x, M, K, T, n1 - n0, y + n0, N);
+    }
+}
+
 void linear(const float* x, int64_t M, const WeightMatrix& W, const float* bias, float* y) {
     if (M <= 0 || W.rows <= 0) return;
-    const int64_t N = W.rows, K = W.cols;
-    if (W.fmt == WFormat::F32) {
-        if (M == 1) gemv(x, W, y);
-        else linear(x, M, K, static_cast<const float*>(W.data), N, nullptr, y);
-    } else if (M == 1) {
-        gemv(x, W, y);
-    } else {
-        // Tiles of ~2 MB of float32 rows (a multiple of 16 rows), reused across all M rows of x.
-        const int64_t nb = std::max<int64_t>(16, std::min<int64_t>(N, (int64_t(1) << 19) / K / 16 * 16));
-        thread_local std::vector<float> tile;
-        tile.resize(size_t(nb * K));
-        for (int64_t n0 = 0; n0 < N; n0 += nb) {
-            const int64_t n1 = std::min(N, n0 + nb);
-            expand_rows(W, n0, n1, tile.data());
-            gemm_tile(x, M, K, tile.data(), n1 - n0, y + n0, N);
-        }
-    }
+    const int64_t N = W.rows;
+    if (M == 1) gemv(x, W, y);
+    else gemm(x, M, W, y);
     if (bias)
         for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];

@@ -1,0 +1,29 @@
+// bf16 matrix-matrix product on Intel AMX (TMUL): y[M, N] (row stride ldy) = x[M, K] · W[N, K]ᵀ with x and W
+// rounded to bf16 and float32 accumulation. Used for M > 1 products when bf16 compute is enabled (quantized
+// checkpoints, or QASR_GEMM=bf16); the float32 sgemm path stays the default for float checkpoints.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace qasr::cpu {
+
+// True when the CPU has AMX-BF16 and the kernel granted this process the tile state (arch_prctl).
+bool amx_available();
+
+// x packed once per product for amx_gemm_rows: bf16 in the tile layout (see amx_gemm.cpp).
+struct AmxPackedX {
+    uint16_t* data = nullptr;
+    int64_t M = 0, Mp = 0, Kp = 0;
+};
+size_t amx_packed_x_size(int64_t M, int64_t K); // uint16 count
+void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX& px);
+
+// Rows [0, nb) of bf16 weights Wt (row stride ldw elements, K padded with zeros to px.Kp, nb a multiple of 32
+// rows, padded with zero rows) times packed x → y[m, n0 + r] for r < n_valid, m < px.M.
+void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const AmxPackedX& px, float* y,
+                   int64_t ldy);
+
+// float32 → bf16 (round to nearest even) for n values.
+void amx_f32_to_bf16(const float* in, uint16_t* out, size_t n);
+
+} // namespace qasr::cpu

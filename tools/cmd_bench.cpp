@@ -1,0 +1,217 @@
+// `qasr bench -m DIR [--audio F | --seconds S]`: end-to-end timing of the pipeline stages over N runs after
+// warm-up, the decode roofline (weight bytes per token against the DRAM read bandwidth measured in the same
+// process) and peak RSS. Prints one fixed summary line and one JSON object (medians over the runs).
+#include "args.hpp"
+#include "commands.hpp"
+
+#include "audio/audio.hpp"
+#include "backend/cpu/kernels.hpp"
+#include "core/timer.hpp"
+#include "model/model.hpp"
+#include "ops/ops.hpp"
+#include "pipeline/session.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+namespace qasr::cli {
+namespace {
+
+const char* kHelp = R"(usage: qasr bench -m MODEL_DIR [options]
+
+Runs the whole pipeline (mel, encoder, prefill, decode) N times after warm-up and prints one summary line and
+one JSON object with the medians: load/mel/encode/prefill/decode ms, tokens/s, ms/token, RTF, the decode's
+achieved weight bandwidth (weight bytes read per token / ms per token) against the DRAM read bandwidth
+measured in the same run, and peak RSS.
+
+options:
+  -m, --model DIR        model directory
+  --audio FILE           audio to transcribe (default: generated audio, see --seconds)
+  --seconds S            length of the generated audio (default 11)
+  --runs N               timed runs (default 3)
+  --warmup N             untimed runs first (default 1)
+  --threads N            CPU threads (default: all cores)
+  --max-new-tokens N     cap on generated tokens
+  --ignore-eos           decode exactly --max-new-tokens tokens (fixed decode length)
+  --isa portable|avx2|avx512   force the kernel ISA (default: best supported; env QASR_ISA)
+  --bw-mb N              size of the bandwidth probe buffer in MiB (default 1024; 0 skips the probe)
+  --json                 print only the JSON object
+)";
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Multi-threaded streaming read of a large buffer through the same matrix-vector kernel and thread split the
+// decode uses (float32 rows · x); best of 5 passes, GB/s (1e9 bytes).
+double measure_read_bandwidth(size_t mib) {
+    const int64_t K = 4096, rows = int64_t(mib) * 1024 * 1024 / 4 / K;
+    std::vector<float> buf(size_t(rows * K), 1.0f), x(size_t(K), 0.5f), y(size_t(rows), 0.0f);
+    WeightMatrix W;
+    W.fmt = WFormat::F32;
+    W.rows = rows;
+    W.cols = K;
+    W.data = buf.data();
+    double best = 0;
+    for (int i = 0; i < 6; ++i) {
+        Stopwatch sw;
+        ops::linear(x.data(), 1, W, nullptr, y.data());
+        const double s = sw.ms() / 1000.0;
+        if (i > 0) best = std::max(best, double(W.bytes()) / s / 1e9);
+    }
+    return best;
+}
+
+std::vector<float> generated_audio(double seconds) {
+    const size_t n = size_t(seconds * 16000);
+    std::vector<float> a(n);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> noise(0.0f, 0.02f);
+    for (size_t i = 0; i < n; ++i) {
+        const double t = double(i) / 16000.0;
+        const double f0 = 140.0 + 30.0 * std::sin(2 * M_PI * 0.7 * t);
+        a[i] = float(0.3 * std::sin(2 * M_PI * f0 * t) * (0.5 + 0.5 * std::sin(2 * M_PI * 3.0 * t))) + noise(rng);
+    }
+    return a;
+}
+
+} // namespace
+
+int cmd_bench(int argc, char** argv) {
+    Args a(argc, argv, 2);
+    std::string model_dir, audio_path, v, isa;
+    double seconds = 11.0;
+    int runs = 3, warmup = 1, threads = 0;
+    size_t bw_mb = 1024;
+    bool json_only = false;
+    TranscribeOptions opts;
+    opts.itn = false;
+    while (!a.done()) {
+        if (a.flag("-h") || a.flag("--help")) {
+            std::fputs(kHelp, stdout);
+            return 0;
+        } else if (a.option("-m", v) || a.option("--model", v)) {
+            model_dir = v;
+        } else if (a.option("--audio", v)) {
+            audio_path = v;
+        } else if (a.option("--seconds", v)) {
+            seconds = to_double("--seconds", v, 0.1, 3600);
+        } else if (a.option("--runs", v)) {
+            runs = int(to_long("--runs", v, 1, 1000));
+        } else if (a.option("--warmup", v)) {
+            warmup = int(to_long("--warmup", v, 0, 1000));
+        } else if (a.option("--threads", v)) {
+            threads = int(to_long("--threads", v, 1, 1024));
+        } else if (a.option("--max-new-tokens", v)) {
+            opts.decode.max_new_tokens = int(to_long("--max-new-tokens", v, 1, 1 << 20));
+        } else if (a.flag("--ignore-eos")) {
+            opts.decode.ignore_eos = true;
+        } else if (a.option("--isa", v)) {
+            isa = v;
+        } else if (a.option("--bw-mb", v)) {
+            bw_mb = size_t(to_long("--bw-mb", v, 0, 1 << 20));
+        } else if (a.flag("--json")) {
+            json_only = true;
+        } else {
+            throw std::invalid_argument("bench: unknown argument " + a.peek());
+        }
+    }
+    if (model_dir.empty()) throw std::invalid_argument("bench: -m MODEL_DIR is required");
+    if (opts.decode.ignore_eos && opts.decode.max_new_tokens <= 0)
+        throw std::invalid_argument("bench: --ignore-eos needs --max-new-tokens");
+    ops::set_num_threads(threads);
+    if (!isa.empty()) {
+        const cpu::Isa want = isa == "portable" ? cpu::Isa::Portable : isa == "avx2" ? cpu::Isa::Avx2
+                              : isa == "avx512" ? cpu::Isa::Avx512 : throw std::invalid_argument("bench: --isa " + isa);
+        cpu::set_isa(want);
+    }
+
+    const std::vector<float> audio = audio_path.empty() ? generated_audio(seconds) : load_audio_file(audio_path);
+    Stopwatch sw;
+    std::shared_ptr<const Model> model = Model::load(model_dir);
+    const double load_ms = sw.ms();
+
+    // Decode weight bytes per token: every decoder matrix plus the LM head (the embedding when tied).
+    const DecoderW& D = model->weights.dec;
+    size_t bytes_tok = (D.lm_head.empty() ? D.embed : D.lm_head).bytes();
+    for (const auto& l : D.layers)
+        for (const Linear* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) bytes_tok += m->w.bytes();
+    const std::string fmt_dec = D.layers.empty() ? "?" : D.layers[0].q.w.format_name();
+    const std::string fmt_head = (D.lm_head.empty() ? D.embed : D.lm_head).format_name();
+    const std::string fmt_enc =
+        model->weights.enc.layers.empty() ? "?" : model->weights.enc.layers[0].fc1.w.format_name();
+
+    std::vector<double> mel, enc, pre, dec, tot, rtf;
+    int n_tokens = 0, n_prompt = 0;
+    for (int i = 0; i < warmup + runs; ++i) {
+        Session s(model);
+        const TranscriptionResult r = s.run(audio, opts);
+        n_tokens = int(r.tokens.size());
+        n_prompt = r.n_prompt_tokens;
+        if (i < warmup) continue;
+        mel.push_back(r.timings.mel_ms);
+        enc.push_back(r.timings.encode_ms);
+        pre.push_back(r.timings.prefill_ms);
+        dec.push_back(r.timings.decode_ms);
+        tot.push_back(r.timings.total_ms());
+        rtf.push_back(r.rtf);
+    }
+    // The first token comes from the prefill's logits; each further token is one decoder step.
+    const int steps = std::max(1, n_tokens - 1);
+    const double dec_ms = median(dec), ms_tok = dec_ms / steps;
+    const double dec_gbps = double(bytes_tok) / (ms_tok / 1000.0) / 1e9;
+    const TextHParams& t = model->hp.text;
+    const double kv_bytes_tok = 2.0 * t.n_layers * (n_prompt + steps / 2.0) * t.n_kv_heads * t.head_dim * 4.0;
+    const double dram = bw_mb ? measure_read_bandwidth(bw_mb) : 0.0;
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    const double rss_mb = double(ru.ru_maxrss) / 1024.0;
+
+    nlohmann::json j = {{"model", model_dir},
+                        {"weights", {{"decoder", fmt_dec}, {"head", fmt_head}, {"encoder", fmt_enc}}},
+                        {"isa", cpu::kernels().name},
+                        {"threads", ops::num_threads()},
+                        {"audio_seconds", double(audio.size()) / 16000.0},
+                        {"runs", runs},
+                        {"warmup", warmup},
+                        {"prompt_tokens", n_prompt},
+                        {"tokens", n_tokens},
+                        {"load_ms", load_ms},
+                        {"mel_ms", median(mel)},
+                        {"encode_ms", median(enc)},
+                        {"prefill_ms", median(pre)},
+                        {"decode_ms", dec_ms},
+                        {"total_ms", median(tot)},
+                        {"tokens_per_s", 1000.0 / ms_tok},
+                        {"ms_per_token", ms_tok},
+                        {"rtf", median(rtf)},
+                        {"decode_weight_bytes_per_token", bytes_tok},
+                        {"decode_kv_bytes_per_token", kv_bytes_tok},
+                        {"decode_GBps", dec_gbps},
+                        {"dram_read_GBps", dram},
+                        {"decode_bw_fraction", dram > 0 ? dec_gbps / dram : 0.0},
+                        {"peak_rss_MB", rss_mb}};
+    if (!json_only)
+        std::printf("bench dec=%s head=%s enc=%s isa=%s threads=%d audio=%.2fs runs=%d | load %.0f ms | mel %.1f "
+                    "encode %.1f prefill %.1f decode %.1f ms (%d tok) | %.2f ms/tok %.1f tok/s | RTF %.3f | decode "
+                    "%.2f GB/s of %.2f GB/s DRAM (%.0f%%) | peak RSS %.0f MB\n",
+                    fmt_dec.c_str(), fmt_head.c_str(), fmt_enc.c_str(), cpu::kernels().name, ops::num_threads(),
+                    double(audio.size()) / 16000.0, runs, load_ms, median(mel), median(enc), median(pre), dec_ms,
+                    n_tokens, ms_tok, 1000.0 / ms_tok, median(rtf), dec_gbps, dram,
+                    dram > 0 ? 100.0 * dec_gbps / dram : 0.0, rss_mb);
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+}
+
+} // namespace qasr::cli
