@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -53,22 +54,27 @@ double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Multi-threaded streaming read of a large buffer through the same matrix-vector kernel and thread split the
-// decode uses (float32 rows · x); best of 5 passes, GB/s (1e9 bytes).
+// DRAM read bandwidth: every thread of the team streams its share of a large buffer (the active ISA's summing
+// kernel, software prefetch as in the decode kernels); best of 5 passes after one warm-up, GB/s (1e9 bytes).
 double measure_read_bandwidth(size_t mib) {
-    const int64_t K = 4096, rows = int64_t(mib) * 1024 * 1024 / 4 / K;
-    std::vector<float> buf(size_t(rows * K), 1.0f), x(size_t(K), 0.5f), y(size_t(rows), 0.0f);
-    WeightMatrix W;
-    W.fmt = WFormat::F32;
-    W.rows = rows;
-    W.cols = K;
-    W.data = buf.data();
+    const int64_t n = int64_t(mib) * 1024 * 1024 / 4;
+    std::vector<float> buf(size_t(n), 1.0f);
+    const cpu::KernelTable& k = cpu::kernels();
+    const int nt = ops::num_threads();
     double best = 0;
-    for (int i = 0; i < 6; ++i) {
+    volatile float sink = 0;
+    for (int pass = 0; pass < 6; ++pass) {
+        float total = 0;
         Stopwatch sw;
-        ops::linear(x.data(), 1, W, nullptr, y.data());
+#pragma omp parallel num_threads(nt) reduction(+ : total)
+        {
+            const int64_t per = (n / nt + 15) / 16 * 16, t = omp_get_thread_num();
+            const int64_t a0 = std::min(n, t * per), a1 = std::min(n, a0 + per);
+            total += k.sum(buf.data() + a0, a1 - a0);
+        }
         const double s = sw.ms() / 1000.0;
-        if (i > 0) best = std::max(best, double(W.bytes()) / s / 1e9);
+        sink = sink + total;
+        if (pass > 0) best = std::max(best, double(n) * 4.0 / s / 1e9);
     }
     return best;
 }

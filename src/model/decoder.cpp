@@ -44,7 +44,8 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         const DecoderLayerW& l = w_.layers[li];
         Tensor u = x;
         ops::rms_norm(u.ptr(), n, D, l.in_norm.ptr(), hp_.rms_eps);
-        Tensor q = ops::linear(u, l.q.w), k = ops::linear(u, l.k.w), v = ops::linear(u, l.v.w);
+        Tensor q, k, v;
+        ops::linear_multi(u, {&l.q.w, &l.k.w, &l.v.w}, {&q, &k, &v});
         ops::rms_norm(q.ptr(), n * Hq, hd, l.q_norm.ptr(), hp_.rms_eps);
         ops::rms_norm(k.ptr(), n * Hkv, hd, l.k_norm.ptr(), hp_.rms_eps);
         ops::rope(q.ptr(), n, Hq, hd, past, inv_freq_.data());
@@ -60,7 +61,8 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         ops::add(x.ptr(), a.ptr(), x.size());
         Tensor m = x;
         ops::rms_norm(m.ptr(), n, D, l.post_norm.ptr(), hp_.rms_eps);
-        Tensor g = ops::linear(m, l.gate.w), up = ops::linear(m, l.up.w);
+        Tensor g, up;
+        ops::linear_multi(m, {&l.gate.w, &l.up.w}, {&g, &up});
         ops::silu_mul(g.ptr(), up.ptr(), g.size());
         Tensor dn = ops::linear(g, l.down.w);
         ops::add(x.ptr(), dn.ptr(), x.size());

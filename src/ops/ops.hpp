@@ -5,6 +5,7 @@
 #include "ops/weight.hpp"
 
 #include <cstdint>
+#include <vector>
 
 namespace qasr::ops {
 
@@ -19,6 +20,8 @@ Tensor linear(const Tensor& x, const Tensor& W, const Tensor* bias = nullptr); /
 // the fused per-ISA matrix-vector kernels, M > 1 expands tiles of W to float32 for sgemm.
 void linear(const float* x, int64_t M, const WeightMatrix& W, const float* bias, float* y);
 Tensor linear(const Tensor& x, const WeightMatrix& W, const Tensor* bias = nullptr);
+// *ys[i] = x · Ws[i]ᵀ for several matrices sharing x (no bias); one parallel region when x is one row.
+void linear_multi(const Tensor& x, const std::vector<const WeightMatrix*>& Ws, const std::vector<Tensor*>& ys);
 // The portable kernel (no BLAS, no bias), kept as the reference for kernel tests.
 void linear_portable(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y);
 void linear_portable_serial(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y); // 1 thread

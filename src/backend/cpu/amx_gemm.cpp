@@ -11,7 +11,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace qasr::cpu {
 namespace {
@@ -93,12 +95,14 @@ void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX&
 void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const AmxPackedX& px, float* y,
                    int64_t ldy) {
     load_config();
-    const int64_t KB = px.Kp / 32;
-    alignas(64) float c[4][16 * 16];
+    const int64_t KB = px.Kp / 32, Mp = px.Mp;
+    // C tiles (yᵀ blocks) are stored straight into yT [nb, Mp]; one transpose at the end.
+    thread_local std::vector<float> yT;
+    yT.resize(size_t(nb * Mp));
     for (int64_t n0 = 0; n0 < nb; n0 += 32) {
         const uint16_t* a0 = Wt + n0 * ldw;
         const uint16_t* a1 = Wt + (n0 + 16) * ldw;
-        for (int64_t m0 = 0; m0 < px.Mp; m0 += 32) {
+        for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
             const uint16_t* b0 = px.data + (m0 / 16) * KB * 512;
             const uint16_t* b1 = px.data + (m0 / 16 + 1) * KB * 512;
             _tile_zero(0);
@@ -115,22 +119,21 @@ void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid,
                 _tile_dpbf16ps(2, 5, 6);
                 _tile_dpbf16ps(3, 5, 7);
             }
-            _tile_stored(0, c[0], 64);
-            _tile_stored(1, c[1], 64);
-            _tile_stored(2, c[2], 64);
-            _tile_stored(3, c[3], 64);
-            // c[t][i][j]: W row n0 + 16*(t/2) + i, x row m0 + 16*(t%2) + j.
-            for (int t = 0; t < 4; ++t)
-                for (int i = 0; i < 16; ++i) {
-                    const int64_t n = n0 + 16 * (t / 2) + i;
-                    if (n >= n_valid) continue;
-                    for (int j = 0; j < 16; ++j) {
-                        const int64_t m = m0 + 16 * (t % 2) + j;
-                        if (m < px.M) y[m * ldy + n] = c[t][i * 16 + j];
-                    }
-                }
+            float* c = yT.data() + n0 * Mp + m0;
+            _tile_stored(0, c, Mp * 4);
+            _tile_stored(1, c + 16, Mp * 4);
+            _tile_stored(2, c + 16 * Mp, Mp * 4);
+            _tile_stored(3, c + 16 * Mp + 16, Mp * 4);
         }
     }
+    // y[m, n] = yT[n, m] in 16×16 blocks.
+    const int64_t M = px.M;
+    for (int64_t n0 = 0; n0 < n_valid; n0 += 16)
+        for (int64_t m0 = 0; m0 < M; m0 += 16) {
+            const int64_t n1 = std::min(n_valid, n0 + 16), m1 = std::min(M, m0 + 16);
+            for (int64_t m = m0; m < m1; ++m)
+                for (int64_t n = n0; n < n1; ++n) y[m * ldy + n] = yT[size_t(n * Mp + m)];
+        }
 }
 
 } // namespace qasr::cpu

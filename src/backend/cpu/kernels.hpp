@@ -28,6 +28,8 @@ struct KernelTable {
     // Attention inner loops: dot product, y += a·x.
     float (*dot)(const float* a, const float* b, int64_t n);
     void (*axpy)(float a, const float* x, float* y, int64_t n);
+    // Sum of n floats, streaming (the DRAM read-bandwidth probe of qasr bench).
+    float (*sum)(const float* x, int64_t n);
 };
 
 const KernelTable& portable_kernels();

@@ -12,6 +12,8 @@ namespace {
 
 #include "backend/cpu/kernels_generic.inc"
 
+constexpr int64_t kPrefetch = 2048; // bytes ahead in the weight stream (software prefetch)
+
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -95,7 +97,9 @@ void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, 
         __m256 acc = _mm256_setzero_ps();
         float bsum = 0;
         for (int64_t g = 0; g < ng; ++g) {
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(bf16f(sc[g])), group_dot<BITS>(row + g * gbytes, xp + g * gs, gs), acc);
+            const uint8_t* pg = row + g * gbytes;
+            for (int64_t o = 0; o < gbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetch + o), _MM_HINT_T0);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(bf16f(sc[g])), group_dot<BITS>(pg, xp + g * gs, gs), acc);
             bsum += bf16f(bi[g]) * xs[g];
         }
         y[r] = hsum(acc) + bsum;
@@ -123,6 +127,7 @@ void a2_bf16_gemv(const uint16_t* W, int64_t K, const float* x, float* y, int64_
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
         int64_t k = 0;
         for (; k + 32 <= K; k += 32) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetch, _MM_HINT_T0);
             a0 = _mm256_fmadd_ps(bf16x8(w + k), _mm256_loadu_ps(x + k), a0);
             a1 = _mm256_fmadd_ps(bf16x8(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
             a2 = _mm256_fmadd_ps(bf16x8(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
@@ -141,6 +146,8 @@ void a2_f32_gemv(const float* W, int64_t K, const float* x, float* y, int64_t r0
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
         int64_t k = 0;
         for (; k + 32 <= K; k += 32) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetch, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetch + 64, _MM_HINT_T0);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
             a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
@@ -173,8 +180,24 @@ void a2_axpy(float a, const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] += a * x[i];
 }
 
+float a2_sum(const float* x, int64_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetch, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetch + 64, _MM_HINT_T0);
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(x + i + 16));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(x + i + 24));
+    }
+    float acc = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; ++i) acc += x[i];
+    return acc;
+}
+
 const KernelTable kAvx2{Isa::Avx2,  "avx2",            a2_q_prep,           a2_q_gemv, a2_bf16_gemv,
-                        a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a2_dot,    a2_axpy};
+                        a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a2_dot,    a2_axpy, a2_sum};
 
 } // namespace
 

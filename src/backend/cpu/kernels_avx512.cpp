@@ -14,6 +14,8 @@ namespace {
 
 inline __m512 u8x16_to_ps(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
 
+constexpr int64_t kPrefetch = 2048; // bytes ahead in the weight stream (software prefetch)
+
 bool use_avx2_for(int bits, int gs) { return bits == 6 && gs % 64 != 0; }
 
 // x order: 4-bit: per 32 columns the 16 even then the 16 odd ones; 6-bit: per 64 columns, columns 4i+r for
@@ -94,7 +96,9 @@ void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, 
         __m512 acc = _mm512_setzero_ps();
         float bsum = 0;
         for (int64_t g = 0; g < ng; ++g) {
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[g])), group_dot<BITS>(row + g * gbytes, xp + g * gs, gs), acc);
+            const uint8_t* pg = row + g * gbytes;
+            for (int64_t o = 0; o < gbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetch + o), _MM_HINT_T0);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[g])), group_dot<BITS>(pg, xp + g * gs, gs), acc);
             bsum += bf16f(bi[g]) * xs[g];
         }
         y[r] = _mm512_reduce_add_ps(acc) + bsum;
@@ -126,6 +130,7 @@ void a5_bf16_gemv(const uint16_t* W, int64_t K, const float* x, float* y, int64_
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
         int64_t k = 0;
         for (; k + 32 <= K; k += 32) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetch, _MM_HINT_T0);
             a0 = _mm512_fmadd_ps(bf16x16(w + k), _mm512_loadu_ps(x + k), a0);
             a1 = _mm512_fmadd_ps(bf16x16(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);
         }
@@ -143,6 +148,8 @@ void a5_f32_gemv(const float* W, int64_t K, const float* x, float* y, int64_t r0
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
         int64_t k = 0;
         for (; k + 32 <= K; k += 32) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetch, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetch + 64, _MM_HINT_T0);
             a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a0);
             a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);
         }
@@ -175,8 +182,22 @@ void a5_axpy(float a, const float* x, float* y, int64_t n) {
     }
 }
 
+float a5_sum(const float* x, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetch, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(x + i) + kPrefetch + 64, _MM_HINT_T0);
+        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+    }
+    float acc = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    for (; i < n; ++i) acc += x[i];
+    return acc;
+}
+
 const KernelTable kAvx512{Isa::Avx512, "avx512",          a5_q_prep,           a5_q_gemv, a5_bf16_gemv,
-                          a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a5_dot,    a5_axpy};
+                          a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a5_dot,    a5_axpy, a5_sum};
 
 } // namespace
 

@@ -66,8 +66,14 @@ void p_axpy(float a, const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+float p_sum(const float* x, int64_t n) {
+    float acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += x[i];
+    return acc;
+}
+
 const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,          p_q_gemv, p_bf16_gemv,
-                            p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32, p_dot,  p_axpy};
+                            p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32, p_dot,  p_axpy, p_sum};
 
 const KernelTable* g_active = nullptr;
 

@@ -78,47 +78,73 @@ WeightMatrix WeightMatrix::from_tensor(Tensor t) {
 namespace ops {
 namespace {
 
-// Runs fn(r0, r1) over row blocks of [0, N) on the OpenMP team (one block per thread, 16-row aligned).
+// Runs fn(r0, r1) over row blocks of [0, N) on the OpenMP team: ~8 blocks per thread (multiples of 16 rows)
+// handed out dynamically, so a thread that loses its core for a while does not hold up the others.
+constexpr int64_t kBlocksPerThread = 8;
 template <typename F> void parallel_rows(int64_t N, int64_t work_per_row, F fn) {
     int nt = num_threads();
     if (int64_t(N) * work_per_row < 32768) nt = 1;
     if (nt <= 1) return fn(int64_t(0), N);
-    const int64_t per = ((N + nt - 1) / nt + 15) / 16 * 16;
-#pragma omp parallel num_threads(nt)
-    {
-        const int64_t r0 = std::min(N, int64_t(omp_get_thread_num()) * per), r1 = std::min(N, r0 + per);
-        if (r0 < r1) fn(r0, r1);
+    const int64_t per = std::max<int64_t>(16, (N / (int64_t(nt) * kBlocksPerThread) + 15) / 16 * 16), blocks = (N + per - 1) / per;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t b = 0; b < blocks; ++b) fn(b * per, std::min(N, (b + 1) * per));
+}
+
+// Rows [r0, r1) of y = W·x for one matrix; xp/xs: x prepared for W's quantized kernel (Q only).
+void gemv_rows(const cpu::KernelTable& k, const float* x, const float* xp, const float* xs, const WeightMatrix& W,
+               float* y, int64_t r0, int64_t r1) {
+    const int64_t K = W.cols;
+    switch (W.fmt) {
+    case WFormat::F32: k.f32_gemv(static_cast<const float*>(W.data), K, x, y, r0, r1); break;
+    case WFormat::BF16: k.bf16_gemv(static_cast<const uint16_t*>(W.data), K, x, y, r0, r1); break;
+    case WFormat::Q:
+        k.q_gemv(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, xp, xs, y, r0, r1);
+        break;
     }
 }
 
-void gemv(const float* x, const WeightMatrix& W, float* y) {
+// Several matrix-vector products with the same x in one parallel region (the rows of all matrices are one
+// index space), so q/k/v and gate/up cost one fork/join each.
+void gemv_multi(const float* x, const std::vector<std::pair<const WeightMatrix*, float*>>& mats) {
     const cpu::KernelTable& k = cpu::kernels();
-    const int64_t N = W.rows, K = W.cols;
-    switch (W.fmt) {
-    case WFormat::F32: {
-        const float* w = static_cast<const float*>(W.data);
-        parallel_rows(N, K, [&](int64_t r0, int64_t r1) { k.f32_gemv(w, K, x, y, r0, r1); });
-        break;
+    const int64_t K = mats[0].first->cols;
+    struct Prep {
+        std::vector<float> xp, xs;
+    };
+    thread_local std::vector<Prep> prep_store; // the caller's; workers see it through `preps`
+    std::vector<Prep>& preps = prep_store;
+    preps.resize(mats.size());
+    std::vector<int64_t> start(mats.size() + 1, 0);
+    for (size_t i = 0; i < mats.size(); ++i) {
+        const WeightMatrix& W = *mats[i].first;
+        if (W.cols != K) fail("linear", "gemv_multi: matrices differ in input width");
+        start[i + 1] = start[i] + W.rows;
+        if (W.fmt == WFormat::Q) {
+            // matrices with the same layout share one prepared x
+            size_t j = 0;
+            while (j < i && !(mats[j].first->fmt == WFormat::Q && mats[j].first->bits == W.bits &&
+                              mats[j].first->group_size == W.group_size))
+                ++j;
+            if (j < i) {
+                preps[i] = preps[j];
+                continue;
+            }
+            preps[i].xp.resize(size_t(K));
+            preps[i].xs.resize(size_t(K / W.group_size));
+            k.q_prep(x, K, W.bits, W.group_size, preps[i].xp.data(), preps[i].xs.data());
+        }
     }
-    case WFormat::BF16: {
-        const uint16_t* w = static_cast<const uint16_t*>(W.data);
-        parallel_rows(N, K, [&](int64_t r0, int64_t r1) { k.bf16_gemv(w, K, x, y, r0, r1); });
-        break;
-    }
-    case WFormat::Q: {
-        thread_local std::vector<float> xp, xs;
-        xp.resize(size_t(K));
-        xs.resize(size_t(K / W.group_size));
-        k.q_prep(x, K, W.bits, W.group_size, xp.data(), xs.data());
-        const uint8_t* w = static_cast<const uint8_t*>(W.data);
-        const float *pxp = xp.data(), *pxs = xs.data();
-        parallel_rows(N, K, [&](int64_t r0, int64_t r1) {
-            k.q_gemv(w, W.scales, W.biases, K, W.bits, W.group_size, pxp, pxs, y, r0, r1);
-        });
-        break;
-    }
-    }
+    const int64_t total = start.back();
+    parallel_rows(total, K, [&](int64_t a, int64_t b) {
+        for (size_t i = 0; i < mats.size(); ++i) {
+            const int64_t r0 = std::max(a, start[i]) - start[i], r1 = std::min(b, start[i + 1]) - start[i];
+            if (r0 < r1)
+                gemv_rows(k, x, preps[i].xp.data(), preps[i].xs.data(), *mats[i].first, mats[i].second, r0, r1);
+        }
+    });
 }
+
+void gemv(const float* x, const WeightMatrix& W, float* y) { gemv_multi(x, {{&W, y}}); }
 
 // y[:, 0:nb] (row stride ldy) = x · T[nb, K]ᵀ on the calling thread.
 void gemm_tile(const float* x, int64_t M, int64_t K, const float* T, int64_t nb, float* y, int64_t ldy) {
@@ -173,7 +199,10 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
         }
         thread_local std::vector<uint16_t> wb;
         thread_local std::vector<float> wf;
-        wb.assign(size_t(nb * Kp), 0);
+        wb.resize(size_t(nb * Kp));
+        if (Kp != K)
+            for (int64_t r = 0; r < rows; ++r) std::fill(wb.data() + r * Kp + K, wb.data() + (r + 1) * Kp, uint16_t(0));
+        std::fill(wb.data() + rows * Kp, wb.data() + nb * Kp, uint16_t(0));
         if (W.fmt == WFormat::BF16) {
             for (int64_t r = 0; r < rows; ++r)
                 std::memcpy(wb.data() + r * Kp, static_cast<const uint16_t*>(W.data) + (n0 + r) * K, size_t(K) * 2);
@@ -241,6 +270,18 @@ void linear(const float* x, int64_t M, const WeightMatrix& W, const float* bias,
     if (bias)
         for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+}
+
+void linear_multi(const Tensor& x, const std::vector<const WeightMatrix*>& Ws, const std::vector<Tensor*>& ys) {
+    std::vector<std::pair<const WeightMatrix*, float*>> mats;
+    for (size_t i = 0; i < Ws.size(); ++i) {
+        if (x.cols() != Ws[i]->cols)
+            fail("linear", "input width " + std::to_string(x.cols()) + " != weight " + shape_str(Ws[i]->shape()));
+        *ys[i] = Tensor({x.rows(), Ws[i]->rows});
+        mats.emplace_back(Ws[i], ys[i]->ptr());
+    }
+    if (x.rows() == 1) return gemv_multi(x.ptr(), mats);
+    for (const auto& [W, y] : mats) gemm(x.ptr(), x.rows(), *W, y);
 }
 
 Tensor linear(const Tensor& x, const WeightMatrix& W, const Tensor* bias) {
