@@ -1,0 +1,68 @@
+// The bundled demo model (models/demo, a trained Qwen3-ASR checkpoint): qasr's greedy fp32 transcripts of the
+// bundled samples and the committed held-out clips must equal the transformers transcripts in expected.tsv.
+#include "qasr/qasr.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Row {
+    std::string path, language, text, raw;
+};
+
+std::vector<Row> expected() {
+    std::vector<Row> rows;
+    std::ifstream in(std::string(QASR_SOURCE_DIR) + "/models/demo/expected.tsv");
+    std::string line;
+    std::getline(in, line); // header: path language text raw reference
+    while (std::getline(in, line)) {
+        std::stringstream ss(line);
+        Row r;
+        std::getline(ss, r.path, '\t');
+        std::getline(ss, r.language, '\t');
+        std::getline(ss, r.text, '\t');
+        std::getline(ss, r.raw, '\t');
+        if (!r.path.empty()) rows.push_back(r);
+    }
+    return rows;
+}
+
+} // namespace
+
+TEST(DemoModel, TranscriptsEqualTransformers) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const auto rows = expected();
+    ASSERT_GE(rows.size(), 50u);
+    qasr::Transcriber t = qasr::Transcriber::load(dir);
+    qasr::TranscribeOptions o;
+    o.itn = false;
+    int same = 0;
+    for (const auto& r : rows) {
+        auto res = t.transcribe_file(std::string(QASR_SOURCE_DIR) + "/" + r.path, o);
+        EXPECT_EQ(res.raw_text, r.raw) << r.path;
+        EXPECT_EQ(res.text, r.text) << r.path;
+        EXPECT_EQ(res.language, r.language) << r.path;
+        same += res.raw_text == r.raw;
+    }
+    std::printf("%d/%zu transcripts identical to transformers\n", same, rows.size());
+}
+
+TEST(DemoModel, SamplesPrintTheirTranscript) { // what the README's first command prints
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    qasr::Transcriber t = qasr::Transcriber::load(dir);
+    for (const char* name : {"demo_en", "demo_de"}) {
+        const std::string base = std::string(QASR_SOURCE_DIR) + "/samples/" + name;
+        std::ifstream in(base + ".txt");
+        std::string want;
+        std::getline(in, want);
+        EXPECT_EQ(t.transcribe_file(base + ".wav").text, want) << name;
+    }
+}
