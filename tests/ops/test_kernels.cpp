@@ -1,0 +1,246 @@
+// Every SIMD kernel table against the portable one on random inputs of awkward sizes (odd lengths, tails,
+// partial row ranges), plus ops::linear on WeightMatrix (M = 1 and M > 1, every format) against a float64
+// reference, and the AMX bf16 GEMM where the CPU has it. The ctest entries run this binary once per forced ISA.
+#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/kernels.hpp"
+#include "core/dtype.hpp"
+#include "ops/ops.hpp"
+#include "ops/weight.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <memory>
+#include <random>
+#include <vector>
+
+using namespace qasr;
+using cpu::Isa;
+
+namespace {
+
+std::vector<const cpu::KernelTable*> simd_tables() {
+    std::vector<const cpu::KernelTable*> t;
+    for (Isa i : {Isa::Avx2, Isa::Avx512})
+        if (cpu::isa_supported(i)) t.push_back(i == Isa::Avx2 ? cpu::avx2_kernels() : cpu::avx512_kernels());
+    return t;
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
+    std::mt19937 r(seed);
+    std::normal_distribution<float> d(0, sd);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(r);
+    return v;
+}
+
+std::vector<uint16_t> rand_bf16(size_t n, uint32_t seed, float sd) {
+    const auto f = randn(n, seed, sd);
+    std::vector<uint16_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = f32_to_bf16(f[i]);
+    return v;
+}
+
+std::vector<uint8_t> rand_bytes(size_t n, uint32_t seed) {
+    std::mt19937 r(seed);
+    std::vector<uint8_t> v(n);
+    for (auto& b : v) b = uint8_t(r());
+    return v;
+}
+
+// |a - b| ≤ tol · (scale of the terms), scale = Σ|w·x| computed by the caller.
+void expect_close(float a, float b, double scale, double tol, const std::string& what) {
+    EXPECT_LE(std::fabs(double(a) - double(b)), tol * scale + 1e-6) << what << ": " << a << " vs " << b;
+}
+
+struct QMat {
+    int64_t N, K;
+    int bits, gs;
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> s, b;
+    QMat(int64_t n, int64_t k, int bits_, int gs_, uint32_t seed)
+        : N(n), K(k), bits(bits_), gs(gs_), codes(rand_bytes(size_t(n * k * bits_ / 8), seed)),
+          s(rand_bf16(size_t(n * k / gs_), seed + 1, 0.01f)), b(rand_bf16(size_t(n * k / gs_), seed + 2, 0.1f)) {}
+    WeightMatrix view() const {
+        WeightMatrix w;
+        w.fmt = WFormat::Q;
+        w.rows = N;
+        w.cols = K;
+        w.bits = bits;
+        w.group_size = gs;
+        w.data = codes.data();
+        w.scales = s.data();
+        w.biases = b.data();
+        return w;
+    }
+};
+
+// The ctest entries force an ISA with QASR_ISA; on a CPU without it the kernel tests are skipped.
+bool forced_isa_missing() {
+    const char* e = std::getenv("QASR_ISA");
+    if (!e || !*e) return false;
+    const std::string v = e;
+    const Isa i = v == "avx2" ? Isa::Avx2 : v == "avx512" ? Isa::Avx512 : Isa::Portable;
+    return !cpu::isa_supported(i);
+}
+#define SKIP_IF_FORCED_ISA_MISSING() \
+    if (forced_isa_missing()) GTEST_SKIP() << "QASR_ISA=" << std::getenv("QASR_ISA") << " is not supported here"
+
+} // namespace
+
+TEST(Kernels, QuantizedGemvMatchesPortable) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    const auto& P = cpu::portable_kernels();
+    for (const cpu::KernelTable* T : simd_tables())
+        for (int bits : {4, 6, 8})
+            for (int gs : {32, 64, 128})
+                for (int64_t groups : {1, 3, 5})
+                    for (int64_t N : {1, 7, 33}) {
+                        const int64_t K = gs * groups;
+                        const QMat q(N, K, bits, gs, uint32_t(bits * 1000 + gs * 10 + groups + N));
+                        const auto x = randn(size_t(K), 9);
+                        std::vector<float> xp(size_t(K), 0.0f), xs(size_t(groups), 0.0f), xq(size_t(K), 0.0f), xqs(size_t(groups), 0.0f);
+                        P.q_prep(x.data(), K, bits, gs, xp.data(), xs.data());
+                        T->q_prep(x.data(), K, bits, gs, xq.data(), xqs.data());
+                        std::vector<float> yr(size_t(N), -1.0f), ys(size_t(N), -1.0f), deq(size_t(N * K));
+                        P.q_gemv(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, xp.data(), xs.data(), yr.data(), 0, N);
+                        // partial ranges: [0, N/2) then [N/2, N)
+                        T->q_gemv(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, xq.data(), xqs.data(), ys.data(), 0, N / 2);
+                        T->q_gemv(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, xq.data(), xqs.data(), ys.data(), N / 2, N);
+                        P.q_dequant(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, deq.data(), 0, N);
+                        for (int64_t r = 0; r < N; ++r) {
+                            double scale = 0;
+                            for (int64_t k = 0; k < K; ++k) scale += std::fabs(deq[size_t(r * K + k)] * x[size_t(k)]);
+                            expect_close(ys[size_t(r)], yr[size_t(r)], scale, 1e-5,
+                                         std::string(T->name) + " q" + std::to_string(bits) + " gs" + std::to_string(gs) +
+                                             " K" + std::to_string(K) + " row " + std::to_string(r));
+                        }
+                        std::vector<float> dq2(size_t(N * K));
+                        T->q_dequant(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, dq2.data(), 0, N);
+                        EXPECT_EQ(dq2, deq) << T->name << " dequant q" << bits;
+                    }
+}
+
+TEST(Kernels, FloatGemvAndVectorOpsMatchPortable) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    const auto& P = cpu::portable_kernels();
+    for (const cpu::KernelTable* T : simd_tables())
+        for (int64_t K : {1, 3, 15, 16, 17, 31, 33, 63, 100, 1025}) {
+            const int64_t N = 5;
+            const auto wf = randn(size_t(N * K), uint32_t(K));
+            const auto wb = rand_bf16(size_t(N * K), uint32_t(K + 1), 1.0f);
+            const auto x = randn(size_t(K), uint32_t(K + 2));
+            std::vector<float> a(size_t(N), 0.0f), b(size_t(N), 0.0f);
+            P.f32_gemv(wf.data(), K, x.data(), a.data(), 0, N);
+            T->f32_gemv(wf.data(), K, x.data(), b.data(), 1, N);
+            T->f32_gemv(wf.data(), K, x.data(), b.data(), 0, 1);
+            for (int64_t r = 0; r < N; ++r) {
+                double sc = 0;
+                for (int64_t k = 0; k < K; ++k) sc += std::fabs(wf[size_t(r * K + k)] * x[size_t(k)]);
+                expect_close(b[size_t(r)], a[size_t(r)], sc, 1e-6, std::string(T->name) + " f32 K" + std::to_string(K));
+            }
+            P.bf16_gemv(wb.data(), K, x.data(), a.data(), 0, N);
+            T->bf16_gemv(wb.data(), K, x.data(), b.data(), 0, N);
+            for (int64_t r = 0; r < N; ++r) {
+                double sc = 0;
+                for (int64_t k = 0; k < K; ++k) sc += std::fabs(bf16_to_f32(wb[size_t(r * K + k)]) * x[size_t(k)]);
+                expect_close(b[size_t(r)], a[size_t(r)], sc, 1e-6, std::string(T->name) + " bf16 K" + std::to_string(K));
+            }
+            std::vector<float> c1(size_t(K), 0.0f), c2(size_t(K), 0.0f);
+            P.bf16_to_f32(wb.data(), c1.data(), size_t(K));
+            T->bf16_to_f32(wb.data(), c2.data(), size_t(K));
+            EXPECT_EQ(c1, c2);
+            double sc = 0, ss = 0;
+            for (int64_t k = 0; k < K; ++k) sc += std::fabs(wf[size_t(k)] * x[size_t(k)]), ss += std::fabs(x[size_t(k)]);
+            expect_close(T->dot(wf.data(), x.data(), K), P.dot(wf.data(), x.data(), K), sc, 1e-6, "dot");
+            expect_close(T->sum(x.data(), K), P.sum(x.data(), K), ss, 1e-6, "sum");
+            std::vector<float> y1(x), y2(x);
+            P.axpy(0.37f, wf.data(), y1.data(), K);
+            T->axpy(0.37f, wf.data(), y2.data(), K);
+            for (int64_t k = 0; k < K; ++k) EXPECT_NEAR(y1[size_t(k)], y2[size_t(k)], 1e-6 * (1 + std::fabs(y1[size_t(k)])));
+        }
+}
+
+// ops::linear on every format through the active ISA (forced per ctest entry) against a float64 reference of the
+// dequantized matrix: M = 1 takes the gemv kernels, M > 1 the tiled sgemm (and AMX under Bf16GemmScope).
+TEST(Kernels, LinearOnWeightMatrixMatchesReference) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    ops::set_num_threads(2);
+    for (int64_t M : {1, 2, 5, 37})
+        for (const char* fmt : {"f32", "bf16", "q4", "q6", "q8"}) {
+            const int64_t N = 45, K = 192;
+            WeightMatrix W;
+            std::vector<float> wf;
+            std::vector<uint16_t> wb;
+            std::unique_ptr<QMat> q;
+            const std::string f = fmt;
+            if (f == "f32") {
+                wf = randn(size_t(N * K), 3);
+                W = WeightMatrix::from_f32(wf, N, K);
+            } else if (f == "bf16") {
+                wb = rand_bf16(size_t(N * K), 4, 1.0f);
+                W.fmt = WFormat::BF16;
+                W.rows = N;
+                W.cols = K;
+                W.data = wb.data();
+            } else {
+                q = std::make_unique<QMat>(N, K, f[1] - '0', 64, 5);
+                W = q->view();
+            }
+            const std::vector<float> ref_w = W.to_f32();
+            const auto x = randn(size_t(M * K), 6);
+            const auto bias = randn(size_t(N), 7);
+            for (bool bf16 : {false, true}) {
+                ops::Bf16GemmScope scope(bf16);
+                std::vector<float> y(size_t(M * N));
+                ops::linear(x.data(), M, W, bias.data(), y.data());
+                const bool rounded = bf16 && M > 1 && ops::bf16_gemm_enabled() && cpu::amx_available();
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t n = 0; n < N; ++n) {
+                        double acc = bias[size_t(n)], sc = std::fabs(bias[size_t(n)]);
+                        for (int64_t k = 0; k < K; ++k) {
+                            acc += double(x[size_t(m * K + k)]) * ref_w[size_t(n * K + k)];
+                            sc += std::fabs(double(x[size_t(m * K + k)]) * ref_w[size_t(n * K + k)]);
+                        }
+                        expect_close(y[size_t(m * N + n)], float(acc), sc, rounded ? 1e-2 : 1e-5,
+                                     f + " M" + std::to_string(M) + (bf16 ? " bf16" : ""));
+                    }
+            }
+        }
+}
+
+TEST(Kernels, AmxGemmAwkwardSizes) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    for (int64_t M : {1, 15, 17, 33})
+        for (int64_t K : {32, 33, 96, 130})
+            for (int64_t N : {32, 45}) {
+                const auto x = randn(size_t(M * K), 11), w = randn(size_t(N * K), 12);
+                const int64_t Kp = (K + 31) / 32 * 32, nb = (N + 31) / 32 * 32;
+                std::vector<uint16_t> xb(cpu::amx_packed_x_size(M, K)), wb(size_t(nb * Kp), 0);
+                cpu::AmxPackedX px;
+                cpu::amx_pack_x(x.data(), M, K, xb.data(), px);
+                for (int64_t r = 0; r < N; ++r)
+                    for (int64_t k = 0; k < K; ++k) wb[size_t(r * Kp + k)] = f32_to_bf16(w[size_t(r * K + k)]);
+                std::vector<float> y(size_t(M * N), -7.0f);
+                cpu::amx_gemm_rows(wb.data(), Kp, nb, N, px, y.data(), N);
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t n = 0; n < N; ++n) {
+                        double acc = 0;
+                        for (int64_t k = 0; k < K; ++k)
+                            acc += double(bf16_to_f32(f32_to_bf16(x[size_t(m * K + k)]))) *
+                                   bf16_to_f32(wb[size_t(n * Kp + k)]);
+                        EXPECT_NEAR(y[size_t(m * N + n)], acc, 1e-4 * (1 + std::fabs(acc))) << M << " " << K << " " << N;
+                    }
+            }
+}
+
+TEST(Kernels, IsaSelection) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    EXPECT_TRUE(cpu::isa_supported(Isa::Portable));
+    const char* e = std::getenv("QASR_ISA");
+    if (e && *e) EXPECT_STREQ(cpu::kernels().name, e);
+    else EXPECT_EQ(cpu::kernels().isa, cpu::best_isa());
+}
