@@ -201,6 +201,17 @@ void StreamSession::step(bool final) {
 void StreamSession::end_segment(size_t boundary) {
     std::vector<float> rest(audio_.begin() + long(boundary), audio_.end());
     audio_.resize(boundary);
+    // Frames (and windows) that saw samples past the boundary are provisional again: at the segment end the
+    // STFT reflects, exactly as for a clip that ends there.
+    const int n_mels = model_->hp.audio.n_mels;
+    const size_t FW = size_t(model_->hp.audio.n_window_infer);
+    stable_frames_ = std::min(stable_frames_, stable_frame_count(boundary));
+    logmel_.resize(stable_frames_ * size_t(n_mels));
+    max_stable_ = logmel_.empty() ? -1e30f : *std::max_element(logmel_.begin(), logmel_.end());
+    while (!windows_.empty() && windows_.size() * FW > stable_frames_) {
+        windows_.pop_back();
+        window_min_.pop_back();
+    }
     step(true);
     const ParsedOutput seg = parse_asr_output(model_->tokenizer.decode(hyp_), forced_);
     committed_raw_text_ += seg.text;
