@@ -45,6 +45,7 @@ options:
   --isa portable|avx2|avx512   force the kernel ISA (default: best supported; env QASR_ISA)
   --bw-mb N              size of the bandwidth probe buffer in MiB (default 1024; 0 skips the probe)
   --json                 print only the JSON object
+  --stream               streaming benchmark instead (finalization latency; see qasr stream --help)
 )";
 
 double median(std::vector<double> v) {
@@ -95,6 +96,8 @@ std::vector<float> generated_audio(double seconds) {
 } // namespace
 
 int cmd_bench(int argc, char** argv) {
+    for (int i = 2; i < argc; ++i) // `qasr bench --stream ...` is the streaming benchmark of `qasr stream --bench`
+        if (std::string(argv[i]) == "--stream") return cmd_stream(argc, argv);
     Args a(argc, argv, 2);
     std::string model_dir, audio_path, v, isa;
     double seconds = 11.0;

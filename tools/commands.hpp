@@ -7,5 +7,6 @@ int cmd_transcribe(int argc, char** argv);
 int cmd_dev(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_stream(int argc, char** argv);
 
 } // namespace qasr::cli

@@ -66,7 +66,7 @@ void StreamSession::push(const float* pcm, size_t n) {
 }
 
 std::vector<int> StreamSession::rollback_prefix(bool final) const {
-    if (chunk_index_ < opts_.unfixed_chunks || hyp_.empty()) return {};
+    if (chunk_index_ < opts_.unfixed_chunks || hyp_.empty() || (final && opts_.exact_final)) return {};
     size_t keep = hyp_.size() > size_t(opts_.rollback_tokens) ? hyp_.size() - size_t(opts_.rollback_tokens) : 0;
     if (final) keep = std::max<size_t>(keep, 1);
     std::vector<int> p(hyp_.begin(), hyp_.begin() + long(keep));
@@ -256,6 +256,7 @@ TranscriptionResult StreamSession::finish() {
         committed_raw_text_ += parse_asr_output(model_->tokenizer.decode(hyp_), forced_).text;
     }
     consumed_seconds_ += double(audio_.size()) / kSampleRate;
+    audio_.clear();
     final_.language = forced_.empty() ? language_ : forced_;
     final_.text = opts_.itn ? postprocess_text(committed_raw_text_, final_.language) : committed_raw_text_;
     final_.raw_text = committed_raw_text_;

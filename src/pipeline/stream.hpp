@@ -28,6 +28,7 @@ struct StreamOptions {
     int rollback_tokens = 5;         // tokens of the previous hypothesis re-decoded each chunk
     int max_segment_windows = 3;     // segment length bound (× 8 s)
     int max_new_tokens_per_chunk = 0; // 0: ⌈chunk seconds·20⌉ + 32
+    bool exact_final = false;        // final decode without the text prefix: equals offline, costs a full decode
     bool itn = true;
 };
 

@@ -1,0 +1,227 @@
+// `qasr stream -m DIR`: live transcription of raw s16le 16 kHz from stdin (or `--file X [--realtime]`), partials
+// printed in place and finals on their own lines (`--json`: one event per line).
+// `qasr stream --bench -m DIR FILE...` (also `qasr bench --stream`): finalization latency (last sample pushed →
+// final text), per-chunk compute over the stream, and the streamed final against the offline transcript.
+#include "args.hpp"
+#include "commands.hpp"
+
+#include "api/transcriber_impl.hpp"
+#include "audio/audio.hpp"
+#include "core/timer.hpp"
+#include "ops/ops.hpp"
+#include "pipeline/session.hpp"
+#include "pipeline/stream.hpp"
+#include "text/output.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+namespace qasr::cli {
+namespace {
+
+const char* kHelp = R"(usage: qasr stream -m MODEL_DIR [options]
+       qasr stream --bench -m MODEL_DIR [options] FILE...
+
+Live transcription. Reads raw signed 16-bit little-endian mono PCM at 16 kHz from standard input (e.g.
+`arecord -f S16_LE -r 16000 -c 1 | qasr stream -m DIR`), or replays --file. Partial text is printed in place
+(on a terminal), final text on its own line.
+
+options:
+  -m, --model DIR          model directory
+  --file F                 replay an audio file instead of reading stdin
+  --realtime               with --file: push audio at real speed (100 ms blocks)
+  --json                   print events as JSON lines {"type":"partial|final","stable","unstable","language","t"}
+  --language L             force the language
+  --context TEXT           system-prompt context
+  --chunk-seconds S        decoding cadence (default 2)
+  --rollback N             tokens re-decoded each chunk (default 5)
+  --unfixed-chunks N       chunks decoded without a text prefix (default 2)
+  --segment-windows N      segment bound in 8-second windows (default 3)
+  --threads N              CPU threads
+  --no-itn                 no inverse text normalization of finals
+  --exact-final            decode the final without the rolled-back prefix: equals the offline transcript,
+                           at the cost of a full decode when the key is released
+  --bench                  benchmark mode (see below)
+  -h, --help               this help
+
+--bench: for each FILE, pushes the audio in 100 ms blocks as fast as possible (each chunk step runs inside the
+push that completes its chunk, as it would live), then measures finish(); also transcribes the file offline and
+reports the token edit distance between the streamed final and the offline transcript. Prints one line per file
+and a JSON summary (median and worst finalization latency, per-chunk compute).
+)";
+
+struct Common {
+    std::string model;
+    StreamOptions so;
+    LoadOptions lo;
+};
+
+bool parse_common(Args& a, Common& c) {
+    std::string v;
+    if (a.option("-m", c.model) || a.option("--model", c.model)) return true;
+    if (a.option("--language", c.so.language) || a.option("--context", c.so.context)) return true;
+    if (a.option("--chunk-seconds", v)) return c.so.chunk_seconds = to_double("--chunk-seconds", v, 0.1, 60), true;
+    if (a.option("--rollback", v)) return c.so.rollback_tokens = int(to_long("--rollback", v, 0, 1000)), true;
+    if (a.option("--unfixed-chunks", v)) return c.so.unfixed_chunks = int(to_long("--unfixed-chunks", v, 0, 1000)), true;
+    if (a.option("--segment-windows", v))
+        return c.so.max_segment_windows = int(to_long("--segment-windows", v, 1, 1000)), true;
+    if (a.option("--threads", v)) return c.lo.threads = int(to_long("--threads", v, 1, 1024)), true;
+    if (a.flag("--no-itn")) return c.so.itn = false, true;
+    if (a.flag("--exact-final")) return c.so.exact_final = true, true;
+    return false;
+}
+
+int edit_distance(const std::vector<int>& a, const std::vector<int>& b) {
+    std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = int(j);
+    for (size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = int(i);
+        for (size_t j = 1; j <= b.size(); ++j)
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int run_bench(const Common& c, const std::vector<std::string>& files) {
+    Transcriber t = Transcriber::load_with_warmup(c.model, c.lo);
+    const auto& model = t.impl().model;
+    std::vector<double> fin_ms, chunk_ms;
+    nlohmann::json per_file = nlohmann::json::array();
+    for (const auto& f : files) {
+        const std::vector<float> audio = load_audio_file(f);
+        StreamSession s(model, c.so);
+        const size_t block = 1600;
+        for (size_t i = 0; i < audio.size(); i += block) s.push(audio.data() + i, std::min(block, audio.size() - i));
+        Stopwatch sw;
+        TranscriptionResult fin = s.finish();
+        const double fms = sw.ms();
+        double worst_chunk = 0, sum_chunk = 0;
+        const size_t n_steps = s.stats().size();
+        for (size_t i = 0; i + 1 < n_steps; ++i) { // the last step is finish()'s
+            worst_chunk = std::max(worst_chunk, s.stats()[i].ms);
+            sum_chunk += s.stats()[i].ms;
+            chunk_ms.push_back(s.stats()[i].ms);
+        }
+        TranscribeOptions o;
+        o.language = c.so.language;
+        o.context = c.so.context;
+        o.itn = c.so.itn;
+        TranscriptionResult off = t.transcribe(audio, o);
+        const auto& tok = model->tokenizer;
+        const int ed = edit_distance(tok.encode(fin.text), tok.encode(off.text));
+        fin_ms.push_back(fms);
+        std::printf("%s: %.2f s audio | finalization %.1f ms | chunks %zu, mean %.1f ms, worst %.1f ms | "
+                    "token edit distance to offline %d (%zu tokens)%s\n",
+                    f.c_str(), fin.audio_seconds, fms, n_steps ? n_steps - 1 : 0,
+                    n_steps > 1 ? sum_chunk / double(n_steps - 1) : 0.0, worst_chunk, ed, tok.encode(off.text).size(),
+                    fin.text == off.text ? " (identical)" : "");
+        per_file.push_back({{"file", f}, {"audio_seconds", fin.audio_seconds}, {"finalization_ms", fms},
+                            {"chunk_ms_worst", worst_chunk}, {"token_edit_distance", ed},
+                            {"offline_tokens", tok.encode(off.text).size()}, {"identical", fin.text == off.text}});
+    }
+    nlohmann::json j = {{"finalization_ms_median", median(fin_ms)},
+                        {"finalization_ms_worst", fin_ms.empty() ? 0 : *std::max_element(fin_ms.begin(), fin_ms.end())},
+                        {"chunk_ms_median", median(chunk_ms)},
+                        {"chunk_ms_worst", chunk_ms.empty() ? 0 : *std::max_element(chunk_ms.begin(), chunk_ms.end())},
+                        {"threads", ops::num_threads()},
+                        {"chunk_seconds", c.so.chunk_seconds},
+                        {"files", per_file}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+}
+
+} // namespace
+
+int cmd_stream(int argc, char** argv) {
+    Args a(argc, argv, 2);
+    Common c;
+    std::string file;
+    bool realtime = false, json = false, bench = false;
+    std::vector<std::string> files;
+    while (!a.done()) {
+        if (a.flag("-h") || a.flag("--help")) {
+            std::fputs(kHelp, stdout);
+            return 0;
+        } else if (parse_common(a, c)) {
+        } else if (a.option("--file", file)) {
+        } else if (a.flag("--realtime")) {
+            realtime = true;
+        } else if (a.flag("--json")) {
+            json = true;
+        } else if (a.flag("--bench") || a.flag("--stream")) {
+            bench = true;
+        } else if (a.peek().size() > 1 && a.peek()[0] == '-') {
+            throw std::invalid_argument("unknown option " + a.peek() + " (see qasr stream --help)");
+        } else {
+            files.push_back(a.next());
+        }
+    }
+    if (c.model.empty()) throw std::invalid_argument("no model directory (-m DIR)");
+    if (!c.so.language.empty()) c.so.language = canonical_language(c.so.language);
+    if (bench) {
+        if (!file.empty()) files.push_back(file);
+        if (files.empty()) throw std::invalid_argument("--bench needs audio files");
+        return run_bench(c, files);
+    }
+    if (!files.empty()) throw std::invalid_argument("unexpected argument " + files[0] + " (use --file)");
+    Transcriber t = Transcriber::load_with_warmup(c.model, c.lo);
+    const bool tty = ::isatty(STDOUT_FILENO);
+    size_t last_len = 0;
+    auto on_event = [&](const StreamEvent& e) {
+        if (json) {
+            nlohmann::json j = {{"type", e.kind == StreamEvent::Kind::Final ? "final" : "partial"},
+                                {"stable", e.stable}, {"unstable", e.unstable}, {"language", e.language},
+                                {"t", e.audio_seconds}};
+            std::cout << j.dump() << std::endl;
+        } else if (e.kind == StreamEvent::Kind::Final) {
+            if (tty) std::cout << "\r\033[K";
+            std::cout << e.text() << std::endl;
+            last_len = 0;
+        } else if (tty) {
+            std::cout << "\r\033[K" << e.stable << "\033[2m" << e.unstable << "\033[0m" << std::flush;
+            last_len = e.text().size();
+        }
+    };
+    StreamSession s(t.impl().model, c.so, on_event);
+    if (!file.empty()) {
+        const std::vector<float> audio = load_audio_file(file);
+        const size_t block = 1600;
+        auto t0 = std::chrono::steady_clock::now();
+        for (size_t i = 0; i < audio.size(); i += block) {
+            if (realtime) std::this_thread::sleep_until(t0 + std::chrono::milliseconds(i / 16));
+            s.push(audio.data() + i, std::min(block, audio.size() - i));
+        }
+    } else {
+        std::vector<uint8_t> buf(3200);
+        uint8_t carry = 0;
+        bool have_carry = false;
+        while (true) {
+            const ssize_t n = ::read(STDIN_FILENO, buf.data() + (have_carry ? 1 : 0), buf.size() - 1);
+            if (n <= 0) break;
+            size_t len = size_t(n) + (have_carry ? 1 : 0);
+            if (have_carry) buf[0] = carry;
+            have_carry = len % 2;
+            if (have_carry) carry = buf[len - 1];
+            s.push_s16le(buf.data(), len - (have_carry ? 1 : 0));
+        }
+    }
+    s.finish();
+    (void)last_len;
+    return 0;
+}
+
+} // namespace qasr::cli
