@@ -70,6 +70,41 @@ float qasr_result_token_logprob(const qasr_result* r, size_t i);  /* 0 when out 
 const char* qasr_result_finish_reason(const qasr_result* r);      /* "eos", "token_cap", "repetition", "empty" */
 void qasr_result_free(qasr_result* r);
 
+/* Streaming (live dictation). Events arrive through the optional callback (called inside push/finish, on the
+ * pushing thread) and through qasr_stream_next_event (polling). */
+typedef struct qasr_stream qasr_stream;
+
+typedef struct {
+    const char* language;    /* NULL or "": detect */
+    const char* context;
+    float chunk_seconds;     /* decoding cadence, default 2 */
+    int rollback_tokens;     /* default 5 */
+    int unfixed_chunks;      /* default 2 */
+    int max_segment_windows; /* default 3 (x 8 s) */
+    int exact_final;         /* non-zero: final equals the offline transcript (full decode at finish) */
+    int itn;                 /* non-zero: inverse text normalization of finals */
+} qasr_stream_params;
+
+typedef struct {
+    int is_final;
+    const char* stable;      /* text that will not change */
+    const char* unstable;    /* tail that may change */
+    const char* language;
+    double audio_seconds;
+} qasr_stream_event;         /* strings valid until the next call on the stream */
+
+typedef void (*qasr_stream_callback)(void* user, const qasr_stream_event* event);
+
+qasr_stream_params qasr_default_stream_params(void);
+qasr_status qasr_stream_open(const qasr_model* model, const qasr_stream_params* params, qasr_stream_callback cb,
+                             void* user, qasr_stream** out);
+qasr_status qasr_stream_push(qasr_stream* s, const float* samples, size_t n_samples);
+qasr_status qasr_stream_push_s16le(qasr_stream* s, const uint8_t* bytes, size_t n_bytes);
+/* Returns 1 and fills *event when an event is pending, 0 when none is. */
+int qasr_stream_next_event(qasr_stream* s, qasr_stream_event* event);
+qasr_status qasr_stream_finish(qasr_stream* s, qasr_result** out);
+void qasr_stream_free(qasr_stream* s);
+
 const char* qasr_last_error(void);            /* message of this thread's last failure ("" if none) */
 const char* qasr_status_string(qasr_status s);
 

@@ -8,6 +8,7 @@
 // (each call has its own session state). Every failure is a qasr::Error (a std::runtime_error).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -64,8 +65,53 @@ struct TranscriptionResult {
     FinishReason finish = FinishReason::Empty;
 };
 
+// Live transcription (see Stream below).
+struct StreamOptions {
+    std::string language;            // "" = detect
+    std::string context;
+    double chunk_seconds = 2.0;      // decoding cadence
+    int unfixed_chunks = 2;          // first chunks of a segment decode without a text prefix
+    int rollback_tokens = 5;         // tokens of the previous hypothesis re-decoded each chunk
+    int max_segment_windows = 3;     // segment length bound (× 8 s)
+    int max_new_tokens_per_chunk = 0; // 0: ⌈chunk seconds·20⌉ + 32
+    bool exact_final = false;        // final decode without the text prefix: equals offline, costs a full decode
+    bool itn = true;
+};
+
+struct StreamEvent {
+    enum class Kind { Partial, Final } kind;
+    std::string stable;   // text that will not change (committed segments + fixed prefix)
+    std::string unstable; // tail that may still change
+    std::string language;
+    double audio_seconds = 0;
+    std::string text() const { return stable + unstable; }
+};
+
 // One fixed, machine-parsable summary line shared by the CLI and `qasr bench`.
 std::string summary_line(const TranscriptionResult& r);
+
+class StreamSession;
+class Transcriber;
+
+// A live transcription session: push 16 kHz mono PCM in blocks of any size at any pace; partial and final text
+// arrive through the callback and poll(); finish() flushes the tail and returns the final result. Sessions are
+// independent and may run concurrently on one Transcriber.
+class Stream {
+public:
+    using Callback = std::function<void(const StreamEvent&)>;
+    void push(const float* samples, size_t n);
+    void push_s16le(const uint8_t* bytes, size_t n);
+    std::vector<StreamEvent> poll();
+    TranscriptionResult finish();
+    Stream(Stream&&) noexcept;
+    Stream& operator=(Stream&&) noexcept;
+    ~Stream();
+
+private:
+    friend class Transcriber;
+    explicit Stream(std::unique_ptr<StreamSession> s);
+    std::unique_ptr<StreamSession> s_;
+};
 
 class Transcriber {
 public:
@@ -77,6 +123,7 @@ public:
     // 16 kHz mono float samples in [-1, 1].
     TranscriptionResult transcribe(const std::vector<float>& samples, const TranscribeOptions& opts = {}) const;
     void warmup() const;
+    Stream open_stream(const StreamOptions& opts = {}, Stream::Callback cb = nullptr) const;
 
     double load_ms() const;
     std::string model_summary() const;

@@ -4,6 +4,8 @@
 #include "core/error.hpp"
 #include "qasr/qasr.hpp"
 
+#include <deque>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -12,6 +14,13 @@ struct qasr_model {
 };
 struct qasr_result {
     qasr::TranscriptionResult r;
+};
+struct qasr_stream {
+    qasr_stream_callback cb = nullptr;
+    void* user = nullptr;
+    std::deque<qasr::StreamEvent> queue;
+    qasr::StreamEvent current; // backs the strings of the last event handed out
+    std::unique_ptr<qasr::Stream> s;
 };
 
 namespace {
@@ -36,6 +45,7 @@ template <typename F> qasr_status guarded(qasr_status category, F&& f) {
         const std::string m = e.what();
         if (m.rfind("[options]", 0) == 0) return fail_with(QASR_ERR_INVALID_ARGUMENT, e.what());
         if (m.rfind("[audio]", 0) == 0) return fail_with(QASR_ERR_AUDIO, e.what());
+        if (m.rfind("[stream]", 0) == 0) return fail_with(QASR_ERR_INVALID_ARGUMENT, e.what());
         return fail_with(category, e.what());
     } catch (const std::exception& e) {
         return fail_with(QASR_ERR_INTERNAL, e.what());
@@ -109,6 +119,67 @@ float qasr_result_token_logprob(const qasr_result* r, size_t i) {
 }
 const char* qasr_result_finish_reason(const qasr_result* r) { return r ? qasr::finish_reason_name(r->r.finish) : ""; }
 void qasr_result_free(qasr_result* r) { delete r; }
+
+qasr_stream_params qasr_default_stream_params(void) { return {nullptr, nullptr, 2.0f, 5, 2, 3, 0, 1}; }
+
+qasr_status qasr_stream_open(const qasr_model* m, const qasr_stream_params* params, qasr_stream_callback cb, void* user,
+                             qasr_stream** out) {
+    if (!m || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model and out must not be NULL");
+    *out = nullptr;
+    const qasr_stream_params p = params ? *params : qasr_default_stream_params();
+    return guarded(QASR_ERR_INTERNAL, [&] {
+        qasr::StreamOptions o;
+        if (p.language) o.language = p.language;
+        if (p.context) o.context = p.context;
+        o.chunk_seconds = p.chunk_seconds;
+        o.rollback_tokens = p.rollback_tokens;
+        o.unfixed_chunks = p.unfixed_chunks;
+        o.max_segment_windows = p.max_segment_windows;
+        o.exact_final = p.exact_final != 0;
+        o.itn = p.itn != 0;
+        auto st = std::make_unique<qasr_stream>();
+        qasr_stream* raw = st.get();
+        st->cb = cb;
+        st->user = user;
+        st->s = std::make_unique<qasr::Stream>(m->t.open_stream(o, [raw](const qasr::StreamEvent& e) {
+            if (raw->cb) {
+                const qasr_stream_event ce{e.kind == qasr::StreamEvent::Kind::Final, e.stable.c_str(), e.unstable.c_str(),
+                                           e.language.c_str(), e.audio_seconds};
+                raw->cb(raw->user, &ce);
+            } else {
+                raw->queue.push_back(e);
+            }
+        }));
+        *out = st.release();
+    });
+}
+
+qasr_status qasr_stream_push(qasr_stream* s, const float* samples, size_t n) {
+    if (!s || (!samples && n)) return fail_with(QASR_ERR_INVALID_ARGUMENT, "stream and samples must not be NULL");
+    return guarded(QASR_ERR_INTERNAL, [&] { s->s->push(samples, n); });
+}
+
+qasr_status qasr_stream_push_s16le(qasr_stream* s, const uint8_t* bytes, size_t n) {
+    if (!s || (!bytes && n)) return fail_with(QASR_ERR_INVALID_ARGUMENT, "stream and bytes must not be NULL");
+    return guarded(QASR_ERR_INTERNAL, [&] { s->s->push_s16le(bytes, n); });
+}
+
+int qasr_stream_next_event(qasr_stream* s, qasr_stream_event* ev) {
+    if (!s || !ev || s->queue.empty()) return 0;
+    s->current = std::move(s->queue.front());
+    s->queue.pop_front();
+    *ev = {s->current.kind == qasr::StreamEvent::Kind::Final, s->current.stable.c_str(), s->current.unstable.c_str(),
+           s->current.language.c_str(), s->current.audio_seconds};
+    return 1;
+}
+
+qasr_status qasr_stream_finish(qasr_stream* s, qasr_result** out) {
+    if (!s || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "stream and out must not be NULL");
+    *out = nullptr;
+    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{s->s->finish()}; });
+}
+
+void qasr_stream_free(qasr_stream* s) { delete s; }
 
 const char* qasr_last_error(void) { return g_last_error.c_str(); }
 

@@ -4,6 +4,7 @@
 #include "audio/audio.hpp"
 #include "ops/ops.hpp"
 #include "pipeline/session.hpp"
+#include "pipeline/stream.hpp"
 #include "qasr/qasr.hpp"
 #include "api/transcriber_impl.hpp"
 
@@ -87,6 +88,23 @@ std::string Transcriber::model_summary() const {
                   hp.layout.c_str(), impl_->model->weights.scheme.c_str(), hp.audio.n_layers, hp.audio.d_model,
                   hp.text.n_layers, hp.text.hidden, hp.text.vocab_size);
     return buf;
+}
+
+} // namespace qasr
+
+namespace qasr {
+
+Stream::Stream(std::unique_ptr<StreamSession> s) : s_(std::move(s)) {}
+Stream::Stream(Stream&&) noexcept = default;
+Stream& Stream::operator=(Stream&&) noexcept = default;
+Stream::~Stream() = default;
+void Stream::push(const float* samples, size_t n) { s_->push(samples, n); }
+void Stream::push_s16le(const uint8_t* bytes, size_t n) { s_->push_s16le(bytes, n); }
+std::vector<StreamEvent> Stream::poll() { return s_->poll(); }
+TranscriptionResult Stream::finish() { return s_->finish(); }
+
+Stream Transcriber::open_stream(const StreamOptions& opts, Stream::Callback cb) const {
+    return Stream(std::make_unique<StreamSession>(impl_->model, opts, std::move(cb)));
 }
 
 } // namespace qasr

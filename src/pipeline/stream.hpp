@@ -20,27 +20,6 @@
 
 namespace qasr {
 
-struct StreamOptions {
-    std::string language;            // "" = detect
-    std::string context;
-    double chunk_seconds = 2.0;      // decoding cadence
-    int unfixed_chunks = 2;          // first chunks of a segment decode without a text prefix
-    int rollback_tokens = 5;         // tokens of the previous hypothesis re-decoded each chunk
-    int max_segment_windows = 3;     // segment length bound (× 8 s)
-    int max_new_tokens_per_chunk = 0; // 0: ⌈chunk seconds·20⌉ + 32
-    bool exact_final = false;        // final decode without the text prefix: equals offline, costs a full decode
-    bool itn = true;
-};
-
-struct StreamEvent {
-    enum class Kind { Partial, Final } kind;
-    std::string stable;   // text that will not change (committed segments + fixed prefix)
-    std::string unstable; // tail that may still change
-    std::string language;
-    double audio_seconds = 0;
-    std::string text() const { return stable + unstable; }
-};
-
 struct StreamChunkStats {
     double audio_seconds = 0;   // stream position when the chunk step ran
     int encoder_windows = 0;    // windows encoded in this step

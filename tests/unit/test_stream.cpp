@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 using namespace qasr;
 namespace fs = std::filesystem;
@@ -148,4 +149,21 @@ TEST(Stream, ShortStreamFinalEqualsOffline) {
     to.itn = false;
     const auto r = off.run(audio, to);
     EXPECT_EQ(fin.raw_text, parse_asr_output(r.raw_text, "").text);
+}
+
+TEST(Stream, ConcurrentSessionsOnOneModel) {
+    NEED_TOKENIZER();
+    const std::vector<std::vector<float>> clips = {speechlike(16000 * 5, 11), speechlike(16000 * 6 + 99, 12)};
+    auto run_one = [&](const std::vector<float>& a) {
+        StreamSession s(tiny(), small_opts());
+        for (size_t i = 0; i < a.size(); i += 4000) s.push(a.data() + i, std::min<size_t>(4000, a.size() - i));
+        return s.finish().raw_text;
+    };
+    std::vector<std::string> sequential;
+    for (const auto& c : clips) sequential.push_back(run_one(c));
+    std::vector<std::string> parallel(clips.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < clips.size(); ++i) threads.emplace_back([&, i] { parallel[i] = run_one(clips[i]); });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(parallel, sequential);
 }

@@ -1,0 +1,117 @@
+/* The C API, compiled as C: model load errors, file and PCM transcription, streaming with polling and with a
+ * callback. Uses the bundled demo model (skips with exit 77 when its tokenizer is not installed). */
+#include "qasr/qasr.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (%s)\n", __FILE__, __LINE__, #cond, qasr_last_error());          \
+            ++failures;                                                                                                \
+        }                                                                                                              \
+    } while (0)
+
+static int n_callbacks = 0, n_finals = 0;
+static void on_event(void* user, const qasr_stream_event* e) {
+    (void)user;
+    ++n_callbacks;
+    if (e->is_final) ++n_finals;
+}
+
+static char* read_text(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    char* buf = calloc(1, 4096);
+    size_t n = fread(buf, 1, 4095, f);
+    fclose(f);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
+    return buf;
+}
+
+int main(void) {
+    const char* root = QASR_SOURCE_DIR;
+    char dir[1024], tok[1100], wav[1100], txt[1100];
+    snprintf(dir, sizeof dir, "%s/models/demo", root);
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+    snprintf(wav, sizeof wav, "%s/samples/demo_en.wav", root);
+    snprintf(txt, sizeof txt, "%s/samples/demo_en.txt", root);
+    FILE* probe = fopen(tok, "rb");
+    if (!probe) {
+        printf("SKIP: demo model tokenizer not installed (run scripts/build.sh)\n");
+        return 77;
+    }
+    fclose(probe);
+
+    qasr_model* m = NULL;
+    CHECK(qasr_model_load("/nonexistent", NULL, &m) == QASR_ERR_MODEL);
+    CHECK(m == NULL && strstr(qasr_last_error(), "not a model directory") != NULL);
+    CHECK(qasr_model_load(NULL, NULL, &m) == QASR_ERR_INVALID_ARGUMENT);
+
+    qasr_load_params lp = qasr_default_load_params();
+    lp.warmup = 0;
+    CHECK(qasr_model_load(dir, &lp, &m) == QASR_OK);
+    if (!m) return 1;
+
+    qasr_result* r = NULL;
+    CHECK(qasr_transcribe_file(m, "/nonexistent.wav", NULL, &r) == QASR_ERR_AUDIO && r == NULL);
+    qasr_transcribe_params tp = qasr_default_transcribe_params();
+    tp.top_p = 2.0f;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_ERR_INVALID_ARGUMENT);
+    char* want = read_text(txt);
+    CHECK(qasr_transcribe_file(m, wav, NULL, &r) == QASR_OK);
+    CHECK(r && want && strcmp(qasr_result_text(r), want) == 0);
+    CHECK(strcmp(qasr_result_language(r), "English") == 0);
+    CHECK(qasr_result_n_tokens(r) > 0 && qasr_result_token_id(r, 0) >= 0 && qasr_result_token_logprob(r, 0) <= 0.0f);
+    CHECK(qasr_result_token_id(r, 100000) == -1);
+    CHECK(strcmp(qasr_result_finish_reason(r), "eos") == 0);
+    CHECK(qasr_result_rtf(r) > 0.0);
+    qasr_result_free(r);
+
+    float silence[100] = {0};
+    CHECK(qasr_transcribe_pcm(m, silence, 100, NULL, &r) == QASR_OK); /* < 400 samples: empty, no model run */
+    CHECK(r && qasr_result_text(r)[0] == 0 && strcmp(qasr_result_finish_reason(r), "empty") == 0);
+    qasr_result_free(r);
+
+    /* Streaming with polling: feed the sample as raw s16le read from the WAV's data (header skipped). */
+    FILE* f = fopen(wav, "rb");
+    CHECK(f != NULL);
+    unsigned char* bytes = malloc(1 << 20);
+    size_t n = f ? fread(bytes, 1, 1 << 20, f) : 0;
+    if (f) fclose(f);
+    qasr_stream* s = NULL;
+    qasr_stream_params sp = qasr_default_stream_params();
+    sp.exact_final = 1;
+    CHECK(qasr_stream_open(m, &sp, NULL, NULL, &s) == QASR_OK);
+    size_t data = 44; /* canonical 44-byte header */
+    for (size_t i = data; i + 320 <= n; i += 320) CHECK(qasr_stream_push_s16le(s, bytes + i, 320) == QASR_OK);
+    CHECK(qasr_stream_push_s16le(s, bytes, 3) == QASR_ERR_INVALID_ARGUMENT); /* odd byte count */
+    CHECK(qasr_stream_finish(s, &r) == QASR_OK);
+    CHECK(r && want && strcmp(qasr_result_text(r), want) == 0);
+    qasr_result_free(r);
+    qasr_stream_event ev;
+    int events = 0, finals = 0;
+    while (qasr_stream_next_event(s, &ev)) {
+        ++events;
+        finals += ev.is_final;
+    }
+    CHECK(events >= 1 && finals == 1);
+    qasr_stream_free(s);
+
+    /* Streaming with a callback. */
+    CHECK(qasr_stream_open(m, NULL, on_event, NULL, &s) == QASR_OK);
+    for (size_t i = data; i + 3200 <= n; i += 3200) qasr_stream_push_s16le(s, bytes + i, 3200);
+    CHECK(qasr_stream_finish(s, &r) == QASR_OK);
+    CHECK(n_callbacks >= 2 && n_finals == 1);
+    qasr_result_free(r);
+    qasr_stream_free(s);
+
+    free(bytes);
+    free(want);
+    qasr_model_free(m);
+    printf("%d failed\n", failures);
+    return failures ? 1 : 0;
+}
