@@ -49,11 +49,14 @@ options:
   --exact-final            decode the final without the rolled-back prefix: equals the offline transcript,
                            at the cost of a full decode when the key is released
   --bench                  benchmark mode (see below)
+  --tokens-per-second R    (benchmarks) emulate a transcript of ⌈R·seconds⌉+4 tokens
   -h, --help               this help
 
 --bench: for each FILE, pushes the audio in 100 ms blocks as fast as possible (each chunk step runs inside the
 push that completes its chunk, as it would live), then measures finish(); also transcribes the file offline and
-reports the token edit distance between the streamed final and the offline transcript. Prints one line per file
+reports the token edit distance between the streamed final and the offline transcript. With random-weight
+checkpoints (no natural end of transcript) use --tokens-per-second R: every hypothesis, streamed and offline,
+is cut at ⌈R·seconds⌉+4 tokens, the length a real model's transcript would have (R ≈ 3.5 for English speech). Prints one line per file
 and a JSON summary (median and worst finalization latency, per-chunk compute).
 )";
 
@@ -75,6 +78,8 @@ bool parse_common(Args& a, Common& c) {
     if (a.option("--threads", v)) return c.lo.threads = int(to_long("--threads", v, 1, 1024)), true;
     if (a.flag("--no-itn")) return c.so.itn = false, true;
     if (a.flag("--exact-final")) return c.so.exact_final = true, true;
+    if (a.option("--tokens-per-second", v))
+        return c.so.emulate_tokens_per_second = to_double("--tokens-per-second", v, 0.1, 100), true;
     return false;
 }
 
@@ -117,6 +122,10 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
             chunk_ms.push_back(s.stats()[i].ms);
         }
         TranscribeOptions o;
+        if (c.so.emulate_tokens_per_second > 0) { // same transcript length as the streamed final
+            o.decode.ignore_eos = true;
+            o.decode.max_new_tokens = int(std::ceil(c.so.emulate_tokens_per_second * double(audio.size()) / 16000.0)) + 4;
+        }
         o.language = c.so.language;
         o.context = c.so.context;
         o.itn = c.so.itn;

@@ -75,6 +75,7 @@ struct StreamOptions {
     int max_segment_windows = 3;     // segment length bound (× 8 s)
     int max_new_tokens_per_chunk = 0; // 0: ⌈chunk seconds·20⌉ + 32
     bool exact_final = false;        // final decode without the text prefix: equals offline, costs a full decode
+    double emulate_tokens_per_second = 0; // benchmarks with random weights: cap hypotheses at ⌈rate·s⌉+4 tokens
     bool itn = true;
 };
 

@@ -28,6 +28,14 @@ int argmax(const float* x, int64_t n) { return int(std::max_element(x, x + n) - 
 
 } // namespace
 
+int StreamSession::emulated_length(double seconds) const {
+    return int(std::ceil(opts_.emulate_tokens_per_second * seconds)) + 4;
+}
+
+namespace {
+
+} // namespace
+
 StreamSession::StreamSession(std::shared_ptr<const Model> model, StreamOptions opts, Callback cb)
     : model_(std::move(model)), opts_(std::move(opts)), cb_(std::move(cb)), decoder_(model_->weights.dec, model_->hp.text) {
     if (!(opts_.chunk_seconds >= 0.1 && opts_.chunk_seconds <= 60)) fail("options", "chunk_seconds must be in [0.1, 60]");
@@ -170,6 +178,8 @@ void StreamSession::step(bool final) {
     int cap = final ? std::max(8, int(std::ceil(seg_seconds * 20.0)) + 64 - int(prefix.size()))
                     : (opts_.max_new_tokens_per_chunk > 0 ? opts_.max_new_tokens_per_chunk
                                                          : int(std::ceil(opts_.chunk_seconds * 20.0)) + 32);
+    if (opts_.emulate_tokens_per_second > 0) // transcript length of a real model, for random-weight benchmarks
+        cap = std::max(0, emulated_length(seg_seconds) - int(prefix.size()));
     std::vector<int> gen;
     int run_len = 0;
     for (int n = 0; n < cap; ++n) {

@@ -46,6 +46,7 @@ private:
     void end_segment(size_t keep_from);
     void emit(StreamEvent::Kind kind, const std::string& stable, const std::string& unstable);
     std::vector<int> rollback_prefix(bool final) const;
+    int emulated_length(double seconds) const;
 
     std::shared_ptr<const Model> model_;
     StreamOptions opts_;
