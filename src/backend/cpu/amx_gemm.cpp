@@ -55,7 +55,28 @@ inline uint16_t bf16_rne(float f) {
     return uint16_t(b >> 16);
 }
 
+#include "backend/cpu/kernels_generic.inc"
+
 } // namespace
+
+void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                   uint16_t* out, int64_t ldo, int64_t r0, int64_t r1) {
+    const int64_t ng = K / gs, row_bytes = K * bits / 8, gbytes = int64_t(gs) * bits / 8;
+    alignas(64) float q[256];
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = W + r * row_bytes;
+        uint16_t* o = out + (r - r0) * ldo;
+        for (int64_t g = 0; g < ng; ++g) {
+            unpack_group(row + g * gbytes, bits, gs, q);
+            const __m512 s = _mm512_set1_ps(bf16f(scales[r * ng + g])), b = _mm512_set1_ps(bf16f(biases[r * ng + g]));
+            for (int j = 0; j < gs; j += 32) {
+                const __m512 lo = _mm512_fmadd_ps(s, _mm512_load_ps(q + j), b);
+                const __m512 hi = _mm512_fmadd_ps(s, _mm512_load_ps(q + j + 16), b);
+                _mm512_storeu_si512(o + g * gs + j, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            }
+        }
+    }
+}
 
 bool amx_available() {
     static const bool ok = request_amx();
@@ -76,19 +97,26 @@ size_t amx_packed_x_size(int64_t M, int64_t K) {
     return size_t(Mp * Kp);
 }
 
-// Layout: tile (mb, kb) at ((mb * KB) + kb) * 512 uint16; inside, row r (k pair) × 16 m × 2.
+// Layout: tile (mb, kb) at ((mb * KB) + kb) * 512 uint16; inside, row r (k pair) × 16 m × 2. x is rounded to
+// bf16 row by row (vector), then each tile is a 16×16 transpose of 32-bit (k-pair) units.
 void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX& px) {
     const int64_t Mp = (M + 31) / 32 * 32, Kp = (K + 31) / 32 * 32, KB = Kp / 32;
     px = {out, M, Mp, Kp};
+    thread_local std::vector<uint32_t> rows; // bf16 rows of x as k-pairs, [Mp, Kp/2]
+    rows.assign(size_t(Mp * Kp / 2), 0u);
+    thread_local std::vector<uint16_t> tmp;
+    tmp.assign(size_t(Kp), 0);
+    for (int64_t m = 0; m < M; ++m) {
+        amx_f32_to_bf16(x + m * K, tmp.data(), size_t(K));
+        std::memcpy(rows.data() + m * Kp / 2, tmp.data(), size_t(Kp) * 2);
+    }
     for (int64_t mb = 0; mb < Mp / 16; ++mb)
         for (int64_t kb = 0; kb < KB; ++kb) {
-            uint16_t* t = out + (mb * KB + kb) * 512;
-            for (int r = 0; r < 16; ++r)
-                for (int c = 0; c < 16; ++c) {
-                    const int64_t m = mb * 16 + c, k = kb * 32 + 2 * r;
-                    t[r * 32 + 2 * c] = (m < M && k < K) ? bf16_rne(x[m * K + k]) : 0;
-                    t[r * 32 + 2 * c + 1] = (m < M && k + 1 < K) ? bf16_rne(x[m * K + k + 1]) : 0;
-                }
+            uint32_t t[256];
+            const uint32_t* src = rows.data() + mb * 16 * (Kp / 2) + kb * 16;
+            for (int c = 0; c < 16; ++c)
+                for (int r = 0; r < 16; ++r) t[r * 16 + c] = src[c * (Kp / 2) + r];
+            std::memcpy(out + (mb * KB + kb) * 512, t, sizeof(t));
         }
 }
 

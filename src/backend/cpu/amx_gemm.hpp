@@ -23,6 +23,10 @@ void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX&
 void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const AmxPackedX& px, float* y,
                    int64_t ldy);
 
+// Rows [r0, r1) of an MLX affine matrix (gs a multiple of 32) dequantized straight to bf16, row stride ldo.
+void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                   uint16_t* out, int64_t ldo, int64_t r0, int64_t r1);
+
 // float32 → bf16 (round to nearest even) for n values.
 void amx_f32_to_bf16(const float* in, uint16_t* out, size_t n);
 

@@ -15,6 +15,7 @@ namespace {
 inline __m512 u8x16_to_ps(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
 
 constexpr int64_t kPrefetch = 2048; // bytes ahead in the weight stream (software prefetch)
+constexpr bool kTwoRows = false; // two-row variant: no gain measured (kept for experiments)
 
 bool use_avx2_for(int bits, int gs) { return bits == 6 && gs % 64 != 0; }
 
@@ -89,7 +90,30 @@ template <int BITS>
 void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs, const float* xp,
               const float* xs, float* y, int64_t r0, int64_t r1) {
     const int64_t ng = K / gs, row_bytes = K * BITS / 8, gbytes = int64_t(gs) * BITS / 8;
-    for (int64_t r = r0; r < r1; ++r) {
+    int64_t r = r0;
+    for (; kTwoRows && r + 2 <= r1; r += 2) { // two rows at a time: two independent streams and accumulator chains
+        const uint8_t* row0 = W + r * row_bytes;
+        const uint8_t* row1 = row0 + row_bytes;
+        const uint16_t* sc = scales + r * ng;
+        const uint16_t* bi = biases + r * ng;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        float bsum0 = 0, bsum1 = 0;
+        for (int64_t g = 0; g < ng; ++g) {
+            const uint8_t* p0 = row0 + g * gbytes;
+            const uint8_t* p1 = row1 + g * gbytes;
+            for (int64_t o = 0; o < gbytes; o += 64) {
+                _mm_prefetch(reinterpret_cast<const char*>(p0 + kPrefetch + o), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(p1 + kPrefetch + o), _MM_HINT_T0);
+            }
+            acc0 = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[g])), group_dot<BITS>(p0, xp + g * gs, gs), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[ng + g])), group_dot<BITS>(p1, xp + g * gs, gs), acc1);
+            bsum0 += bf16f(bi[g]) * xs[g];
+            bsum1 += bf16f(bi[ng + g]) * xs[g];
+        }
+        y[r] = _mm512_reduce_add_ps(acc0) + bsum0;
+        y[r + 1] = _mm512_reduce_add_ps(acc1) + bsum1;
+    }
+    for (; r < r1; ++r) {
         const uint8_t* row = W + r * row_bytes;
         const uint16_t* sc = scales + r * ng;
         const uint16_t* bi = biases + r * ng;

@@ -186,10 +186,10 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     xbuf.resize(cpu::amx_packed_x_size(M, K));
     cpu::AmxPackedX px;
     cpu::amx_pack_x(x, M, K, xbuf.data(), px);
-    constexpr int64_t nbt = 128;
+    // 128-row tiles, or 64 when that leaves too few tiles to balance the team (e.g. N = 896 → 14 tiles).
+    const int64_t nbt = (N + 127) / 128 >= 4 * int64_t(num_threads()) ? 128 : 64;
     const int64_t tiles = (N + nbt - 1) / nbt;
     const int nt = int(std::min<int64_t>(num_threads(), tiles));
-    const cpu::KernelTable& k = cpu::kernels();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t t = 0; t < tiles; ++t) {
         const int64_t n0 = t * nbt, rows = std::min(N, n0 + nbt) - n0, nb = (rows + 31) / 32 * 32;
@@ -198,7 +198,6 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
             continue;
         }
         thread_local std::vector<uint16_t> wb;
-        thread_local std::vector<float> wf;
         wb.resize(size_t(nb * Kp));
         if (Kp != K)
             for (int64_t r = 0; r < rows; ++r) std::fill(wb.data() + r * Kp + K, wb.data() + (r + 1) * Kp, uint16_t(0));
@@ -206,16 +205,11 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
         if (W.fmt == WFormat::BF16) {
             for (int64_t r = 0; r < rows; ++r)
                 std::memcpy(wb.data() + r * Kp, static_cast<const uint16_t*>(W.data) + (n0 + r) * K, size_t(K) * 2);
+        } else if (W.fmt == WFormat::Q) {
+            cpu::amx_q_to_bf16(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size,
+                               wb.data(), Kp, n0, n0 + rows);
         } else {
-            const float* src;
-            if (W.fmt == WFormat::F32) {
-                src = static_cast<const float*>(W.data) + n0 * K;
-            } else {
-                wf.resize(size_t(rows * K));
-                k.q_dequant(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, wf.data(),
-                            n0, n0 + rows);
-                src = wf.data();
-            }
+            const float* src = static_cast<const float*>(W.data) + n0 * K;
             for (int64_t r = 0; r < rows; ++r) cpu::amx_f32_to_bf16(src + r * K, wb.data() + r * Kp, size_t(K));
         }
         cpu::amx_gemm_rows(wb.data(), Kp, nb, rows, px, y + n0, N);
