@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -210,4 +211,77 @@ TEST(RandomCheckpoint, GeneratorCheckValues) { // docs/reference-dumps.md, share
     EXPECT_EQ(bf("model.multi_modal_projector.linear_2.weight", {2048, 1024}, 1), 0xBB64);
     EXPECT_EQ(bf("model.language_model.norm.weight", {1024}, 0), 0x3F7B);
     EXPECT_EQ(bf("model.audio_tower.conv2d1.bias", {480}, 2), 0x3CB5);
+}
+
+namespace {
+
+// Rewrites a checkpoint's tensors through `edit` into `dst` as `n_shards` files + model.safetensors.index.json.
+void rewrite(const std::string& src, const std::string& dst, int n_shards, DType float_dtype) {
+    fs::create_directories(dst);
+    fs::copy_file(src + "/config.json", dst + "/config.json", fs::copy_options::overwrite_existing);
+    TensorStore st = TensorStore::open_dir(src);
+    std::vector<std::vector<TensorToWrite>> shards(static_cast<size_t>(n_shards));
+    nlohmann::json wmap = nlohmann::json::object();
+    size_t k = 0;
+    for (const auto& [name, t] : st.tensors()) {
+        std::vector<float> f(t.numel());
+        to_f32(t, f.data());
+        TensorToWrite w{name, float_dtype, t.shape, {}};
+        for (float v : f) {
+            if (float_dtype == DType::F32) {
+                const auto* b = reinterpret_cast<const uint8_t*>(&v);
+                w.bytes.insert(w.bytes.end(), b, b + 4);
+            } else { // F16: bf16-valued weights of this size are exactly representable only approximately; fine
+                uint32_t bits;
+                std::memcpy(&bits, &v, 4);
+                const uint32_t sign = (bits >> 16) & 0x8000u;
+                const int e = int((bits >> 23) & 0xff) - 127 + 15;
+                uint16_t h = e <= 0 ? uint16_t(sign) : e >= 31 ? uint16_t(sign | 0x7c00u)
+                                                               : uint16_t(sign | uint32_t(e) << 10 | ((bits >> 13) & 0x3ffu));
+                w.bytes.push_back(uint8_t(h & 0xff));
+                w.bytes.push_back(uint8_t(h >> 8));
+            }
+        }
+        const size_t s = k++ % size_t(n_shards);
+        const std::string file = n_shards == 1 ? "model.safetensors"
+                                               : "model-0000" + std::to_string(s + 1) + "-of-0000" + std::to_string(n_shards) + ".safetensors";
+        wmap[name] = file;
+        shards[s].push_back(std::move(w));
+    }
+    for (int s = 0; s < n_shards; ++s) {
+        const std::string file = n_shards == 1 ? "model.safetensors"
+                                               : "model-0000" + std::to_string(s + 1) + "-of-0000" + std::to_string(n_shards) + ".safetensors";
+        write_safetensors(dst + "/" + file, shards[size_t(s)]);
+    }
+    if (n_shards > 1) std::ofstream(dst + "/model.safetensors.index.json") << nlohmann::json{{"weight_map", wmap}}.dump();
+}
+
+} // namespace
+
+TEST(Weights, ShardedF32AndF16CheckpointsLoad) {
+    const std::string base = testing::TempDir() + "/qasr_shard_base";
+    write_random_checkpoint(base, "tiny", "original", 3, "");
+    const HParams hp = load_config(base);
+    TensorStore sb = TensorStore::open_dir(base);
+    const ModelWeights ref = load_weights(sb, hp);
+    const std::string f32 = testing::TempDir() + "/qasr_shard_f32";
+    rewrite(base, f32, 3, DType::F32);
+    TensorStore s32 = TensorStore::open_dir(f32);
+    EXPECT_EQ(s32.tensors().size(), sb.tensors().size());
+    const ModelWeights w32 = load_weights(s32, hp);
+    EXPECT_EQ(w32.dec.layers[1].gate.w.to_f32(), ref.dec.layers[1].gate.w.to_f32()); // bf16 → f32 is exact
+    EXPECT_EQ(w32.enc.conv2_w.data, ref.enc.conv2_w.data);
+    const std::string f16 = testing::TempDir() + "/qasr_shard_f16";
+    rewrite(base, f16, 2, DType::F16);
+    TensorStore s16 = TensorStore::open_dir(f16);
+    const ModelWeights w16 = load_weights(s16, hp);
+    const std::vector<float> a16 = w16.enc.proj1.w.to_f32(), aref = ref.enc.proj1.w.to_f32();
+    ASSERT_EQ(a16.size(), aref.size());
+    for (size_t i = 0; i < aref.size(); ++i) ASSERT_NEAR(a16[i], aref[i], std::fabs(aref[i]) * 1e-3 + 6.2e-5); // the test's converter flushes f16 subnormals
+    // An index that names a missing shard or a tensor that is not in its shard is a clear error.
+    std::ofstream(f16 + "/model.safetensors.index.json") << R"({"weight_map":{"x":"../evil.safetensors"}})";
+    EXPECT_THROW(TensorStore::open_dir(f16), Error);
+    std::ofstream(f16 + "/model.safetensors.index.json") << R"({"weight_map":{"ghost":"model-00001-of-00002.safetensors"}})";
+    EXPECT_THROW(TensorStore::open_dir(f16), Error);
+    for (const auto& d : {base, f32, f16}) fs::remove_all(d);
 }

@@ -167,3 +167,32 @@ TEST(Stream, ConcurrentSessionsOnOneModel) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(parallel, sequential);
 }
+
+TEST(Sampling, SeededAndGreedy) {
+    NEED_TOKENIZER();
+    const auto audio = speechlike(16000 * 2, 21);
+    TranscribeOptions o;
+    o.itn = false;
+    o.decode.max_new_tokens = 12;
+    o.decode.temperature = 1.5f;
+    o.decode.seed = 7;
+    Session a(tiny()), b(tiny());
+    auto ra = a.run(audio, o), rb = b.run(audio, o);
+    std::vector<int> ia, ib;
+    for (auto& t : ra.tokens) ia.push_back(t.id);
+    for (auto& t : rb.tokens) ib.push_back(t.id);
+    EXPECT_EQ(ia, ib) << "same seed, same tokens";
+    o.decode.seed = 8;
+    auto rc = a.run(audio, o);
+    std::vector<int> ic;
+    for (auto& t : rc.tokens) ic.push_back(t.id);
+    EXPECT_NE(ia, ic) << "another seed changes a 12-token sample at temperature 1.5";
+    for (auto& t : ra.tokens) EXPECT_LE(t.logprob, 0.0f);
+    o.decode.temperature = 0.0f;
+    o.decode.ignore_eos = true;
+    auto g = a.run(audio, o);
+    EXPECT_EQ(g.tokens.size(), 12u);
+    EXPECT_EQ(g.finish, FinishReason::TokenCap);
+    o.decode.top_p = 0.0f;
+    EXPECT_THROW(a.run(audio, o), Error);
+}
