@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -65,4 +66,29 @@ TEST(DemoModel, SamplesPrintTheirTranscript) { // what the README's first comman
         std::getline(in, want);
         EXPECT_EQ(t.transcribe_file(base + ".wav").text, want) << name;
     }
+}
+
+TEST(DemoModel, CompressedAndResampledInput) { // FFmpeg decoding + libsoxr resampling, files made with sox
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    if (std::system("command -v sox >/dev/null 2>&1") != 0) GTEST_SKIP() << "sox not installed";
+    qasr::Transcriber t = qasr::Transcriber::load(dir);
+    const std::string wav = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    const std::string tmp = testing::TempDir() + "/qasr_fmt_" + std::to_string(::getpid());
+    fs::create_directories(tmp);
+    const std::string want = t.transcribe_file(wav).text;
+    struct Case {
+        std::string file, sox_args;
+        bool lossless;
+    };
+    for (const Case& c : {Case{tmp + "/a.flac", "", true}, Case{tmp + "/b.ogg", "-r 44100 -c 2", false},
+                          Case{tmp + "/c.wav", "-r 48000 -c 2 -b 24", false}, Case{tmp + "/d.wav", "-e floating-point -b 32", true}}) {
+        const std::string cmd = "sox " + wav + " " + c.sox_args + " " + c.file;
+        ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        const auto r = t.transcribe_file(c.file);
+        if (c.lossless) EXPECT_EQ(r.text, want) << c.file;
+        else EXPECT_FALSE(r.text.empty()) << c.file;
+        EXPECT_NEAR(r.audio_seconds, 3.037, 0.01) << c.file;
+    }
+    fs::remove_all(tmp);
 }
