@@ -118,6 +118,14 @@ ParityResult compare_case(const std::shared_ptr<const Model>& model, const nlohm
     const TensorStore dump = TensorStore::open_file(dumps_dir + "/" + c["file"].get<std::string>());
     std::map<std::string, Tensor> taps;
     const TapFn tap = [&](const std::string& n, const Tensor& t) { taps[n] = t; };
+    auto compare_taps = [&] { // every captured tap against the dump, then forget them
+        for (const auto& [name, t] : taps) {
+            const TensorRef* ref = dump.find(name);
+            if (!ref) ck.check(false, name + ": not in the dump");
+            else ck.rel_l2(name, t, read_f32(*ref), 1e-4);
+        }
+        taps.clear();
+    };
     Session s(model);
 
     std::vector<float> audio = load_audio_file(repo_root + "/" + c["audio"].get<std::string>());
@@ -132,30 +140,15 @@ ParityResult compare_case(const std::shared_ptr<const Model>& model, const nlohm
     ck.max_abs("mel", mel, read_f32(*dump.find("mel")), 1e-4);
     // Feed the reference mel to the encoder so encoder taps measure the encoder alone.
     const Tensor rows = s.encode(read_f32(*dump.find("mel")), &tap);
-    for (const auto& [name, t] : taps) {
-        const TensorRef* ref = dump.find(name);
-        if (!ref) {
-            ck.check(false, name + ": not in the dump");
-            continue;
-        }
-        ck.rel_l2(name, t, read_f32(*ref), 1e-4);
-    }
-    taps.clear();
+    compare_taps();
     const Prompt p = s.prompt(rows.rows(), o);
     std::vector<int> want_ids = c["prompt_ids"].get<std::vector<int>>();
     ck.check(p.ids == want_ids, "prompt ids differ");
     const Tensor logits = s.prefill(p, read_f32(*dump.find("proj_out")), true, &tap);
-    for (const auto& [name, t] : taps) {
-        const TensorRef* ref = dump.find(name);
-        if (!ref) {
-            ck.check(false, name + ": not in the dump");
-            continue;
-        }
-        ck.rel_l2(name, t, read_f32(*ref), 1e-4);
-    }
+    compare_taps();
     ck.logits("logits", logits, dump, "logits", "logits");
 
-    // Forced greedy: plain argmax, no stop rule, from our own encoder output (end to end).
+    // Forced greedy: plain argmax, no stop rule, from our encoder's output (of the reference mel).
     const std::vector<int> forced_ref = c["greedy_forced_ids"].get<std::vector<int>>();
     Tensor last = s.prefill(p, rows);
     Tensor steps({int64_t(forced_ref.size()), last.cols()});
