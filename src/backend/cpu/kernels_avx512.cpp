@@ -15,6 +15,7 @@ namespace {
 inline __m512 u8x16_to_ps(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
 
 constexpr int64_t kPrefetch = 2048; // bytes ahead in the weight stream (software prefetch)
+constexpr int64_t kPrefetchL2 = 0; // extra L2 prefetch distance (0: off)
 constexpr bool kTwoRows = false; // two-row variant: no gain measured (kept for experiments)
 
 bool use_avx2_for(int bits, int gs) { return bits == 6 && gs % 64 != 0; }
@@ -121,7 +122,10 @@ void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, 
         float bsum = 0;
         for (int64_t g = 0; g < ng; ++g) {
             const uint8_t* pg = row + g * gbytes;
-            for (int64_t o = 0; o < gbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetch + o), _MM_HINT_T0);
+            for (int64_t o = 0; o < gbytes; o += 64) {
+                _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetch + o), _MM_HINT_T0);
+                if constexpr (kPrefetchL2 > 0) _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetchL2 + o), _MM_HINT_T1);
+            }
             acc = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[g])), group_dot<BITS>(pg, xp + g * gs, gs), acc);
             bsum += bf16f(bi[g]) * xs[g];
         }
