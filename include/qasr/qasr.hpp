@@ -33,6 +33,7 @@ struct TranscribeOptions {
     DecodeOptions decode;
     bool itn = true;           // inverse text normalization of the final text (English, Chinese)
     size_t min_samples = 8000; // zero-pad shorter clips (the reference feature extractor does)
+    double max_piece_seconds = 1200; // longer audio is split at quiet points and transcribed piece by piece
 };
 
 struct LoadOptions {

@@ -3,6 +3,7 @@
 #include "core/timer.hpp"
 #include "audio/audio.hpp"
 #include "ops/ops.hpp"
+#include "pipeline/long_audio.hpp"
 #include "pipeline/session.hpp"
 #include "pipeline/stream.hpp"
 #include "qasr/qasr.hpp"
@@ -75,8 +76,33 @@ TranscriptionResult Transcriber::transcribe_file(const std::string& path, const 
 }
 
 TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
+    if (!(opts.max_piece_seconds >= 10.0)) fail("options", "max_piece_seconds must be at least 10");
     Session s(impl_->model);
-    return s.run(samples, opts);
+    const auto pieces = split_long_audio(samples, opts.max_piece_seconds);
+    if (pieces.size() == 1) return s.run(samples, opts);
+    // Long audio: independent requests per piece (spec §8.1), texts joined without a separator (§7.5).
+    TranscriptionResult all;
+    std::vector<std::string> langs;
+    for (const auto& [b, e] : pieces) {
+        const std::vector<float> piece(samples.begin() + long(b), samples.begin() + long(e));
+        TranscriptionResult r = s.run(piece, opts);
+        all.text += r.text;
+        all.raw_text += r.raw_text;
+        langs.push_back(r.language);
+        all.tokens.insert(all.tokens.end(), r.tokens.begin(), r.tokens.end());
+        all.n_prompt_tokens += r.n_prompt_tokens;
+        all.n_audio_tokens += r.n_audio_tokens;
+        all.timings.mel_ms += r.timings.mel_ms;
+        all.timings.encode_ms += r.timings.encode_ms;
+        all.timings.prefill_ms += r.timings.prefill_ms;
+        all.timings.decode_ms += r.timings.decode_ms;
+        all.finish = r.finish;
+    }
+    all.language = merge_languages(langs);
+    all.timings.load_ms = impl_->model->load_ms;
+    all.audio_seconds = double(samples.size()) / kSampleRate;
+    all.rtf = all.timings.total_ms() / 1000.0 / all.audio_seconds;
+    return all;
 }
 
 double Transcriber::load_ms() const { return impl_->model->load_ms; }

@@ -1,5 +1,6 @@
 // Output parsing (spec §7.3) and the repetition fixer (§7.4); language names (§7.6).
 #include "core/error.hpp"
+#include "pipeline/long_audio.hpp"
 #include "text/output.hpp"
 
 #include <gtest/gtest.h>
@@ -57,4 +58,19 @@ TEST(Languages, CanonicalNames) {
     EXPECT_EQ(canonical_language("yue"), "Cantonese");
     EXPECT_EQ(supported_languages().size(), 30u);
     EXPECT_THROW(canonical_language("Klingon"), Error);
+}
+
+TEST(LongAudio, SplitsAtTheQuietestWindowNearTheLimit) {
+    std::vector<float> x(16000 * 25, 0.5f);
+    for (size_t i = size_t(16000 * 9.3); i < size_t(16000 * 9.5); ++i) x[i] = 0.0f; // a pause at 9.3–9.5 s
+    x[size_t(16000 * 9.4)] = 0.0f;
+    const auto p = split_long_audio(x, 10.0);
+    ASSERT_EQ(p.size(), 4u); // flat audio elsewhere: later cuts fall at the start of their ±5 s search regions
+    EXPECT_EQ(p[0].first, 0u);
+    EXPECT_GE(p[0].second, size_t(16000 * 9.3));
+    EXPECT_LT(p[0].second, size_t(16000 * 9.5));
+    for (size_t i = 1; i < p.size(); ++i) EXPECT_EQ(p[i].first, p[i - 1].second);
+    EXPECT_EQ(p.back().second, x.size());
+    EXPECT_EQ(split_long_audio(std::vector<float>(1000, 0.1f), 10.0).size(), 1u);
+    EXPECT_EQ(merge_languages({"English", "", "English", "Chinese", "Chinese", "English"}), "English,Chinese,English");
 }
