@@ -138,7 +138,20 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
                     f.c_str(), fin.audio_seconds, fms, n_steps ? n_steps - 1 : 0,
                     n_steps > 1 ? sum_chunk / double(n_steps - 1) : 0.0, worst_chunk, ed, tok.encode(off.text).size(),
                     fin.text == off.text ? " (identical)" : "");
-        per_file.push_back({{"file", f}, {"audio_seconds", fin.audio_seconds}, {"finalization_ms", fms},
+        std::vector<double> per_minute; // median chunk compute per minute of stream position
+        for (size_t m0 = 0;; ++m0) {
+            std::vector<double> v;
+            for (size_t i = 0; i + 1 < n_steps; ++i)
+                if (size_t(s.stats()[i].audio_seconds / 60.0) == m0) v.push_back(s.stats()[i].ms);
+            if (v.empty()) break;
+            per_minute.push_back(median(v));
+        }
+        if (per_minute.size() > 1) {
+            std::printf("  per-chunk compute, median per minute of stream (ms):");
+            for (double m : per_minute) std::printf(" %.1f", m);
+            std::printf("\n");
+        }
+        per_file.push_back({{"file", f}, {"chunk_ms_median_per_minute", per_minute}, {"audio_seconds", fin.audio_seconds}, {"finalization_ms", fms},
                             {"chunk_ms_worst", worst_chunk}, {"token_edit_distance", ed},
                             {"offline_tokens", tok.encode(off.text).size()}, {"identical", fin.text == off.text}});
     }
