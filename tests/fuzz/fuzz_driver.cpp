@@ -1,0 +1,70 @@
+// Deterministic stand-in for libFuzzer (any compiler): mutates seed inputs of each target (bit flips, byte
+// changes, truncation, splices) for a fixed number of iterations and feeds them to LLVMFuzzerTestOneInput.
+// A crash, a sanitizer report or a trap fails the ctest.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+namespace {
+
+std::vector<uint8_t> bytes(uint8_t target, const std::string& s) {
+    std::vector<uint8_t> v{target};
+    v.insert(v.end(), s.begin(), s.end());
+    return v;
+}
+
+std::vector<std::vector<uint8_t>> seeds() {
+    std::vector<std::vector<uint8_t>> out;
+    const std::string h = R"({"w":{"dtype":"BF16","shape":[3,5],"data_offsets":[0,30]},"b":{"dtype":"F32","shape":[1],"data_offsets":[30,34]},"__metadata__":{"format":"pt"}})";
+    std::string st(8, '\0');
+    for (int i = 0; i < 8; ++i) st[size_t(i)] = char((h.size() >> (8 * i)) & 0xff);
+    out.push_back(bytes(0, st + h + std::string(34, '\x11')));
+    std::string wav = "RIFF\x30\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x02\x00\x80\x3e\x00\x00\x00\xfa\x00\x00\x04\x00\x10\x00"
+                      "data\x0c\x00\x00\x00";
+    wav += std::string("\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c", 12);
+    out.push_back(bytes(1, wav));
+    out.push_back(bytes(2, R"({"thinker_config":{"audio_config":{"num_mel_bins":128,"d_model":64,"encoder_layers":2,)"
+                           R"("encoder_attention_heads":4,"encoder_ffn_dim":128,"downsample_hidden_size":16,"output_dim":64,)"
+                           R"("n_window":50,"n_window_infer":800},"text_config":{"vocab_size":151936,"hidden_size":64,)"
+                           R"("intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,)"
+                           R"("head_dim":32,"rms_norm_eps":1e-6,"rope_theta":1000000}}})"));
+    out.push_back(bytes(3, "<|im_start|>system\nNames: Qwen 3, qasr.<|im_end|> 你好 👩‍💻 I'm 1234 \xff\xfe"));
+    out.push_back(bytes(4, "twenty five dollars on march third twenty twenty at ten thirty 百分之五十 一百二十三"));
+    return out;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    const long iterations = argc > 1 ? std::atol(argv[1]) : 20000;
+    std::mt19937_64 rng(12345);
+    const auto base = seeds();
+    for (const auto& s : base) LLVMFuzzerTestOneInput(s.data(), s.size());
+    for (long it = 0; it < iterations; ++it) {
+        std::vector<uint8_t> x = base[size_t(it) % base.size()];
+        const int edits = 1 + int(rng() % 8);
+        for (int e = 0; e < edits && x.size() > 1; ++e) {
+            const size_t at = 1 + rng() % (x.size() - 1);
+            switch (rng() % 5) {
+            case 0: x[at] ^= uint8_t(1u << (rng() % 8)); break;
+            case 1: x[at] = uint8_t(rng()); break;
+            case 2: x.resize(at); break;
+            case 3: x.insert(x.begin() + long(at), uint8_t(rng())); break;
+            case 4: { // splice from another seed
+                const auto& o = base[rng() % base.size()];
+                const size_t from = 1 + rng() % (o.size() - 1), n = rng() % 16;
+                for (size_t k = 0; k < n && from + k < o.size() && at + k < x.size(); ++k) x[at + k] = o[from + k];
+                break;
+            }
+            }
+        }
+        LLVMFuzzerTestOneInput(x.data(), x.size());
+    }
+    std::printf("%ld mutated inputs, no crash\n", iterations);
+    return 0;
+}
