@@ -103,7 +103,8 @@ void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX&
     const int64_t Mp = (M + 31) / 32 * 32, Kp = (K + 31) / 32 * 32, KB = Kp / 32;
     px = {out, M, Mp, Kp};
     thread_local std::vector<uint32_t> rows; // bf16 rows of x as k-pairs, [Mp, Kp/2]
-    rows.assign(size_t(Mp * Kp / 2), 0u);
+    rows.resize(size_t(Mp * Kp / 2));
+    std::fill(rows.begin() + M * Kp / 2, rows.end(), 0u); // padding rows; the others are overwritten
     thread_local std::vector<uint16_t> tmp;
     tmp.assign(size_t(Kp), 0);
     for (int64_t m = 0; m < M; ++m) {
