@@ -113,7 +113,7 @@ TEST(Kernels, QuantizedGemvMatchesPortable) {
                         for (int64_t r = 0; r < N; ++r) {
                             double scale = 0;
                             for (int64_t k = 0; k < K; ++k) scale += std::fabs(deq[size_t(r * K + k)] * x[size_t(k)]);
-                            expect_close(ys[size_t(r)], yr[size_t(r)], scale, 1e-5,
+                            expect_close(ys[size_t(r)], yr[size_t(r)], scale, 2e-4, // int16 x on VNNI
                                          std::string(T->name) + " q" + std::to_string(bits) + " gs" + std::to_string(gs) +
                                              " K" + std::to_string(K) + " row " + std::to_string(r));
                         }
@@ -204,7 +204,8 @@ TEST(Kernels, LinearOnWeightMatrixMatchesReference) {
                             acc += double(x[size_t(m * K + k)]) * ref_w[size_t(n * K + k)];
                             sc += std::fabs(double(x[size_t(m * K + k)]) * ref_w[size_t(n * K + k)]);
                         }
-                        expect_close(y[size_t(m * N + n)], float(acc), sc, rounded ? 1e-2 : 1e-5,
+                        const double tol = rounded ? 1e-2 : (f[0] == 'q' && M == 1) ? 2e-4 : 1e-5;
+                        expect_close(y[size_t(m * N + n)], float(acc), sc, tol,
                                      f + " M" + std::to_string(M) + (bf16 ? " bf16" : ""));
                     }
             }
