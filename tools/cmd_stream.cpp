@@ -133,9 +133,11 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
         const auto& tok = model->tokenizer;
         const int ed = edit_distance(tok.encode(fin.text), tok.encode(off.text));
         fin_ms.push_back(fms);
-        std::printf("%s: %.2f s audio | finalization %.1f ms | chunks %zu, mean %.1f ms, worst %.1f ms | "
-                    "token edit distance to offline %d (%zu tokens)%s\n",
-                    f.c_str(), fin.audio_seconds, fms, n_steps ? n_steps - 1 : 0,
+        const StreamChunkStats last = n_steps ? s.stats().back() : StreamChunkStats{};
+        std::printf("%s: %.2f s audio | finalization %.1f ms (encoder %d frames, prefill %d, decode %d tokens) | "
+                    "chunks %zu, mean %.1f ms, worst %.1f ms | token edit distance to offline %d (%zu tokens)%s\n",
+                    f.c_str(), fin.audio_seconds, fms, last.encoder_frames, last.prefilled_tokens, last.generated_tokens,
+                    n_steps ? n_steps - 1 : 0,
                     n_steps > 1 ? sum_chunk / double(n_steps - 1) : 0.0, worst_chunk, ed, tok.encode(off.text).size(),
                     fin.text == off.text ? " (identical)" : "");
         std::vector<double> per_minute; // median chunk compute per minute of stream position
