@@ -1,17 +1,64 @@
 // CPU attention: windowed bidirectional (encoder) and causal over a KV cache (decoder prefill and steps).
-// Scores and softmax in float32; parallel over (head, query).
+// Scores and softmax in float32. Several queries at once (encoder windows, prefill): per (head, window) two
+// single-threaded sgemm calls (S = Q·Kᵀ, O = P·V on strided head slices) over the OpenMP team; one query (decode
+// steps) or no BLAS: per-key dot/axpy kernels of the active ISA, parallel over (head, query).
 #include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#ifdef QASR_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
 namespace qasr::ops {
+
+#ifdef QASR_HAVE_OPENBLAS
+namespace {
+
+// One head over a block of nq queries (rows of q at stride ldq) against nk keys/values (stride ldk): o = softmax(
+// scale·q·kᵀ, rows limited to `visible(i)` keys) · v. s: scratch [nq, nk].
+template <typename Visible>
+void head_block(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldk, float* o, int64_t ldo,
+                int64_t nq, int64_t nk, int64_t hd, float scale, float* s, Visible visible) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(nq), int(nk), int(hd), scale, q, int(ldq), k, int(ldk),
+                0.0f, s, int(nk));
+    for (int64_t i = 0; i < nq; ++i) {
+        float* row = s + i * nk;
+        const int64_t len = visible(i);
+        softmax_row(row, len);
+        for (int64_t j = len; j < nk; ++j) row[j] = 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(nq), int(hd), int(nk), 1.0f, s, int(nk), v, int(ldk),
+                0.0f, o, int(ldo));
+}
+
+} // namespace
+#endif
 
 void windowed_attention(const float* q, const float* k, const float* v, float* o, int64_t n, int64_t heads,
                         int64_t hd, int64_t window) {
     const int64_t D = heads * hd;
     const float scale = 1.0f / std::sqrt(float(hd));
+#ifdef QASR_HAVE_OPENBLAS
+    {
+        const int64_t nw = (n + window - 1) / window;
+#pragma omp parallel
+        {
+            std::vector<float> sc(static_cast<size_t>(window * window));
+#pragma omp for collapse(2) schedule(dynamic, 1)
+            for (int64_t h = 0; h < heads; ++h)
+                for (int64_t w = 0; w < nw; ++w) {
+                    const int64_t w0 = w * window, len = std::min(n, w0 + window) - w0;
+                    head_block(q + w0 * D + h * hd, D, k + w0 * D + h * hd, v + w0 * D + h * hd, D,
+                               o + w0 * D + h * hd, D, len, len, hd, scale, sc.data(), [&](int64_t) { return len; });
+                }
+        }
+        return;
+    }
+#endif
     const cpu::KernelTable& K = cpu::kernels();
 #pragma omp parallel
     {
@@ -41,6 +88,21 @@ void causal_attention(const float* q, const float* kc, const float* vc, float* o
                       int64_t Hq, int64_t Hkv, int64_t hd) {
     const int64_t group = Hq / Hkv, Dq = Hq * hd, Dk = Hkv * hd, total = past + n;
     const float scale = 1.0f / std::sqrt(float(hd));
+#ifdef QASR_HAVE_OPENBLAS
+    if (n > 1) {
+#pragma omp parallel
+        {
+            std::vector<float> sc(static_cast<size_t>(n * total));
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t h = 0; h < Hq; ++h) {
+                const int64_t kvh = h / group;
+                head_block(q + h * hd, Dq, kc + kvh * hd, vc + kvh * hd, Dk, o + h * hd, Dq, n, total, hd, scale,
+                           sc.data(), [&](int64_t i) { return past + i + 1; });
+            }
+        }
+        return;
+    }
+#endif
     const cpu::KernelTable& K = cpu::kernels();
 #pragma omp parallel
     {
