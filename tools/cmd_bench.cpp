@@ -182,10 +182,11 @@ int cmd_bench(int argc, char** argv) {
     const double dec_gbps = double(bytes_tok) / (ms_tok / 1000.0) / 1e9;
     const TextHParams& t = model->hp.text;
     const double kv_bytes_tok = 2.0 * t.n_layers * (n_prompt + steps / 2.0) * t.n_kv_heads * t.head_dim * 4.0;
-    const double dram = bw_mb ? measure_read_bandwidth(bw_mb) : 0.0;
+    // Peak RSS of the model runs (mapped weight pages included), taken before the probe allocates its buffer.
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     const double rss_mb = double(ru.ru_maxrss) / 1024.0;
+    const double dram = bw_mb ? measure_read_bandwidth(bw_mb) : 0.0;
 
     nlohmann::json j = {{"model", model_dir},
                         {"weights", {{"decoder", fmt_dec}, {"head", fmt_head}, {"encoder", fmt_enc}}},
