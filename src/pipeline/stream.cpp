@@ -143,15 +143,12 @@ void StreamSession::step(bool final) {
     const int64_t D = model_->hp.text.hidden;
     Tensor rows({A, D});
     int64_t r = 0;
-    for (const Tensor* t : [&] {
-             std::vector<const Tensor*> v;
-             for (const auto& w : windows_) v.push_back(&w);
-             v.push_back(&tail);
-             return v;
-         }()) {
-        std::memcpy(rows.ptr() + r * D, t->ptr(), t->size() * sizeof(float));
-        r += t->rows();
-    }
+    auto append = [&](const Tensor& t) {
+        if (t.size()) std::memcpy(rows.ptr() + r * D, t.ptr(), t.size() * sizeof(float));
+        r += t.rows();
+    };
+    for (const auto& w : windows_) append(w);
+    append(tail);
     // 3. Decoder: reuse the KV rows whose inputs did not change, prefill the rest, then generate.
     const Prompt p = build_prompt(model_->tokenizer, model_->special, A, opts_.context, forced_);
     const std::vector<int> prefix = rollback_prefix(final);
