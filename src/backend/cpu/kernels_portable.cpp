@@ -3,6 +3,7 @@
 
 #include "core/error.hpp"
 
+#include <cpuid.h>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -77,11 +78,17 @@ const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,         
 
 const KernelTable* g_active = nullptr;
 
+// F16C through CPUID (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+
 bool cpu_has(Isa isa) {
     __builtin_cpu_init();
     switch (isa) {
     case Isa::Portable: return true;
-    case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::Avx512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
