@@ -35,7 +35,7 @@ std::shared_ptr<const Model> Model::load(const std::string& dir) {
     m->eos_ids = m->hp.eos_token_ids;
     if (m->eos_ids.empty()) m->eos_ids = {sp.endoftext, sp.im_end};
     for (int id : {sp.endoftext, sp.im_end})
-        if (std::find(m->eos_ids.begin(), m->eos_ids.end(), id) == m->eos_ids.end()) m->eos_ids.push_back(id);
+        if (!m->is_eos(id)) m->eos_ids.push_back(id);
     m->load_ms = sw.ms();
     return m;
 }

@@ -7,6 +7,7 @@
 #include "text/prompt.hpp"
 #include "text/tokenizer.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct Model {
     double load_ms = 0;
 
     static std::shared_ptr<const Model> load(const std::string& dir);
+    bool is_eos(int id) const { return std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end(); }
 };
 
 } // namespace qasr

@@ -216,26 +216,21 @@ private:
 
 } // namespace
 
+template <typename Convert> static void widen_16bit(const uint8_t* src, size_t n, float* out, Convert convert) {
+#pragma omp parallel for if (n > (1u << 20))
+    for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = convert(h);
+    }
+}
+
 void to_f32(const TensorRef& t, float* out) {
     const size_t n = t.numel();
     switch (t.dtype) {
     case DType::F32: std::memcpy(out, t.data, n * 4); break;
-    case DType::BF16:
-#pragma omp parallel for if (n > (1u << 20))
-        for (size_t i = 0; i < n; ++i) {
-            uint16_t h;
-            std::memcpy(&h, t.data + 2 * i, 2);
-            out[i] = bf16_to_f32(h);
-        }
-        break;
-    case DType::F16:
-#pragma omp parallel for if (n > (1u << 20))
-        for (size_t i = 0; i < n; ++i) {
-            uint16_t h;
-            std::memcpy(&h, t.data + 2 * i, 2);
-            out[i] = f16_to_f32(h);
-        }
-        break;
+    case DType::BF16: widen_16bit(t.data, n, out, bf16_to_f32); break;
+    case DType::F16: widen_16bit(t.data, n, out, f16_to_f32); break;
     default: fail("loader", t.name + ": dtype " + dtype_name(t.dtype) + " cannot be read as float");
     }
 }

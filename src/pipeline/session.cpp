@@ -142,7 +142,7 @@ TranscriptionResult Session::run(const std::vector<float>& audio, const Transcri
         float lp = 0;
         const int tok = choose(logits.ptr(), V, greedy_plain, lp);
         if (!d.ignore_eos) {
-            const bool eos = std::find(model_->eos_ids.begin(), model_->eos_ids.end(), tok) != model_->eos_ids.end();
+            const bool eos = model_->is_eos(tok);
             run_len = (!out.empty() && out.back() == tok) ? run_len + 1 : 1;
             if (d.repetition_limit > 0 && run_len > d.repetition_limit) {
                 r.finish = FinishReason::Repetition;

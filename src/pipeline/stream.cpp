@@ -181,9 +181,9 @@ void StreamSession::step(bool final) {
     int run_len = 0;
     for (int n = 0; n < cap; ++n) {
         const int tok = argmax(logits.ptr(), logits.cols());
-        if (std::find(model_->eos_ids.begin(), model_->eos_ids.end(), tok) != model_->eos_ids.end()) break;
+        if (model_->is_eos(tok)) break;
         run_len = (!gen.empty() && gen.back() == tok) ? run_len + 1 : 1;
-        if (run_len > 10) break;
+        if (run_len > DecodeOptions{}.repetition_limit) break; // the offline guard's default
         gen.push_back(tok);
         logits = decoder_.logits(decoder_.forward(decoder_.embed({tok}), cache_));
     }

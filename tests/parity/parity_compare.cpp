@@ -170,7 +170,7 @@ ParityResult compare_case(const std::shared_ptr<const Model>& model, const nlohm
     TranscriptionResult r = s.run(audio, o);
     std::vector<int> greedy;
     for (const auto& t : r.tokens)
-        if (std::find(model->eos_ids.begin(), model->eos_ids.end(), t.id) == model->eos_ids.end()) greedy.push_back(t.id);
+        if (!model->is_eos(t.id)) greedy.push_back(t.id);
     if (truncated) greedy_ref.resize(size_t(greedy_max));
     ck.check(greedy == greedy_ref, "greedy ids differ");
     if (!truncated) {
