@@ -46,8 +46,14 @@ options:
   --segment-windows N      segment bound in 8-second windows (default 3)
   --threads N              CPU threads
   --no-itn                 no inverse text normalization of finals
-  --exact-final            decode the final without the rolled-back prefix: equals the offline transcript,
-                           at the cost of a full decode when the key is released
+  --exact-final            decode the final token by token without the rolled-back prefix or a draft: the
+                           offline pipeline bit for bit, at the cost of a full decode when the key is released
+  --no-speculative         do not verify the previous hypothesis as a draft in the prefill pass (each step then
+                           decodes every new token sequentially; the final keeps the rolled-back prefix)
+  --pause-seconds S        a quiet stretch of S seconds after speech triggers a step that decodes all audio so
+                           far like the final, so that the key release finds a complete draft (default 0.3; 0: off)
+  --endpoint-final         approximate: if only quiet audio followed the last pause step, finish() returns its
+                           transcript at once (the quiet tail is not decoded)
   --bench                  benchmark mode (see below)
   --tokens-per-second R    (benchmarks) emulate a transcript of ⌈R·seconds⌉+4 tokens
   -h, --help               this help
@@ -78,6 +84,12 @@ bool parse_common(Args& a, Common& c) {
     if (a.option("--threads", v)) return c.lo.threads = int(to_long("--threads", v, 1, 1024)), true;
     if (a.flag("--no-itn")) return c.so.itn = false, true;
     if (a.flag("--exact-final")) return c.so.exact_final = true, true;
+    if (a.flag("--no-speculative")) return c.so.speculative = false, true;
+    if (a.flag("--endpoint-final")) return c.so.endpoint_final = true, true;
+    if (a.option("--pause-seconds", v)) {
+        c.so.pause_seconds = to_double("--pause-seconds", v, 0, 60);
+        return true;
+    }
     if (a.option("--tokens-per-second", v))
         return c.so.emulate_tokens_per_second = to_double("--tokens-per-second", v, 0.1, 100), true;
     return false;
@@ -105,6 +117,8 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
     Transcriber t = Transcriber::load_with_warmup(c.model, c.lo);
     const auto& model = t.impl().model;
     std::vector<double> fin_ms, chunk_ms;
+    std::vector<double> f_mel, f_enc, f_pre, f_dec, f_other, c_mel, c_enc, c_pre, c_dec; // finalization / chunk breakdown
+    long drafted = 0, accepted = 0, pause_steps = 0, endpoint_finals = 0;
     nlohmann::json per_file = nlohmann::json::array();
     for (const auto& f : files) {
         const std::vector<float> audio = load_audio_file(f);
@@ -116,11 +130,18 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
         const double fms = sw.ms();
         double worst_chunk = 0, sum_chunk = 0;
         const size_t n_steps = s.stats().size();
-        for (size_t i = 0; i + 1 < n_steps; ++i) { // the last step is finish()'s
+        const size_t n_chunk = s.endpoint_used() ? n_steps : (n_steps ? n_steps - 1 : 0); // the last step is finish()'s
+        for (size_t i = 0; i < n_chunk; ++i) {
             worst_chunk = std::max(worst_chunk, s.stats()[i].ms);
             sum_chunk += s.stats()[i].ms;
             chunk_ms.push_back(s.stats()[i].ms);
+            c_mel.push_back(s.stats()[i].mel_ms);
+            c_enc.push_back(s.stats()[i].encoder_ms);
+            c_pre.push_back(s.stats()[i].prefill_ms);
+            c_dec.push_back(s.stats()[i].decode_ms);
         }
+        for (const auto& cs : s.stats()) drafted += cs.draft_tokens, accepted += cs.accepted_tokens, pause_steps += cs.pause;
+        endpoint_finals += s.endpoint_used();
         TranscribeOptions o;
         if (c.so.emulate_tokens_per_second > 0) { // same transcript length as the streamed final
             o.decode.ignore_eos = true;
@@ -133,17 +154,25 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
         const auto& tok = model->tokenizer;
         const int ed = edit_distance(tok.encode(fin.text), tok.encode(off.text));
         fin_ms.push_back(fms);
-        const StreamChunkStats last = n_steps ? s.stats().back() : StreamChunkStats{};
-        std::printf("%s: %.2f s audio | finalization %.1f ms (encoder %d frames, prefill %d, decode %d tokens) | "
+        // the final step's breakdown (none when finish() took the endpoint transcript)
+        const StreamChunkStats last = n_steps && !s.endpoint_used() ? s.stats().back() : StreamChunkStats{};
+        f_mel.push_back(last.mel_ms);
+        f_enc.push_back(last.encoder_ms);
+        f_pre.push_back(last.prefill_ms);
+        f_dec.push_back(last.decode_ms);
+        f_other.push_back(fms - last.mel_ms - last.encoder_ms - last.prefill_ms - last.decode_ms);
+        std::printf("%s: %.2f s audio | finalization %.1f ms (mel %.1f, encoder %.1f for %d frames, prefill %.1f for %d "
+                    "positions with %d draft tokens, %d accepted, decode %.1f for %d steps, %d tokens) | "
                     "chunks %zu, mean %.1f ms, worst %.1f ms | token edit distance to offline %d (%zu tokens)%s\n",
-                    f.c_str(), fin.audio_seconds, fms, last.encoder_frames, last.prefilled_tokens, last.generated_tokens,
-                    n_steps ? n_steps - 1 : 0,
-                    n_steps > 1 ? sum_chunk / double(n_steps - 1) : 0.0, worst_chunk, ed, tok.encode(off.text).size(),
+                    f.c_str(), fin.audio_seconds, fms, last.mel_ms, last.encoder_ms, last.encoder_frames, last.prefill_ms,
+                    last.prefilled_tokens, last.draft_tokens, last.accepted_tokens, last.decode_ms, last.decode_steps,
+                    last.generated_tokens,
+                    n_chunk, n_chunk ? sum_chunk / double(n_chunk) : 0.0, worst_chunk, ed, tok.encode(off.text).size(),
                     fin.text == off.text ? " (identical)" : "");
         std::vector<double> per_minute; // median chunk compute per minute of stream position
         for (size_t m0 = 0;; ++m0) {
             std::vector<double> v;
-            for (size_t i = 0; i + 1 < n_steps; ++i)
+            for (size_t i = 0; i < n_chunk; ++i)
                 if (size_t(s.stats()[i].audio_seconds / 60.0) == m0) v.push_back(s.stats()[i].ms);
             if (v.empty()) break;
             per_minute.push_back(median(v));
@@ -154,13 +183,31 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
             std::printf("\n");
         }
         per_file.push_back({{"file", f}, {"chunk_ms_median_per_minute", per_minute}, {"audio_seconds", fin.audio_seconds}, {"finalization_ms", fms},
-                            {"chunk_ms_worst", worst_chunk}, {"token_edit_distance", ed},
+                            {"final_step", {{"mel_ms", last.mel_ms}, {"encoder_ms", last.encoder_ms},
+                                            {"encoder_frames", last.encoder_frames}, {"prefill_ms", last.prefill_ms},
+                                            {"prefilled_tokens", last.prefilled_tokens}, {"draft_tokens", last.draft_tokens},
+                                            {"accepted_tokens", last.accepted_tokens}, {"decode_ms", last.decode_ms},
+                                            {"decode_steps", last.decode_steps}, {"generated_tokens", last.generated_tokens}}},
+                            {"chunk_ms_worst", worst_chunk}, {"token_edit_distance", ed}, {"endpoint_final_used", s.endpoint_used()},
                             {"offline_tokens", tok.encode(off.text).size()}, {"identical", fin.text == off.text}});
     }
     nlohmann::json j = {{"finalization_ms_median", median(fin_ms)},
                         {"finalization_ms_worst", fin_ms.empty() ? 0 : *std::max_element(fin_ms.begin(), fin_ms.end())},
                         {"chunk_ms_median", median(chunk_ms)},
                         {"chunk_ms_worst", chunk_ms.empty() ? 0 : *std::max_element(chunk_ms.begin(), chunk_ms.end())},
+                        {"finalization_breakdown_ms_median",
+                         {{"mel", median(f_mel)}, {"encoder", median(f_enc)}, {"prefill", median(f_pre)},
+                          {"decode", median(f_dec)}, {"other", median(f_other)}}},
+                        {"chunk_breakdown_ms_median",
+                         {{"mel", median(c_mel)}, {"encoder", median(c_enc)}, {"prefill", median(c_pre)}, {"decode", median(c_dec)}}},
+                        {"draft_tokens", drafted},
+                        {"pause_steps", pause_steps},
+                        {"endpoint_finals", endpoint_finals},
+                        {"pause_seconds", c.so.pause_seconds},
+                        {"endpoint_final", c.so.endpoint_final},
+                        {"draft_accepted", accepted},
+                        {"speculative", c.so.speculative},
+                        {"exact_final", c.so.exact_final},
                         {"threads", ops::num_threads()},
                         {"chunk_seconds", c.so.chunk_seconds},
                         {"files", per_file}};

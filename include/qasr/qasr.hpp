@@ -76,6 +76,12 @@ struct StreamOptions {
     int max_segment_windows = 3;     // segment length bound (× 8 s)
     int max_new_tokens_per_chunk = 0; // 0: ⌈chunk seconds·20⌉ + 32
     bool exact_final = false;        // final decode without the text prefix: equals offline, costs a full decode
+    bool speculative = true;         // verify the previous hypothesis as a draft in the prefill pass (greedy-exact);
+                                     // the final then decodes without a text prefix, like offline
+    double pause_seconds = 0.3;      // a quiet stretch this long after speech triggers an extra step that decodes
+                                     // all audio so far like the final (0: off)
+    bool endpoint_final = false;     // approximate: when only quiet audio followed the last pause step, finish()
+                                     // returns that step's transcript without decoding the quiet tail
     double emulate_tokens_per_second = 0; // benchmarks with random weights: cap hypotheses at ⌈rate·s⌉+4 tokens
     bool itn = true;
 };

@@ -19,6 +19,9 @@ namespace {
 
 constexpr size_t kHop = 160;
 constexpr size_t kMinSamples = 8000;
+constexpr size_t kPauseBlock = 1600;      // pause detection granularity (100 ms of segment samples)
+constexpr float kQuietRatio = 0.0316f;    // quiet: block RMS at least 30 dB under the loudest block so far
+constexpr float kQuietFloor = 3e-4f;      // … or under −70 dBFS
 
 size_t stable_frame_count(size_t n_samples) { // frames whose STFT support lies inside the samples seen
     return n_samples >= 200 ? (n_samples - 200) / kHop + 1 : 0;
@@ -44,7 +47,10 @@ StreamSession::StreamSession(std::shared_ptr<const Model> model, StreamOptions o
     if (opts_.max_segment_windows < 1 || opts_.max_segment_windows > 1000)
         fail("options", "max_segment_windows must be in [1, 1000]");
     forced_ = opts_.language.empty() ? "" : canonical_language(opts_.language);
+    if (!(opts_.pause_seconds == 0 || (opts_.pause_seconds >= 0.1 && opts_.pause_seconds <= 60)))
+        fail("options", "pause_seconds must be 0 (off) or in [0.1, 60]");
     chunk_samples_ = size_t(std::lround(opts_.chunk_seconds * kSampleRate));
+    pause_blocks_ = int(std::lround(opts_.pause_seconds * kSampleRate / double(kPauseBlock)));
     next_step_at_ = chunk_samples_;
 }
 
@@ -60,12 +66,18 @@ void StreamSession::push(const float* pcm, size_t n) {
     for (size_t i = 0; i < n; ++i)
         if (!std::isfinite(pcm[i])) fail("stream", "samples must be finite");
     size_t done = 0;
-    while (done < n) { // append up to the next step boundary, so steps run at fixed sample counts
-        const size_t take = std::min(n - done, next_step_at_ - audio_.size());
+    while (done < n) { // append up to the next step or pause check, so both happen at fixed sample counts
+        const size_t next = std::min(next_step_at_, next_check_at_);
+        const size_t take = std::min(n - done, next - audio_.size());
         for (size_t i = 0; i < take; ++i) audio_.push_back(std::clamp(pcm[done + i], -1.0f, 1.0f));
         done += take;
+        bool stepped = false;
+        if (audio_.size() == next_check_at_) {
+            stepped = check_pause();
+            next_check_at_ += kPauseBlock;
+        }
         if (audio_.size() == next_step_at_) {
-            step(false);
+            if (!stepped) step(false); // a pause step at the same sample count already covers this chunk
             next_step_at_ += chunk_samples_;
             const size_t boundary = size_t(opts_.max_segment_windows) * size_t(model_->hp.audio.n_window_infer) * kHop;
             if (audio_.size() >= boundary + 200) end_segment(boundary);
@@ -73,8 +85,33 @@ void StreamSession::push(const float* pcm, size_t n) {
     }
 }
 
+bool StreamSession::check_pause() {
+    double e = 0;
+    for (size_t i = audio_.size() - kPauseBlock; i < audio_.size(); ++i) e += double(audio_[i]) * audio_[i];
+    const float rms = float(std::sqrt(e / double(kPauseBlock)));
+    peak_rms_ = std::max(peak_rms_, rms);
+    if (rms > std::max(kQuietRatio * peak_rms_, kQuietFloor)) {
+        quiet_blocks_ = 0;
+        speech_since_pause_ = true;
+        endpoint_ok_ = false;
+        return false;
+    }
+    if (pause_blocks_ == 0 || ++quiet_blocks_ != pause_blocks_ || !speech_since_pause_ || audio_.size() < kMinSamples)
+        return false;
+    // A pause after speech: decode everything so far as the final would (no text prefix, previous hypothesis as
+    // the draft), so that at release the final step finds a complete draft.
+    step(false, true);
+    speech_since_pause_ = false;
+    endpoint_ok_ = true;
+    endpoint_hyp_ = hyp_;
+    return true;
+}
+
 std::vector<int> StreamSession::rollback_prefix(bool final) const {
-    if (chunk_index_ < opts_.unfixed_chunks || hyp_.empty() || (final && opts_.exact_final)) return {};
+    // The final decodes without a text prefix (as offline); with `speculative` the previous hypothesis is then
+    // verified as a draft instead of being forced, so this costs no extra sequential steps.
+    if (chunk_index_ < opts_.unfixed_chunks || hyp_.empty() || (final && (opts_.exact_final || opts_.speculative)))
+        return {};
     size_t keep = hyp_.size() > size_t(opts_.rollback_tokens) ? hyp_.size() - size_t(opts_.rollback_tokens) : 0;
     if (final) keep = std::max<size_t>(keep, 1);
     std::vector<int> p(hyp_.begin(), hyp_.begin() + long(keep));
@@ -82,9 +119,11 @@ std::vector<int> StreamSession::rollback_prefix(bool final) const {
     return p;
 }
 
-void StreamSession::step(bool final) {
-    Stopwatch sw;
+void StreamSession::step(bool final, bool pause) {
+    Stopwatch sw, phase;
     StreamChunkStats st;
+    st.pause = pause;
+    const bool full_decode = final || pause; // no text prefix, the final's token cap
     const AudioHParams& ahp = model_->hp.audio;
     const int n_mels = ahp.n_mels;
     const size_t FW = size_t(ahp.n_window_infer);
@@ -105,6 +144,8 @@ void StreamSession::step(bool final) {
             for (int m = 0; m < n_mels; ++m) max_stable_ = std::max(max_stable_, fresh[size_t(m) * nf + t]);
     }
     stable_frames_ = now_stable;
+    st.mel_ms = phase.ms();
+    phase.reset();
     float clip_max = max_stable_;
     for (float v : tail_frames) clip_max = std::max(clip_max, v);
     const float floor = clip_max - 8.0f;
@@ -149,57 +190,102 @@ void StreamSession::step(bool final) {
     };
     for (const auto& w : windows_) append(w);
     append(tail);
-    // 3. Decoder: reuse the KV rows whose inputs did not change, prefill the rest, then generate.
+    st.encoder_ms = phase.ms();
+    phase.reset();
+    // 3. Decoder: reuse the KV rows whose inputs did not change, prefill the rest together with the draft (the
+    //    previous hypothesis after the prefix), accept the draft's longest prefix that greedy argmax reproduces,
+    //    then decode the rest one token at a time.
     const Prompt p = build_prompt(model_->tokenizer, model_->special, A, opts_.context, forced_);
-    const std::vector<int> prefix = rollback_prefix(final);
+    const std::vector<int> prefix = rollback_prefix(full_decode);
     std::vector<int> ids = p.ids;
     ids.insert(ids.end(), prefix.begin(), prefix.end());
-    size_t reuse = 0;
-    while (reuse < ids.size() && reuse < cached_ids_.size() && ids[reuse] == cached_ids_[reuse]) ++reuse;
-    reuse = std::min(reuse, size_t(p.audio_begin) + std::min(valid_rows, cached_audio_rows_));
-    reuse = std::min(reuse, ids.size() - 1); // always run at least the last position for its logits
-    cache_.truncate(int64_t(reuse), int64_t(model_->hp.text.n_kv_heads) * model_->hp.text.head_dim);
-    if (cache_.k.empty()) cache_.reset(model_->weights.dec.layers.size());
-    std::vector<int> run_ids(ids.begin() + long(reuse), ids.end());
-    Tensor x = decoder_.embed(run_ids);
-    for (size_t i = reuse; i < ids.size(); ++i) {
-        const int64_t a = int64_t(i) - p.audio_begin;
-        if (a >= 0 && a < A) std::memcpy(x.row(int64_t(i - reuse)), rows.row(a), size_t(D) * sizeof(float));
-    }
-    st.prefilled_tokens = int(run_ids.size());
-    Tensor h = decoder_.forward(std::move(x), cache_);
-    Tensor last({1, D});
-    std::memcpy(last.ptr(), h.row(h.rows() - 1), size_t(D) * sizeof(float));
-    Tensor logits = decoder_.logits(last);
+    const size_t P = ids.size();
     const double seg_seconds = double(N) / kSampleRate;
-    int cap = final ? std::max(8, int(std::ceil(seg_seconds * 20.0)) + 64 - int(prefix.size()))
+    int cap = full_decode ? std::max(8, int(std::ceil(seg_seconds * 20.0)) + 64 - int(prefix.size()))
                     : (opts_.max_new_tokens_per_chunk > 0 ? opts_.max_new_tokens_per_chunk
                                                          : int(std::ceil(opts_.chunk_seconds * 20.0)) + 32);
     if (opts_.emulate_tokens_per_second > 0) // transcript length of a real model, for random-weight benchmarks
         cap = std::max(0, emulated_length(seg_seconds) - int(prefix.size()));
+    std::vector<int> draft;
+    if (opts_.speculative && !(final && opts_.exact_final) && hyp_.size() > prefix.size())
+        draft.assign(hyp_.begin() + long(prefix.size()),
+                     hyp_.begin() + long(std::min(hyp_.size(), prefix.size() + size_t(std::max(cap - 1, 0)))));
+    std::vector<int> all = ids;
+    all.insert(all.end(), draft.begin(), draft.end());
+    size_t reuse = 0;
+    while (reuse < all.size() && reuse < cached_ids_.size() && all[reuse] == cached_ids_[reuse]) ++reuse;
+    reuse = std::min(reuse, size_t(p.audio_begin) + std::min(valid_rows, cached_audio_rows_));
+    reuse = std::min(reuse, P - 1); // always run the last prompt position for its logits
+    const int64_t kv_row = int64_t(model_->hp.text.n_kv_heads) * model_->hp.text.head_dim;
+    cache_.truncate(int64_t(reuse), kv_row);
+    if (cache_.k.empty()) cache_.reset(model_->weights.dec.layers.size());
+    std::vector<int> run_ids(all.begin() + long(reuse), all.end());
+    Tensor x = decoder_.embed(run_ids);
+    for (size_t i = reuse; i < all.size(); ++i) {
+        const int64_t a = int64_t(i) - p.audio_begin;
+        if (a >= 0 && a < A) std::memcpy(x.row(int64_t(i - reuse)), rows.row(a), size_t(D) * sizeof(float));
+    }
+    st.prefilled_tokens = int(run_ids.size());
+    st.draft_tokens = int(draft.size());
+    Tensor h = decoder_.forward(std::move(x), cache_);
+    // Logits of the last prompt position alone (one matrix-vector pass over the head); those of the draft positions
+    // in one batch, only once the first draft token is confirmed (a batch has a fixed cost of a few such passes).
+    const int64_t h0 = h.rows() - int64_t(draft.size()) - 1;
+    auto head_rows = [&](int64_t r0, int64_t n) {
+        Tensor hr({n, D});
+        std::memcpy(hr.ptr(), h.row(h0 + r0), size_t(n * D) * sizeof(float));
+        return decoder_.logits(hr);
+    };
+    Tensor logits = head_rows(0, 1), draft_logits;
+    st.prefill_ms = phase.ms();
+    phase.reset();
+    const int64_t V = logits.cols();
+    const float* cur = logits.ptr();
+    Tensor step_logits;
     std::vector<int> gen;
+    size_t accepted = 0;
+    bool on_draft = true; // the cache holds the draft's rows after the accepted ones
     int run_len = 0;
     for (int n = 0; n < cap; ++n) {
-        const int tok = argmax(logits.ptr(), logits.cols());
+        const int tok = argmax(cur, V);
         if (model_->is_eos(tok)) break;
         run_len = (!gen.empty() && gen.back() == tok) ? run_len + 1 : 1;
         if (run_len > DecodeOptions{}.repetition_limit) break; // the offline guard's default
         gen.push_back(tok);
-        logits = decoder_.logits(decoder_.forward(decoder_.embed({tok}), cache_));
+        if (on_draft && accepted < draft.size() && tok == draft[accepted]) { // its row is already in the cache
+            ++accepted;
+            if (draft_logits.rows() == 0) draft_logits = head_rows(1, int64_t(draft.size()));
+            cur = draft_logits.row(int64_t(accepted) - 1);
+            continue;
+        }
+        if (on_draft) {
+            on_draft = false;
+            cache_.truncate(int64_t(P + accepted), kv_row);
+        }
+        if (n + 1 == cap) break; // no logits needed after the last token
+        step_logits = decoder_.logits(decoder_.forward(decoder_.embed({tok}), cache_));
+        cur = step_logits.ptr();
+        ++st.decode_steps;
     }
+    if (on_draft) cache_.truncate(int64_t(P + accepted), kv_row);
+    st.accepted_tokens = int(accepted);
     st.generated_tokens = int(gen.size());
+    st.decode_ms = phase.ms();
     cached_ids_ = ids;
     cached_ids_.insert(cached_ids_.end(), gen.begin(), gen.end());
     cached_ids_.resize(size_t(cache_.len)); // the last generated token has not been fed back
     cached_audio_rows_ = A - tail.rows();
     hyp_ = prefix;
     hyp_.insert(hyp_.end(), gen.begin(), gen.end());
-    ++chunk_index_;
+    if (!pause) ++chunk_index_; // pause steps do not count towards the unfixed chunks
     // 4. Events.
     const ParsedOutput full = parse_asr_output(model_->tokenizer.decode(hyp_), forced_);
     const ParsedOutput pre = parse_asr_output(model_->tokenizer.decode(prefix), forced_);
     if (!full.language.empty()) language_ = full.language;
-    std::string stable = full.text.rfind(pre.text, 0) == 0 ? pre.text : "";
+    // Stable: the forced prefix; a pause step (no prefix) keeps the previous stable text when it still agrees.
+    const std::string& keep = pause ? stable_ : pre.text;
+    std::string stable = full.text.rfind(keep, 0) == 0 ? keep : "";
+    stable_ = stable;
     st.ms = sw.ms();
     stats_.push_back(st);
     if (!final) emit(StreamEvent::Kind::Partial, committed_raw_text_ + stable, full.text.substr(stable.size()));
@@ -237,7 +323,11 @@ void StreamSession::end_segment(size_t boundary) {
     cached_ids_.clear();
     cached_audio_rows_ = 0;
     hyp_.clear();
+    stable_.clear();
     next_step_at_ = chunk_samples_;
+    next_check_at_ = kPauseBlock;
+    quiet_blocks_ = 0;
+    endpoint_ok_ = false;
     if (!rest.empty()) push(rest.data(), rest.size());
 }
 
@@ -258,7 +348,11 @@ TranscriptionResult StreamSession::finish() {
     if (finished_) return final_;
     finished_ = true;
     Stopwatch sw;
-    if (audio_.size() >= 400) {
+    if (opts_.endpoint_final && !opts_.exact_final && endpoint_ok_ && pause_blocks_ > 0) {
+        // Approximate (opt-in): only quiet audio followed the last pause step, whose transcript is taken as final.
+        committed_raw_text_ += parse_asr_output(model_->tokenizer.decode(endpoint_hyp_), forced_).text;
+        endpoint_used_ = true;
+    } else if (audio_.size() >= 400) {
         step(true);
         committed_raw_text_ += parse_asr_output(model_->tokenizer.decode(hyp_), forced_).text;
     }

@@ -27,7 +27,12 @@ struct StreamChunkStats {
     int mel_frames = 0;         // mel frames (re)computed
     int prefilled_tokens = 0;   // decoder positions run in prefill (after KV reuse)
     int generated_tokens = 0;
+    int draft_tokens = 0;       // previous-hypothesis tokens verified in the prefill pass
+    int accepted_tokens = 0;    // of those, reproduced by greedy argmax (no sequential step needed)
+    int decode_steps = 0;       // sequential single-token decoder passes
+    bool pause = false;         // an extra step triggered by a pause after speech
     double ms = 0;
+    double mel_ms = 0, encoder_ms = 0, prefill_ms = 0, decode_ms = 0; // breakdown of ms
 };
 
 class StreamSession {
@@ -40,9 +45,11 @@ public:
     std::vector<StreamEvent> poll();            // events since the last poll (also delivered to the callback)
     TranscriptionResult finish();               // flushes the tail, returns the final result; the session ends
     const std::vector<StreamChunkStats>& stats() const { return stats_; }
+    bool endpoint_used() const { return endpoint_used_; } // finish() took the pause step's transcript (no step)
 
 private:
-    void step(bool final);
+    void step(bool final, bool pause = false);
+    bool check_pause(); // at each 100 ms of segment samples; returns whether a pause step ran
     void end_segment(size_t keep_from);
     void emit(StreamEvent::Kind kind, const std::string& stable, const std::string& unstable);
     std::vector<int> rollback_prefix(bool final) const;
@@ -70,6 +77,16 @@ private:
     std::vector<int> cached_ids_;    // input ids behind the cache rows (audio rows: pad id)
     size_t cached_audio_rows_ = 0;   // audio rows in the cache that came from completed windows
     std::vector<int> hyp_;           // last generated ids of the segment (without EOS)
+    std::string stable_;             // stable text of the last partial (segment part)
+    // Pause detection (on segment samples, at fixed 100 ms boundaries).
+    size_t next_check_at_ = 1600;
+    int pause_blocks_ = 0;           // quiet 100 ms blocks that make a pause (0: off)
+    int quiet_blocks_ = 0;
+    float peak_rms_ = 0;             // loudest 100 ms block of the stream
+    bool speech_since_pause_ = false;
+    bool endpoint_ok_ = false;       // only quiet blocks since the last pause step
+    std::vector<int> endpoint_hyp_;  // the last pause step's hypothesis
+    bool endpoint_used_ = false;
 
     // Whole stream.
     std::string committed_raw_text_; // parsed texts of finished segments, concatenated

@@ -40,6 +40,13 @@ std::vector<float> speechlike(size_t n, uint32_t seed) { // amplitude-modulated 
     return x;
 }
 
+std::vector<float> with_pauses(size_t n, uint32_t seed, size_t period = 16000 * 3, size_t quiet = 8000) {
+    std::vector<float> x = speechlike(n, seed); // the last `quiet` samples of every period are silent
+    for (size_t i = 0; i < n; ++i)
+        if (i % period >= period - quiet) x[i] = 0.0f;
+    return x;
+}
+
 #define NEED_TOKENIZER()                                                                                               \
     if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))                                             \
     GTEST_SKIP() << "tokenizer not set up: run scripts/setup_tokenizer.sh"
@@ -195,4 +202,144 @@ TEST(Sampling, SeededAndGreedy) {
     EXPECT_EQ(g.finish, FinishReason::TokenCap);
     o.decode.top_p = 0.0f;
     EXPECT_THROW(a.run(audio, o), Error);
+}
+
+TEST(Stream, FinalsDoNotDependOnBlockSizeInAnyMode) {
+    NEED_TOKENIZER();
+    // Pauses trigger extra steps; drafts, pause steps and the endpoint shortcut all happen at fixed sample counts.
+    const auto audio = with_pauses(16000 * 9 + 321, 5);
+    for (int mode = 0; mode < 4; ++mode) {
+        std::string first;
+        std::vector<std::string> first_partials;
+        size_t first_steps = 0;
+        for (size_t block : {size_t(1), size_t(160), size_t(1600), size_t(32000)}) {
+            StreamOptions o = small_opts();
+            o.speculative = mode != 1;
+            o.exact_final = mode == 2;
+            o.endpoint_final = mode == 3;
+            StreamSession s(tiny(), o);
+            std::vector<std::string> partials;
+            for (size_t i = 0; i < audio.size(); i += block) {
+                s.push(audio.data() + i, std::min(block, audio.size() - i));
+                for (const auto& e : s.poll()) partials.push_back(e.text());
+            }
+            const std::string fin = s.finish().raw_text;
+            if (block == 1) {
+                first = fin;
+                first_partials = partials;
+                first_steps = s.stats().size();
+                int pauses = 0;
+                for (const auto& st : s.stats()) pauses += st.pause;
+                EXPECT_EQ(pauses, 3) << "pauses end at 3, 6 and 9 s; mode " << mode;
+            } else {
+                EXPECT_EQ(fin, first) << "block " << block << ", mode " << mode;
+                EXPECT_EQ(partials, first_partials) << "block " << block << ", mode " << mode;
+                EXPECT_EQ(s.stats().size(), first_steps) << "block " << block << ", mode " << mode;
+            }
+        }
+    }
+}
+
+TEST(Stream, SpeculativeFinalEqualsOfflineTranscript) {
+    NEED_TOKENIZER();
+    // Chunk steps decode after a forced prefix; the final decodes without it, verifying the previous hypothesis as
+    // a draft, so it is the greedy transcript of all the audio, as offline.
+    for (uint32_t seed : {31u, 32u, 33u}) {
+        const auto audio = speechlike(16000 * 7 + 555 * seed, seed);
+        StreamOptions o = small_opts();
+        o.unfixed_chunks = 1;
+        StreamSession s(tiny(), o);
+        s.push(audio.data(), audio.size());
+        const auto fin = s.finish();
+        int prefixed = 0;
+        for (size_t i = 0; i + 1 < s.stats().size(); ++i) prefixed += s.stats()[i].draft_tokens > 0;
+        EXPECT_GE(prefixed, 2) << "chunk steps verified drafts";
+        Session off(tiny());
+        TranscribeOptions to;
+        to.itn = false;
+        EXPECT_EQ(fin.raw_text, parse_asr_output(off.run(audio, to).raw_text, "").text) << "seed " << seed;
+    }
+}
+
+TEST(Stream, CompleteDraftNeedsNoSequentialDecodeAtFinish) {
+    NEED_TOKENIZER();
+    // 3 s of speech, then quiet: the pause step at 3.3 s decodes everything like the final would. A finish() right
+    // there verifies that hypothesis in the prefill pass and runs no single-token decoder step.
+    auto audio = speechlike(16000 * 3, 41);
+    audio.resize(16000 * 3 + 4800, 0.0f);
+    StreamOptions o = small_opts();
+    StreamSession s(tiny(), o);
+    std::vector<std::string> partials;
+    s.push(audio.data(), audio.size());
+    for (const auto& e : s.poll()) partials.push_back(e.text());
+    ASSERT_FALSE(s.stats().empty());
+    const StreamChunkStats pause = s.stats().back();
+    ASSERT_TRUE(pause.pause);
+    EXPECT_DOUBLE_EQ(pause.audio_seconds, 3.3);
+    const auto fin = s.finish();
+    const StreamChunkStats last = s.stats().back();
+    EXPECT_FALSE(last.pause);
+    EXPECT_EQ(last.draft_tokens, pause.generated_tokens);
+    EXPECT_EQ(last.accepted_tokens, last.draft_tokens);
+    EXPECT_EQ(last.decode_steps, 0);
+    EXPECT_EQ(last.generated_tokens, pause.generated_tokens);
+    ASSERT_FALSE(partials.empty());
+    EXPECT_EQ(fin.raw_text, partials.back());
+    // --exact-final decodes the same audio token by token and gets the same text
+    StreamOptions e = o;
+    e.exact_final = true;
+    StreamSession x(tiny(), e);
+    x.push(audio.data(), audio.size());
+    EXPECT_EQ(x.finish().raw_text, fin.raw_text);
+    EXPECT_EQ(x.stats().back().draft_tokens, 0);
+    EXPECT_EQ(x.stats().back().decode_steps, x.stats().back().generated_tokens);
+}
+
+TEST(Stream, EndpointFinalSkipsTheQuietTail) {
+    NEED_TOKENIZER();
+    auto audio = speechlike(16000 * 3, 42);
+    audio.resize(16000 * 4, 0.0f); // 1 s of silence: the pause step runs at 3.3 s
+    StreamOptions o = small_opts();
+    o.endpoint_final = true;
+    StreamSession s(tiny(), o);
+    s.push(audio.data(), audio.size());
+    const size_t steps = s.stats().size();
+    std::string pause_text;
+    for (const auto& e : s.poll()) pause_text = e.text();
+    const auto fin = s.finish();
+    EXPECT_TRUE(s.endpoint_used());
+    EXPECT_EQ(s.stats().size(), steps) << "no step at finish";
+    EXPECT_EQ(fin.raw_text, s.stats().back().pause ? pause_text : fin.raw_text);
+    // speech after the pause step invalidates the shortcut
+    auto more = speechlike(16000, 43);
+    StreamSession t(tiny(), o);
+    t.push(audio.data(), audio.size());
+    t.push(more.data(), more.size());
+    t.finish();
+    EXPECT_FALSE(t.endpoint_used());
+    EXPECT_FALSE(t.stats().back().pause);
+}
+
+TEST(Stream, PauseStepsKeepPerChunkWorkBounded) {
+    NEED_TOKENIZER();
+    StreamOptions o = small_opts();
+    StreamSession s(tiny(), o);
+    const auto audio = with_pauses(16000 * 120, 6); // 2 minutes, a pause every 3 s
+    s.push(audio.data(), audio.size());
+    s.finish();
+    int pauses = 0, max_frames = 0, max_prefill = 0;
+    for (const auto& c : s.stats()) {
+        pauses += c.pause;
+        max_frames = std::max(max_frames, c.encoder_frames);
+        max_prefill = std::max(max_prefill, c.prefilled_tokens);
+        EXPECT_LE(c.encoder_windows, 2 + o.max_segment_windows) << "at " << c.audio_seconds << " s";
+        EXPECT_LE(c.decode_steps, c.generated_tokens) << "at " << c.audio_seconds << " s";
+        EXPECT_LE(c.accepted_tokens, c.draft_tokens);
+    }
+    EXPECT_EQ(pauses, 40);
+    // Silence puts log-mel values under the clamp floor, so a completed window is re-encoded whenever the floor
+    // moves (exactness, spec §4.6): at most the segment's windows plus the open one.
+    EXPECT_LE(max_frames, (o.max_segment_windows + 1) * 800);
+    // a full decode of at most one segment (24 s: ⌈24·20⌉+64 tokens) plus the open window's rows and the prompt
+    EXPECT_LE(max_prefill, 2 * 104 + 16 + 480 + 64);
 }
