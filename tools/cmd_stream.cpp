@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -118,16 +119,24 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
     const auto& model = t.impl().model;
     std::vector<double> fin_ms, chunk_ms;
     std::vector<double> f_mel, f_enc, f_pre, f_dec, f_other, c_mel, c_enc, c_pre, c_dec; // finalization / chunk breakdown
-    long drafted = 0, accepted = 0, pause_steps = 0, endpoint_finals = 0;
+    long drafted = 0, accepted = 0, pause_steps = 0, endpoint_finals = 0, stable_revised = 0;
     nlohmann::json per_file = nlohmann::json::array();
+    double load0[1] = {0};
+    ::getloadavg(load0, 1);
     for (const auto& f : files) {
         const std::vector<float> audio = load_audio_file(f);
         StreamSession s(model, c.so);
         const size_t block = 1600;
-        for (size_t i = 0; i < audio.size(); i += block) s.push(audio.data() + i, std::min(block, audio.size() - i));
+        std::string stable; // the last partial's stable text: does the final keep it?
+        for (size_t i = 0; i < audio.size(); i += block) {
+            s.push(audio.data() + i, std::min(block, audio.size() - i));
+            for (const auto& e : s.poll()) stable = e.stable;
+        }
         Stopwatch sw;
         TranscriptionResult fin = s.finish();
         const double fms = sw.ms();
+        const bool kept = fin.raw_text.rfind(stable, 0) == 0;
+        stable_revised += !kept;
         double worst_chunk = 0, sum_chunk = 0;
         const size_t n_steps = s.stats().size();
         const size_t n_chunk = s.endpoint_used() ? n_steps : (n_steps ? n_steps - 1 : 0); // the last step is finish()'s
@@ -188,9 +197,11 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
                                             {"prefilled_tokens", last.prefilled_tokens}, {"draft_tokens", last.draft_tokens},
                                             {"accepted_tokens", last.accepted_tokens}, {"decode_ms", last.decode_ms},
                                             {"decode_steps", last.decode_steps}, {"generated_tokens", last.generated_tokens}}},
-                            {"chunk_ms_worst", worst_chunk}, {"token_edit_distance", ed}, {"endpoint_final_used", s.endpoint_used()},
+                            {"chunk_ms_worst", worst_chunk}, {"token_edit_distance", ed}, {"endpoint_final_used", s.endpoint_used()}, {"stable_text_kept", kept},
                             {"offline_tokens", tok.encode(off.text).size()}, {"identical", fin.text == off.text}});
     }
+    double load1[1] = {0};
+    ::getloadavg(load1, 1);
     nlohmann::json j = {{"finalization_ms_median", median(fin_ms)},
                         {"finalization_ms_worst", fin_ms.empty() ? 0 : *std::max_element(fin_ms.begin(), fin_ms.end())},
                         {"chunk_ms_median", median(chunk_ms)},
@@ -202,6 +213,8 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
                          {{"mel", median(c_mel)}, {"encoder", median(c_enc)}, {"prefill", median(c_pre)}, {"decode", median(c_dec)}}},
                         {"draft_tokens", drafted},
                         {"pause_steps", pause_steps},
+                        {"finals_revising_stable_text", stable_revised},
+                        {"load_average_1min", {load0[0], load1[0]}},
                         {"endpoint_finals", endpoint_finals},
                         {"pause_seconds", c.so.pause_seconds},
                         {"endpoint_final", c.so.endpoint_final},
