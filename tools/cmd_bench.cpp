@@ -9,6 +9,7 @@
 #include "core/timer.hpp"
 #include "model/model.hpp"
 #include "ops/ops.hpp"
+#include "api/transcriber_impl.hpp"
 #include "pipeline/session.hpp"
 
 #include <nlohmann/json.hpp>
@@ -43,7 +44,9 @@ options:
   --max-new-tokens N     cap on generated tokens
   --ignore-eos           decode exactly --max-new-tokens tokens (fixed decode length)
   --isa portable|avx2|avx512   force the kernel ISA (default: best supported; env QASR_ISA)
+  --device D             cpu (default), cuda or cuda:N: run the model on a GPU (no DRAM probe then)
   --bw-mb N              size of the bandwidth probe buffer in MiB (default 1024; 0 skips the probe)
+  --api-warmup           run Transcriber::warmup() (as load_with_warmup does) before the runs
   --json                 print only the JSON object
   --stream               streaming benchmark instead (finalization latency; see qasr stream --help)
 )";
@@ -99,11 +102,11 @@ int cmd_bench(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) // `qasr bench --stream ...` is the streaming benchmark of `qasr stream --bench`
         if (std::string(argv[i]) == "--stream") return cmd_stream(argc, argv);
     Args a(argc, argv, 2);
-    std::string model_dir, audio_path, v, isa;
+    std::string model_dir, audio_path, v, isa, device = "cpu";
     double seconds = 11.0;
     int runs = 3, warmup = 1, threads = 0;
     size_t bw_mb = 1024;
-    bool json_only = false;
+    bool json_only = false, api_warmup = false;
     TranscribeOptions opts;
     opts.itn = false;
     while (!a.done()) {
@@ -128,8 +131,12 @@ int cmd_bench(int argc, char** argv) {
             opts.decode.ignore_eos = true;
         } else if (a.option("--isa", v)) {
             isa = v;
+        } else if (a.option("--device", v)) {
+            device = v;
         } else if (a.option("--bw-mb", v)) {
             bw_mb = size_t(to_long("--bw-mb", v, 0, 1 << 20));
+        } else if (a.flag("--api-warmup")) {
+            api_warmup = true;
         } else if (a.flag("--json")) {
             json_only = true;
         } else {
@@ -148,8 +155,15 @@ int cmd_bench(int argc, char** argv) {
 
     const std::vector<float> audio = audio_path.empty() ? generated_audio(seconds) : load_audio_file(audio_path);
     Stopwatch sw;
-    std::shared_ptr<const Model> model = Model::load(model_dir);
+    LoadOptions lo;
+    lo.threads = threads;
+    lo.device = device;
+    const Transcriber asr = Transcriber::load(model_dir, lo);
     const double load_ms = sw.ms();
+    sw.reset();
+    if (api_warmup) asr.warmup(); // what load_with_warmup() does
+    const double warmup_ms = api_warmup ? sw.ms() : 0.0;
+    const std::shared_ptr<const Model> model = asr.impl().model;
 
     // Decode weight bytes per token: every decoder matrix plus the LM head (the embedding when tied).
     const DecoderW& D = model->weights.dec;
@@ -203,6 +217,9 @@ int cmd_bench(int argc, char** argv) {
                         {"prefill_ms", median(pre)},
                         {"decode_ms", dec_ms},
                         {"total_ms", median(tot)},
+                        {"first_total_ms", tot.empty() ? 0.0 : tot.front()},
+                        {"max_total_ms", tot.empty() ? 0.0 : *std::max_element(tot.begin(), tot.end())},
+                        {"api_warmup_ms", warmup_ms},
                         {"tokens_per_s", 1000.0 / ms_tok},
                         {"ms_per_token", ms_tok},
                         {"rtf", median(rtf)},

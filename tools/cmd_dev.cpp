@@ -3,20 +3,84 @@
 #include "args.hpp"
 #include "commands.hpp"
 
+#include "audio/audio.hpp"
 #include "model/random_checkpoint.hpp"
+#include "pipeline/session.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
 namespace qasr::cli {
 
+namespace {
+
+// Argmax and top-2 margin of each row.
+void argmax_rows(const Tensor& l, nlohmann::json& ids, nlohmann::json& margins) {
+    for (int64_t r = 0; r < l.rows(); ++r) {
+        const float* x = l.row(r);
+        int64_t best = 0, second = -1;
+        for (int64_t i = 1; i < l.cols(); ++i)
+            if (x[i] > x[best]) second = best, best = i;
+            else if (second < 0 || x[i] > x[second]) second = i;
+        ids.push_back(best);
+        margins.push_back(second < 0 ? 0.0 : double(x[best]) - double(x[second]));
+    }
+}
+
+// `qasr dev logits`: the prefill argmax at every prompt position and N forced greedy steps (plain argmax, no
+// stop rule) with their top-2 margins, as JSON — what scripts/cuda_reference.py compares with transformers.
+int dev_logits(int argc, char** argv) {
+    Args a(argc, argv, 3);
+    std::string model, device = "cpu", audio, v;
+    int steps = 64;
+    while (!a.done()) {
+        if (a.option("-m", model) || a.option("--model", model) || a.option("--device", device)) {
+        } else if (a.option("--steps", v)) {
+            steps = int(to_long("--steps", v, 1, 4096));
+        } else if (a.peek()[0] == '-') {
+            throw std::invalid_argument("unknown option " + a.peek());
+        } else {
+            audio = a.next();
+        }
+    }
+    if (model.empty() || audio.empty()) throw std::invalid_argument("usage: qasr dev logits -m DIR [--device D] [--steps N] AUDIO");
+    Session s(Model::load(model, device));
+    TranscribeOptions o;
+    const Tensor rows = s.encode(s.mel(load_audio_file(audio), o.min_samples));
+    const Prompt p = s.prompt(rows.rows(), o);
+    nlohmann::json j = {{"prompt_ids", p.ids}, {"device", device}};
+    nlohmann::json pid = nlohmann::json::array(), pm = nlohmann::json::array();
+    Tensor all = s.prefill(p, rows, true);
+    argmax_rows(all, pid, pm);
+    j["prefill_argmax"] = pid;
+    j["prefill_margin"] = pm;
+    nlohmann::json gid = nlohmann::json::array(), gm = nlohmann::json::array();
+    Tensor last({1, all.cols()});
+    std::copy(all.row(all.rows() - 1), all.row(all.rows() - 1) + all.cols(), last.ptr());
+    for (int n = 0; n < steps; ++n) {
+        argmax_rows(last, gid, gm);
+        if (n + 1 < steps) last = s.step(gid.back().get<int>());
+    }
+    j["forced_ids"] = gid;
+    j["forced_margin"] = gm;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+}
+
+} // namespace
+
 int cmd_dev(int argc, char** argv) {
     const char* help = "usage: qasr dev make-random --preset tiny|0.6b|1.7b [--layout hf|original] [--seed N]\n"
-                       "                            [--tokenizer DIR] OUT_DIR\n";
+                       "                            [--tokenizer DIR] OUT_DIR\n"
+                       "       qasr dev logits -m DIR [--device D] [--steps N] AUDIO   (prefill argmax + forced greedy, JSON)\n";
     if (argc < 3 || std::string(argv[2]) == "-h" || std::string(argv[2]) == "--help") {
         std::fputs(help, stdout);
         return argc < 3 ? 2 : 0;
     }
+    if (std::string(argv[2]) == "logits") return dev_logits(argc, argv);
     if (std::string(argv[2]) != "make-random") throw std::invalid_argument("unknown dev command " + std::string(argv[2]));
     Args a(argc, argv, 3);
     std::string preset, layout = "hf", tok, out, v;

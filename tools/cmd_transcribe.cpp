@@ -26,6 +26,7 @@ options:
   --context TEXT           context for the system prompt (names, terms)
   --format text|json       output format (json: one object per file with tokens, logprobs, timings)
   --threads N              CPU threads (default: all cores)
+  --device D               cpu (default), cuda or cuda:N (when built with the CUDA backend)
   --max-new-tokens N       cap on generated tokens (default: ceil(seconds*20)+64)
   --ignore-eos             decode exactly --max-new-tokens argmax tokens; no EOS or repetition stop
   --temperature T          sampling temperature (default 0: greedy)
@@ -76,6 +77,8 @@ int cmd_transcribe(int argc, char** argv) {
             if (format != "text" && format != "json") throw std::invalid_argument("--format must be text or json");
         } else if (a.option("--threads", v)) {
             lo.threads = int(to_long("--threads", v, 1, 1024));
+        } else if (a.option("--device", v)) {
+            lo.device = v;
         } else if (a.option("--max-new-tokens", v)) {
             o.decode.max_new_tokens = int(to_long("--max-new-tokens", v, 1, 1000000));
         } else if (a.flag("--ignore-eos")) {

@@ -38,6 +38,7 @@ struct TranscribeOptions {
 
 struct LoadOptions {
     int threads = 0;           // 0: all cores
+    std::string device = "cpu"; // "cpu", "cuda" or "cuda:N" (the CUDA backend, when built with it)
 };
 
 struct TokenInfo {

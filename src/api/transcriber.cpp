@@ -44,7 +44,7 @@ Transcriber Transcriber::load(const std::string& model_dir, const LoadOptions& o
     if (opts.threads < 0 || opts.threads > 1024) fail("options", "threads must be in [0, 1024]");
     ops::set_num_threads(opts.threads);
     auto impl = std::make_unique<Impl>();
-    impl->model = Model::load(model_dir);
+    impl->model = Model::load(model_dir, opts.device);
     return Transcriber(std::move(impl));
 }
 
@@ -59,17 +59,21 @@ void Transcriber::warmup() const {
     // runs, then a short greedy pass. On the CPU the cold-start cost is paging in the mapped weights and starting
     // the thread team, which every decode step touches in full, so a 2 s clip and a few steps suffice (the 8 s of
     // the GPU recipe exist to build realistic kernel batch shapes).
+    // On an accelerator: 8 s of noise sampled at temperature 1 (builds the encoder's scratch at realistic shapes,
+    // creates the cuBLAS handle and captures the decode-step graph), then a greedy pass over 30 s so the scratch
+    // and KV cache of the pooled session already fit the usual requests.
+    const bool dev = impl_->model->device != nullptr;
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> u(-0.01f, 0.01f);
-    std::vector<float> noise(2 * kSampleRate);
+    std::vector<float> noise(size_t(dev ? 30 : 2) * kSampleRate);
     for (float& x : noise) x = u(rng);
     TranscribeOptions o;
     o.itn = false;
     o.decode.temperature = 1.0f;
-    o.decode.max_new_tokens = 4;
-    transcribe(noise, o);
+    o.decode.max_new_tokens = dev ? 8 : 4;
+    transcribe(dev ? std::vector<float>(noise.begin(), noise.begin() + 8 * kSampleRate) : noise, o);
     o.decode.temperature = 0.0f;
-    o.decode.max_new_tokens = 2;
+    o.decode.max_new_tokens = dev ? 8 : 2;
     transcribe(noise, o);
 }
 

@@ -82,6 +82,14 @@ Tensor MelFrontend::filterbank_matrix() const {
     return t;
 }
 
+std::vector<double> MelFrontend::filterbank_f64() const {
+    std::vector<double> t(size_t(kBins) * size_t(n_mels_), 0.0);
+    for (int m = 0; m < n_mels_; ++m)
+        for (size_t j = 0; j < filters_[size_t(m)].size(); ++j)
+            t[size_t(first_bin_[size_t(m)] + int(j)) * size_t(n_mels_) + size_t(m)] = filters_[size_t(m)][j];
+    return t;
+}
+
 std::vector<float> MelFrontend::log10_frames(const std::vector<float>& samples, size_t N, size_t t0, size_t t1) const {
     if (N <= size_t(kNfft / 2)) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
     auto x = [&](long i) -> double { return i < long(samples.size()) ? samples[size_t(i)] : 0.0; };

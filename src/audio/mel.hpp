@@ -22,7 +22,9 @@ public:
     // Clamp to max − 8 and map (x + 4) / 4; logmel [n_mels, T] → [n_mels, T].
     static Tensor normalize(const std::vector<float>& logmel, int n_mels, size_t T, float max);
     Tensor filterbank_matrix() const; // [201, n_mels], float32 copy of the filterbank (tap 1)
+    std::vector<double> filterbank_f64() const; // [201, n_mels] in double (device back ends)
     int n_mels() const { return n_mels_; }
+    const std::vector<double>& window() const { return window_; } // [400] periodic Hann (device back ends)
     static size_t n_frames(size_t n_samples) { return n_samples / kHop; }
 
 private:

@@ -13,10 +13,10 @@ namespace qasr {
 static Model make_model(const std::string& dir, HParams hp, Tokenizer tok) {
     SpecialIds sp = SpecialIds::resolve(tok);
     MelFrontend mel(hp.audio.n_mels);
-    return Model{dir, std::move(hp), {}, std::move(tok), sp, {}, std::move(mel), 0};
+    return Model{dir, std::move(hp), {}, std::move(tok), sp, {}, std::move(mel), 0, nullptr};
 }
 
-std::shared_ptr<const Model> Model::load(const std::string& dir) {
+std::shared_ptr<const Model> Model::load(const std::string& dir, const std::string& device) {
     Stopwatch sw;
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("loader", dir + ": not a model directory");
@@ -36,6 +36,7 @@ std::shared_ptr<const Model> Model::load(const std::string& dir) {
     if (m->eos_ids.empty()) m->eos_ids = {sp.endoftext, sp.im_end};
     for (int id : {sp.endoftext, sp.im_end})
         if (!m->is_eos(id)) m->eos_ids.push_back(id);
+    m->device = open_device(*m, device);
     m->load_ms = sw.ms();
     return m;
 }

@@ -2,6 +2,7 @@
 // the mel front end. Shared (const) between any number of sessions and threads.
 #pragma once
 #include "audio/mel.hpp"
+#include "backend/device.hpp"
 #include "io/config.hpp"
 #include "model/weights.hpp"
 #include "text/prompt.hpp"
@@ -23,8 +24,10 @@ struct Model {
     std::vector<int> eos_ids;
     MelFrontend mel;
     double load_ms = 0;
+    std::shared_ptr<const DeviceContext> device; // null: the CPU ops; else the accelerator holding the weights
 
-    static std::shared_ptr<const Model> load(const std::string& dir);
+    // device: "cpu" (default), "cuda", "cuda:N" (see backend/device.hpp).
+    static std::shared_ptr<const Model> load(const std::string& dir, const std::string& device = "cpu");
     bool is_eos(int id) const { return std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end(); }
 };
 

@@ -86,6 +86,7 @@ AffineQuantized quantize_affine(const float* w, int64_t out, int64_t in, int bit
     r.biases.resize(size_t(out * ng));
     const float n_bins = float((1 << bits) - 1);
     const size_t row_bytes = size_t(in * bits / 8);
+#pragma omp parallel for schedule(static) // rows are independent (each writes its own bytes, scales, biases)
     for (int64_t row = 0; row < out; ++row) {
         uint8_t* prow = r.packed.data() + size_t(row) * row_bytes;
         for (int64_t g = 0; g < ng; ++g) {

@@ -137,6 +137,7 @@ void write_random_checkpoint(const std::string& out_dir, const std::string& pres
         TensorToWrite t{stored_name(name, scheme), DType::BF16, shape, {}};
         const size_t n = Tensor::count(shape);
         t.bytes.resize(n * 2);
+#pragma omp parallel for schedule(static) // the generator is counter-based: any order gives the same bytes
         for (size_t i = 0; i < n; ++i) {
             const uint16_t h = f32_to_bf16(random_weight_value(seed, name, shape, i));
             t.bytes[2 * i] = uint8_t(h & 0xff);

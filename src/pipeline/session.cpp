@@ -17,13 +17,18 @@ namespace qasr {
 int default_token_cap(double seconds) { return int(std::ceil(seconds * 20.0)) + 64; }
 
 Session::Session(std::shared_ptr<const Model> model)
-    : model_(std::move(model)), decoder_(model_->weights.dec, model_->hp.text) {}
+    : model_(std::move(model)), accel_(model_->device ? model_->device->open() : nullptr),
+      decoder_(model_->weights.dec, model_->hp.text) {}
 
 Tensor Session::mel(const std::vector<float>& audio, size_t min_samples) const {
     return model_->mel.compute(audio, min_samples);
 }
 
 Tensor Session::encode(const Tensor& mel, const TapFn* tap) const {
+    if (accel_) {
+        if (tap) fail("session", "tap points are only available on the CPU path");
+        return accel_->encode(mel);
+    }
     return encode_audio(model_->weights.enc, model_->hp.audio, mel, tap);
 }
 
@@ -37,6 +42,10 @@ Tensor Session::prefill(const Prompt& p, const Tensor& audio_rows, bool all_logi
     if (audio_rows.rows() != p.n_audio || (p.n_audio && audio_rows.cols() != D))
         fail("session", "audio rows " + shape_str(audio_rows.shape) + " do not fill " + std::to_string(p.n_audio) +
                             " placeholders of width " + std::to_string(D));
+    if (accel_) {
+        if (tap) fail("session", "tap points are only available on the CPU path");
+        return accel_->prefill(p.ids, p.audio_begin, audio_rows, all_logits ? -1 : 1);
+    }
     cache_.reset(model_->weights.dec.layers.size());
     Tensor x = decoder_.embed(p.ids);
     if (p.n_audio)
@@ -50,6 +59,7 @@ Tensor Session::prefill(const Prompt& p, const Tensor& audio_rows, bool all_logi
 }
 
 Tensor Session::step(int token) {
+    if (accel_) return accel_->step(token);
     Tensor h = decoder_.forward(decoder_.embed({token}), cache_);
     return decoder_.logits(h);
 }
@@ -102,6 +112,27 @@ int Session::choose(const float* logits, int64_t V, const DecodeOptions& d, floa
     return int(pick);
 }
 
+// Records token `tok` and applies the stop rules; false = stop (the token is kept when it is an EOS).
+bool Session::accept(int tok, float lp, const DecodeOptions& d, std::vector<int>& out, int& run_len,
+                     TranscriptionResult& r) const {
+    if (!d.ignore_eos) {
+        run_len = (!out.empty() && out.back() == tok) ? run_len + 1 : 1;
+        if (d.repetition_limit > 0 && run_len > d.repetition_limit) {
+            r.finish = FinishReason::Repetition;
+            return false;
+        }
+        r.tokens.push_back({tok, lp});
+        if (model_->is_eos(tok)) {
+            r.finish = FinishReason::Eos;
+            return false;
+        }
+    } else {
+        r.tokens.push_back({tok, lp});
+    }
+    out.push_back(tok);
+    return true;
+}
+
 TranscriptionResult Session::run(const std::vector<float>& audio, const TranscribeOptions& opts) {
     TranscriptionResult r;
     r.audio_seconds = double(audio.size()) / 16000.0;
@@ -119,45 +150,42 @@ TranscriptionResult Session::run(const std::vector<float>& audio, const Transcri
     }
     rng_.seed(d.seed);
     Stopwatch sw;
-    Tensor m = mel(audio, opts.min_samples);
-    r.timings.mel_ms = sw.ms();
-    sw.reset();
-    Tensor rows = encode(m);
-    r.timings.encode_ms = sw.ms();
+    Tensor rows;
+    if (accel_) { // log-mel and encoder on the device
+        rows = accel_->encode_audio(audio, opts.min_samples, &r.timings.mel_ms);
+        r.timings.encode_ms = sw.ms() - r.timings.mel_ms;
+    } else {
+        Tensor m = mel(audio, opts.min_samples);
+        r.timings.mel_ms = sw.ms();
+        sw.reset();
+        rows = encode(m);
+        r.timings.encode_ms = sw.ms();
+    }
     Prompt p = prompt(rows.rows(), opts);
     r.n_prompt_tokens = int(p.ids.size());
     r.n_audio_tokens = int(p.n_audio);
     sw.reset();
-    Tensor logits = prefill(p, rows);
+    // Greedy decoding on an accelerator: the argmax runs there, one step ahead of the host's stop checks.
+    const bool device_greedy = accel_ && (d.temperature <= 0.0f || d.ignore_eos);
+    Tensor logits = device_greedy ? (accel_->prefill(p.ids, p.audio_begin, rows, 0), Tensor()) : prefill(p, rows);
     r.timings.prefill_ms = sw.ms();
     sw.reset();
     const int cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
-    const int64_t V = logits.cols();
-    DecodeOptions greedy_plain = d;
-    if (d.ignore_eos) greedy_plain.temperature = 0.0f;
     std::vector<int> out;
     int run_len = 0;
     r.finish = FinishReason::TokenCap;
-    for (int n = 0; n < cap; ++n) {
-        float lp = 0;
-        const int tok = choose(logits.ptr(), V, greedy_plain, lp);
-        if (!d.ignore_eos) {
-            const bool eos = model_->is_eos(tok);
-            run_len = (!out.empty() && out.back() == tok) ? run_len + 1 : 1;
-            if (d.repetition_limit > 0 && run_len > d.repetition_limit) {
-                r.finish = FinishReason::Repetition;
-                break;
-            }
-            r.tokens.push_back({tok, lp});
-            if (eos) {
-                r.finish = FinishReason::Eos;
-                break;
-            }
-        } else {
-            r.tokens.push_back({tok, lp});
+    if (device_greedy) {
+        accel_->greedy(cap, [&](int tok, float lp) { return accept(tok, lp, d, out, run_len, r); });
+    } else {
+        const int64_t V = logits.cols();
+        DecodeOptions greedy_plain = d;
+        if (d.ignore_eos) greedy_plain.temperature = 0.0f;
+        for (int n = 0; n < cap; ++n) {
+            float lp = 0;
+            const int tok = choose(logits.ptr(), V, greedy_plain, lp);
+            if (!accept(tok, lp, d, out, run_len, r)) break;
+            if (n + 1 < cap) logits = step(tok);
         }
-        out.push_back(tok);
-        if (n + 1 < cap) logits = step(tok);
     }
     r.timings.decode_ms = sw.ms();
     r.raw_text = model_->tokenizer.decode(out, true);

@@ -1,5 +1,6 @@
 // Session: the per-request state (KV cache, sampler) over a shared Model. Exposes the pipeline stages
 // separately (mel → encode → prompt → prefill → step) for tests and tools, and run() with the guardrails.
+// With a device model (Model::device) the stages run on the accelerator; taps need the CPU path.
 #pragma once
 #include "model/decoder.hpp"
 #include "model/encoder.hpp"
@@ -28,7 +29,9 @@ public:
 
 private:
     int choose(const float* logits, int64_t V, const DecodeOptions& d, float& logprob);
+    bool accept(int tok, float lp, const DecodeOptions& d, std::vector<int>& out, int& run_len, TranscriptionResult& r) const;
     std::shared_ptr<const Model> model_;
+    std::unique_ptr<DeviceSession> accel_; // the model's accelerator session (null: CPU ops)
     Decoder decoder_;
     KvCache cache_;
     std::mt19937_64 rng_;

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""qasr's CUDA backend against the reference (transformers, bf16) on the GPU machine: accuracy and speed.
+
+  python3 scripts/cuda_reference.py --model DIR --audio WAV --qasr build/tools/qasr [--steps 64] [--tokens 40]
+                                    [--runs 10] [--attn sdpa] [--out result.json]
+
+Accuracy: `qasr dev logits --device cuda` gives the prefill argmax at every prompt position and 64 forced greedy
+steps (plain argmax, EOS ignored) with top-2 margins; the reference computes the same in bf16 from the same
+prompt ids (qasr's prompt builder is checked against transformers in the fp32 parity suite). Reported: argmax
+agreement over the prefill positions, the first divergence of the forced sequences and the margins there.
+Speed: the reference end to end (feature extraction + generate with exactly --tokens new tokens, greedy), timed
+with CUDA synchronisation, median of --runs after 2 warm-ups. qasr's own timing comes from `qasr bench`.
+"""
+import argparse
+import json
+import subprocess
+import statistics
+import time
+import wave
+
+import numpy as np
+
+
+def read_wav(path):
+    with wave.open(path, "rb") as w:
+        assert w.getsampwidth() == 2 and w.getframerate() == 16000, path
+        x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+        if w.getnchannels() > 1:
+            x = x.reshape(-1, w.getnchannels()).mean(axis=1)
+    return x
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--audio", required=True)
+    ap.add_argument("--qasr", required=True)
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=40)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--attn", default="sdpa")
+    ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+
+    import torch
+    from transformers import Qwen3ASRForConditionalGeneration
+    try:
+        from transformers import Qwen3ASRFeatureExtractor
+    except ImportError:
+        from transformers.models.qwen3_asr.feature_extraction_qwen3_asr import Qwen3ASRFeatureExtractor
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = "cuda"
+    res = {"model": a.model, "audio": a.audio, "attn": a.attn}
+    t0 = time.perf_counter()
+    model = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.bfloat16,
+                                                             attn_implementation=a.attn).to(dev).eval()
+    res["reference_load_s"] = time.perf_counter() - t0
+    fe = Qwen3ASRFeatureExtractor()
+    pcm = read_wav(a.audio)
+    if len(pcm) < 8000:
+        pcm = np.concatenate([pcm, np.zeros(8000 - len(pcm), dtype=np.float32)])
+
+    def features():
+        f = fe(pcm, sampling_rate=16000, padding="longest", return_attention_mask=True, return_tensors="pt")
+        m = f.get("attention_mask", f.get("input_features_mask"))
+        return f["input_features"].to(dev, dtype=model.dtype), m.to(dev)
+
+    q = json.loads(subprocess.run([a.qasr, "dev", "logits", "-m", a.model, "--device", "cuda", "--steps",
+                                   str(a.steps), a.audio], check=True, capture_output=True, text=True).stdout)
+    ids = q["prompt_ids"]
+    L = len(ids)
+    input_ids = torch.tensor([ids], device=dev)
+    if not a.skip_accuracy:
+        x, mask = features()
+        with torch.no_grad():
+            out = model(input_ids=input_ids, input_features=x, input_features_mask=mask,
+                        attention_mask=torch.ones_like(input_ids), use_cache=True, logits_to_keep=0)
+            lg = out.logits[0].float()
+            ref_arg = lg.argmax(-1).tolist()
+            top2 = lg.topk(2, dim=-1).values
+            ref_margin = (top2[:, 0] - top2[:, 1]).tolist()
+            past, last, seq, margins = out.past_key_values, lg[-1], [], []
+            for n in range(a.steps):
+                t2 = last.topk(2).values
+                margins.append(float(t2[0] - t2[1]))
+                seq.append(int(last.argmax()))
+                if n + 1 < a.steps:
+                    st = model(input_ids=torch.tensor([[seq[-1]]], device=dev), past_key_values=past, use_cache=True,
+                               attention_mask=torch.ones((1, L + len(seq)), dtype=torch.long, device=dev))
+                    past, last = st.past_key_values, st.logits[0, -1].float()
+        agree = sum(int(r == o) for r, o in zip(ref_arg, q["prefill_argmax"]))
+        disagree_margins = [min(ref_margin[i], q["prefill_margin"][i]) for i in range(L)
+                            if ref_arg[i] != q["prefill_argmax"][i]]
+        div = next((i for i, (r, o) in enumerate(zip(seq, q["forced_ids"])) if r != o), None)
+        res.update(prompt_len=L, prefill_argmax_agreement=agree / L, prefill_agree=agree,
+                   prefill_disagreement_max_margin=max(disagree_margins) if disagree_margins else None,
+                   forced_steps=a.steps, forced_identical=div is None, forced_first_divergence=div,
+                   forced_margin_at_divergence_ref=None if div is None else margins[div],
+                   forced_margin_at_divergence_qasr=None if div is None else q["forced_margin"][div],
+                   forced_min_margin_ref=min(margins))
+        print(f"accuracy: prefill argmax agreement {agree}/{L} = {100.0 * agree / L:.2f}%"
+              f" (largest top-2 gap at a disagreement: {res['prefill_disagreement_max_margin']}); "
+              f"forced greedy {'identical over %d steps' % a.steps if div is None else 'diverges at step %d (top-2 gap ref %.4f, qasr %.4f)' % (div, margins[div], q['forced_margin'][div])}",
+              flush=True)
+
+    # Speed: end to end as a user calls it (features on the CPU, generate on the GPU), fixed decode length.
+    def e2e():
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        x, mask = features()
+        with torch.no_grad():
+            g = model.generate(input_ids=input_ids, input_features=x, input_features_mask=mask,
+                               attention_mask=torch.ones_like(input_ids), max_new_tokens=a.tokens,
+                               min_new_tokens=a.tokens, do_sample=False)
+        torch.cuda.synchronize()
+        assert g.shape[1] - L == a.tokens, g.shape
+        return (time.perf_counter() - t) * 1000.0
+    for _ in range(2):
+        e2e()
+    times = [e2e() for _ in range(a.runs)]
+    res.update(reference_e2e_ms_median=statistics.median(times), reference_e2e_ms_min=min(times),
+               reference_tokens=a.tokens, reference_torch=torch.__version__)
+    import transformers
+    res["reference_transformers"] = transformers.__version__
+    print(f"reference ({a.attn}, bf16) end to end: median {statistics.median(times):.1f} ms, min {min(times):.1f} ms "
+          f"({a.tokens} tokens, {len(pcm) / 16000:.2f} s audio, {a.runs} runs)", flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# CUDA backend on the GPU machine, in one `run` call: the ops-tier CUDA tests, then per preset a random-weight
+# checkpoint (bf16 + MLX 8/6/4-bit), `qasr bench --device cuda` at a fixed decode length, cold-start timings,
+# and scripts/cuda_reference.py (bf16 accuracy vs transformers + the reference's end-to-end time).
+#   OUT=... bash scripts/run_cuda_device.sh BUILD_DIR AUDIO [PRESETS] [TOKENS]
+# Needs: BUILD_DIR with tools/qasr and tests/ops/qasr_cuda_tests (built here with -DQASR_CUDA=ON), their non-CUDA
+# shared libraries in build-carry/lib (scripts/README.md), and the tokenizer in .cache/qasr/tokenizer.
+set -uo pipefail
+b=${1:?build dir}; audio=${2:?audio}; presets=${3:-0.6b}; tokens=${4:-40}
+out=${OUT:-/tmp/qasr_out}
+mkdir -p "$out"
+cub=$(find /usr/local/cuda*/ /opt/torch -name 'libcublas.so.13*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$PWD/build-carry/lib:${cub:+$(dirname "$cub"):}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1 GOMP_SPINCOUNT=10000
+log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
+nvidia-smi -L | tee -a "$out/summary.txt"
+ldd "$b/tools/qasr" | grep -i "not found\|cublas" | tee -a "$out/summary.txt"
+q="$b/tools/qasr"
+log "ops.cuda tests"
+"$b/tests/ops/qasr_cuda_tests" > "$out/cuda_tests.log" 2>&1; log "ops.cuda rc=$?"
+tail -n 3 "$out/cuda_tests.log" | tee -a "$out/summary.txt"
+for p in ${presets//,/ }; do
+    m=/tmp/qm/$p
+    mkdir -p "$m"
+    [ -f "$m/bf16/model.safetensors" ] || "$q" dev make-random --preset "$p" --layout hf --tokenizer .cache/qasr/tokenizer "$m/bf16" >> "$out/setup.log" 2>&1
+    log "$p checkpoint ready"
+    for bits in ${QBITS:-8 6 4}; do
+        [ -f "$m/q$bits/config.json" ] || "$q" quantize "$m/bf16" "$m/q$bits" --bits $bits >> "$out/setup.log" 2>&1
+    done
+    log "$p quantized"
+    # cold start: process start → first transcript (page cache warm), without and with the warm-up pass
+    for w in --no-warmup ""; do
+        t0=$(date +%s%N)
+        "$q" transcribe -m "$m/bf16" --device cuda $w --ignore-eos --max-new-tokens "$tokens" --no-itn -q "$audio" > /dev/null 2>> "$out/errors.log"
+        log "$p cold start ${w:-with-warmup}: $(( ($(date +%s%N) - t0) / 1000000 )) ms (rc=$?)"
+    done
+    for v in bf16 $(for b in ${QBITS:-8 6 4}; do echo q$b; done); do
+        "$q" bench -m "$m/$v" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs 20 --warmup 0 \
+            --api-warmup --json > "$out/bench_${p}_$v.json" 2>> "$out/errors.log"
+        log "$p $v bench rc=$? $(python3 -c "import json,sys; j=json.load(open('$out/bench_${p}_$v.json')); print('total %.2f ms (first %.2f, max %.2f) mel %.2f enc %.2f prefill %.2f decode %.2f ms = %.3f ms/tok, warmup %.0f ms, load %.0f ms' % (j['total_ms'], j['first_total_ms'], j['max_total_ms'], j['mel_ms'], j['encode_ms'], j['prefill_ms'], j['decode_ms'], j['ms_per_token'], j['api_warmup_ms'], j['load_ms']))" 2>&1)"
+    done
+    "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs 5 --warmup 0 \
+        --json > "$out/bench_${p}_bf16_nowarmup.json" 2>> "$out/errors.log"
+    QASR_CUDA_PDL=0 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
+        --runs 10 --warmup 1 --json > "$out/bench_${p}_bf16_nopdl.json" 2>> "$out/errors.log"
+    log "$p bf16 without PDL: $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_nopdl.json')); print('%.3f ms/tok, total %.1f ms' % (j['ms_per_token'], j['total_ms']))")"
+    QASR_CUDA_PROFILE=1 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
+        --runs 2 --warmup 1 --json 2>&1 >/dev/null | grep -A14 "cuda profile" | tail -n 14 | tee -a "$out/summary.txt"
+    log "$p bf16 without warm-up: first $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_nowarmup.json')); print('%.1f ms, median %.1f ms' % (j['first_total_ms'], j['total_ms']))")"
+    python3 scripts/cuda_reference.py --model "$m/bf16" --audio "$audio" --qasr "$q" --tokens "$tokens" --runs 10 \
+        --out "$out/reference_$p.json" > "$out/reference_$p.log" 2>&1
+    log "$p reference rc=$?"; grep -E "^accuracy|^reference" "$out/reference_$p.log" | tee -a "$out/summary.txt"
+done
+log done

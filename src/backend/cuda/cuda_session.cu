@@ -1,0 +1,544 @@
+// The CUDA backend's per-session engine (encoder, prefill, decode steps, greedy loop with a captured step graph
+// and one-step-behind readback) and the device context that owns the uploaded weights and a pool of sessions.
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/device_weights.hpp"
+#include "backend/cuda/kernels.cuh"
+#include "backend/device.hpp"
+
+#include "core/error.hpp"
+#include "model/encoder.hpp"
+
+#include "audio/mel.hpp"
+#include "core/timer.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace qasr::cuda {
+
+int device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+namespace {
+
+constexpr int kRing = 4;
+constexpr int kDecodeSplits = 16;
+
+int64_t conv_len(int64_t n) { return (n + 1) / 2; }
+
+class CudaSession final : public DeviceSession {
+public:
+    CudaSession(const Model& m, const DeviceWeights& w) : m_(m), w_(w) {
+        QASR_CUDA(cudaSetDevice(w.ordinal));
+        QASR_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+        QASR_CUBLAS(cublasCreate(&blas_));
+        QASR_CUBLAS(cublasSetStream(blas_, s_));
+        for (auto& e : ev_) QASR_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring_h_), sizeof(int2) * kRing, cudaHostAllocMapped));
+        QASR_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ring_d_), ring_h_, 0));
+        QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&tok_h_), sizeof(int), cudaHostAllocDefault));
+        ints_.alloc(4 * sizeof(int));
+        const TextHParams& t = m.hp.text;
+        D_ = t.hidden, Hq_ = t.n_heads, Hkv_ = t.n_kv_heads, hd_ = t.head_dim, I_ = t.intermediate, V_ = t.vocab_size;
+        kvrow_ = int64_t(Hkv_) * hd_;
+        qkvw_ = int64_t(Hq_ + 2 * Hkv_) * hd_;
+        x1_.alloc(size_t(D_) * 4);
+        qkv1_.alloc(size_t(qkvw_) * 4);
+        q1_.alloc(size_t(Hq_) * hd_ * 4);
+        o1_.alloc(size_t(Hq_) * hd_ * 4);
+        h1_.alloc(size_t(I_) * 4);
+        logits1_.alloc(size_t(V_) * 4);
+        part_.alloc(size_t(Hq_) * kDecodeSplits * (hd_ + 2) * 4);
+        argpart_.alloc(3 * 256 * 4);
+        const char* pe = std::getenv("QASR_CUDA_PROFILE");
+        profile_ = pe && *pe && std::string(pe) != "0";
+        if (profile_)
+            for (auto& e : pev_) QASR_CUDA(cudaEventCreate(&e));
+    }
+    ~CudaSession() override {
+        cudaSetDevice(w_.ordinal);
+        cudaStreamSynchronize(s_);
+        if (profile_ && prof_steps_) {
+            std::fprintf(stderr, "qasr cuda profile: %d decode steps (eager, one event per kernel group), us per step:\n", prof_steps_);
+            double tot = 0;
+            for (const auto& [k, v] : prof_) tot += v;
+            for (const auto& [k, v] : prof_)
+                std::fprintf(stderr, "  %-14s %8.1f us  (%4.1f%%)\n", k.c_str(), 1000.0 * v / prof_steps_, 100.0 * v / tot);
+            std::fprintf(stderr, "  %-14s %8.1f us\n", "total", 1000.0 * tot / prof_steps_);
+        }
+        if (profile_)
+            for (auto& e : pev_) cudaEventDestroy(e);
+        if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+        for (auto& e : ev_) cudaEventDestroy(e);
+        cudaFreeHost(ring_h_);
+        cudaFreeHost(tok_h_);
+        cublasDestroy(blas_);
+        cudaStreamDestroy(s_);
+    }
+
+    Tensor encode(const Tensor& mel) override;
+    Tensor encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) override;
+    Tensor prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) override;
+    Tensor step(int token) override;
+    void greedy(int max_tokens, const std::function<bool(int, float)>& take) override;
+
+    // After a failed request the stream may hold queued work: drain it so the pooled session starts clean.
+    void reset_after_error() noexcept {
+        cudaStreamSynchronize(s_);
+        cudaGetLastError();
+    }
+
+private:
+    int* d_tok() const { return ints_.as<int>(); }
+    int* d_pos() const { return ints_.as<int>() + 1; }
+    int* d_count() const { return ints_.as<int>() + 2; }
+    float* kc(size_t l) const { return kv_.as<float>() + (2 * l) * size_t(cap_ * kvrow_); }
+    float* vc(size_t l) const { return kv_.as<float>() + (2 * l + 1) * size_t(cap_ * kvrow_); }
+    void ensure_kv(int64_t need);
+    void enqueue_step();
+    void launch_step();
+    void gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta);
+    Tensor encode_device(const float* d_mel, int T); // mel [n_mels, T] already on the device
+    void mark(const char* what) {
+        if (!profile_) return;
+        QASR_CUDA(cudaEventRecord(pev_[npev_], s_));
+        pname_[npev_++] = what;
+    }
+    bool profile_ = false;
+    cudaEvent_t pev_[256]{};
+    const char* pname_[256]{};
+    int npev_ = 0, prof_steps_ = 0;
+    std::map<std::string, double> prof_;
+    Buffer argpart_, mwork_, maudio_;
+
+    const Model& m_;
+    const DeviceWeights& w_;
+    cudaStream_t s_ = nullptr;
+    cublasHandle_t blas_ = nullptr;
+    cudaEvent_t ev_[kRing]{};
+    int2* ring_h_ = nullptr;
+    int2* ring_d_ = nullptr;
+    int* tok_h_ = nullptr;
+    Buffer ints_;
+    int D_ = 0, Hq_ = 0, Hkv_ = 0, hd_ = 0, I_ = 0, V_ = 0;
+    int64_t kvrow_ = 0, qkvw_ = 0;
+    // KV cache: [layers][k|v][cap][Hkv·hd]
+    Buffer kv_;
+    int64_t cap_ = 0, len_ = 0; // len_: positions filled (host view)
+    // step scratch
+    Buffer x1_, qkv1_, q1_, o1_, h1_, logits1_, part_;
+    // prefill / encoder scratch
+    Buffer px_, pbf_, pqkv_, pq_, po_, pgu_, plog_, deq_;
+    Buffer emel_, ecols_, ea_, eb_, eflat_, eco_, ex_, ebf_, eqkv_, eatt_, eu_, eout_;
+    cudaGraphExec_t graph_exec_ = nullptr;
+    const void* graph_kv_ = nullptr;
+};
+
+void CudaSession::gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta) {
+    const bf16* Wb = static_cast<const bf16*>(W.data);
+    if (W.bits != 16) {
+        deq_.ensure(size_t(W.rows * W.cols) * 2);
+        dequant_bf16(W, deq_.as<bf16>(), s_);
+        Wb = deq_.as<bf16>();
+    }
+    gemm(blas_, A, M, int(W.cols), Wb, int(W.rows), C, beta);
+}
+
+Tensor CudaSession::encode(const Tensor& mel) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    if (mel.dim(0) != m_.hp.audio.n_mels)
+        fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " + std::to_string(m_.hp.audio.n_mels));
+    if (mel.dim(1) <= 0) fail("encoder", "no mel frames");
+    emel_.ensure(mel.size() * 4);
+    QASR_CUDA(cudaMemcpyAsync(emel_.get(), mel.ptr(), mel.size() * 4, cudaMemcpyHostToDevice, s_));
+    return encode_device(emel_.as<float>(), int(mel.dim(1)));
+}
+
+Tensor CudaSession::encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    Stopwatch sw;
+    const size_t N = std::max(audio.size(), min_samples);
+    if (N <= 200) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
+    const int T = int(MelFrontend::n_frames(N)), n_mels = m_.hp.audio.n_mels;
+    maudio_.ensure(std::max<size_t>(audio.size(), 1) * 4);
+    QASR_CUDA(cudaMemcpyAsync(maudio_.get(), audio.data(), audio.size() * 4, cudaMemcpyHostToDevice, s_));
+    mwork_.ensure(log_mel_work_bytes(T, n_mels));
+    emel_.ensure(size_t(T) * n_mels * 4);
+    log_mel(blas_, maudio_.as<float>(), int64_t(audio.size()), int64_t(N), T, n_mels, w_.mel_window, w_.mel_dft,
+            w_.mel_filters, mwork_.as<double>(), emel_.as<float>(), s_);
+    if (mel_ms) {
+        QASR_CUDA(cudaStreamSynchronize(s_));
+        *mel_ms = sw.ms();
+    }
+    return encode_device(emel_.as<float>(), T);
+}
+
+Tensor CudaSession::encode_device(const float* d_mel, int T) {
+    const AudioHParams& hp = m_.hp.audio;
+    const int n_mels = hp.n_mels, cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
+    const int Ch = hp.conv_channels, d = hp.d_model, F = hp.ffn_dim, heads = hp.n_heads;
+    const int H1 = int(conv_len(n_mels)), W1 = int(conv_len(cf)), H2 = int(conv_len(H1)), W2 = int(conv_len(W1));
+    const int H3 = int(conv_len(H2)), W3 = int(conv_len(W2));
+    const int A = int(audio_token_count(T, hp));
+    int m = 0;
+    for (int c = 0; c < C; ++c) m = std::max(m, int(audio_token_count(std::min(cf, T - c * cf), hp)));
+    const int window = m * (hp.n_window_infer / cf);
+
+    const size_t p1 = size_t(C) * H1 * W1, p2 = size_t(C) * H2 * W2, p3 = size_t(C) * H3 * W3;
+    ecols_.ensure(std::max({p1 * 16, p2 * Ch * 9, p3 * Ch * 9, size_t(C) * W3 * Ch * H3}) * 2);
+    ea_.ensure(p1 * Ch * 4);
+    eb_.ensure(p2 * Ch * 4);
+    bf16* cols = ecols_.as<bf16>();
+    im2col_mel(d_mel, n_mels, T, cf, C, 16, cols, s_);
+    gemm(blas_, cols, int(p1), 16, w_.conv1_w, Ch, ea_.as<float>(), 0.0f);
+    bias_act(ea_.as<float>(), int(p1), Ch, w_.conv1_b, true, nullptr, s_);
+    im2col(ea_.as<float>(), C, H1, W1, Ch, cols, s_);
+    gemm(blas_, cols, int(p2), Ch * 9, w_.conv2_w, Ch, eb_.as<float>(), 0.0f);
+    bias_act(eb_.as<float>(), int(p2), Ch, w_.conv2_b, true, nullptr, s_);
+    im2col(eb_.as<float>(), C, H2, W2, Ch, cols, s_);
+    gemm(blas_, cols, int(p3), Ch * 9, w_.conv3_w, Ch, ea_.as<float>(), 0.0f);
+    bias_act(ea_.as<float>(), int(p3), Ch, w_.conv3_b, true, nullptr, s_);
+    flatten_stem(ea_.as<float>(), C, H3, W3, Ch, cols, s_);
+    eco_.ensure(size_t(C) * W3 * d * 4);
+    gemm_w(cols, C * W3, w_.conv_out, eco_.as<float>(), 0.0f);
+    ex_.ensure(size_t(A) * d * 4);
+    float* x = ex_.as<float>();
+    add_pe(eco_.as<float>(), A, d, W3, w_.pe, x, s_);
+
+    ebf_.ensure(size_t(A) * std::max(d, F) * 2);
+    eqkv_.ensure(size_t(A) * 3 * d * 4);
+    eatt_.ensure(size_t(A) * d * 4);
+    eu_.ensure(size_t(A) * F * 4);
+    bf16* abf = ebf_.as<bf16>();
+    for (const DevEncLayer& l : w_.enc) {
+        layer_norm(x, A, d, l.ln1_w, l.ln1_b, 1e-5f, abf, s_);
+        gemm_w(abf, A, l.qkv, eqkv_.as<float>(), 0.0f);
+        bias_act(eqkv_.as<float>(), A, 3 * d, l.qkv_b, false, nullptr, s_);
+        AttnArgs at;
+        at.q = eqkv_.as<float>();
+        at.k = eqkv_.as<float>() + d;
+        at.v = eqkv_.as<float>() + 2 * d;
+        at.q_stride = at.kv_stride = 3 * d;
+        at.o = eatt_.as<float>();
+        at.o_stride = d;
+        at.n = A;
+        at.heads = at.kv_heads = heads;
+        at.hd = d / heads;
+        at.causal = false;
+        at.window = window;
+        attention(at, s_);
+        to_bf16(eatt_.as<float>(), size_t(A) * d, abf, s_);
+        gemm_w(abf, A, l.o, x, 1.0f);
+        bias_act(x, A, d, l.o_b, false, nullptr, s_);
+        layer_norm(x, A, d, l.ln2_w, l.ln2_b, 1e-5f, abf, s_);
+        gemm_w(abf, A, l.fc1, eu_.as<float>(), 0.0f);
+        bias_act(eu_.as<float>(), A, F, l.fc1_b, true, abf, s_);
+        gemm_w(abf, A, l.fc2, x, 1.0f);
+        bias_act(x, A, d, l.fc2_b, false, nullptr, s_);
+    }
+    layer_norm(x, A, d, w_.ln_post_w, w_.ln_post_b, 1e-5f, abf, s_);
+    gemm_w(abf, A, w_.proj1, eatt_.as<float>(), 0.0f);
+    bias_act(eatt_.as<float>(), A, d, w_.proj1_b, true, abf, s_);
+    const int O = int(w_.proj2.rows);
+    eout_.ensure(size_t(A) * O * 4);
+    gemm_w(abf, A, w_.proj2, eout_.as<float>(), 0.0f);
+    bias_act(eout_.as<float>(), A, O, w_.proj2_b, false, nullptr, s_);
+    Tensor out({int64_t(A), int64_t(O)});
+    QASR_CUDA(cudaMemcpyAsync(out.ptr(), eout_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    return out;
+}
+
+void CudaSession::ensure_kv(int64_t need) {
+    if (need <= cap_) return;
+    const int64_t ncap = ((need + 1023) / 1024) * 1024;
+    const size_t L = w_.dec.size();
+    Buffer nk(L * 2 * size_t(ncap * kvrow_) * 4);
+    for (size_t l = 0; l < L && len_ > 0; ++l)
+        for (int kv = 0; kv < 2; ++kv)
+            QASR_CUDA(cudaMemcpyAsync(nk.as<float>() + (2 * l + kv) * size_t(ncap * kvrow_),
+                                      kv_.as<float>() + (2 * l + kv) * size_t(cap_ * kvrow_),
+                                      size_t(len_ * kvrow_) * 4, cudaMemcpyDeviceToDevice, s_));
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    kv_ = std::move(nk);
+    cap_ = ncap;
+}
+
+Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    const int L = int(ids.size());
+    if (L <= 0) fail("decoder", "empty prompt");
+    for (int id : ids)
+        if (id < 0 || id >= V_) fail("decoder", "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V_));
+    const int64_t A = rows.rows();
+    if (A && (rows.cols() != D_ || audio_begin < 0 || audio_begin + A > L)) fail("decoder", "audio rows do not fit the prompt");
+    len_ = 0;
+    ensure_kv(L + 1024);
+    const int I = I_, qw = Hq_ * hd_;
+    px_.ensure(size_t(L) * D_ * 4);
+    pbf_.ensure(size_t(L) * std::max({D_, qw, I}) * 2);
+    pqkv_.ensure(size_t(L) * qkvw_ * 4);
+    pq_.ensure(size_t(L) * qw * 4);
+    po_.ensure(size_t(L) * qw * 4);
+    pgu_.ensure(size_t(L) * 2 * I * 4);
+    float* x = px_.as<float>();
+    bf16* ubf = pbf_.as<bf16>();
+    // ids → device through the scratch of the logits (ints fit in a float buffer)
+    plog_.ensure(std::max(size_t(L) * 4, logits < 0 ? size_t(L) * V_ * 4 : size_t(V_) * 4));
+    QASR_CUDA(cudaMemcpyAsync(plog_.get(), ids.data(), size_t(L) * 4, cudaMemcpyHostToDevice, s_));
+    embed(w_.embed, plog_.as<int>(), L, x, s_);
+    if (A) QASR_CUDA(cudaMemcpyAsync(x + audio_begin * D_, rows.ptr(), rows.size() * 4, cudaMemcpyHostToDevice, s_));
+    const float eps = m_.hp.text.rms_eps;
+    for (size_t li = 0; li < w_.dec.size(); ++li) {
+        const DevDecLayer& l = w_.dec[li];
+        rms_norm(x, L, D_, l.in_norm, eps, nullptr, ubf, s_);
+        gemm_w(ubf, L, l.qkv, pqkv_.as<float>(), 0.0f);
+        qk_norm_rope_kv(pqkv_.as<float>(), L, nullptr, Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
+                        pq_.as<float>(), kc(li), vc(li), s_);
+        AttnArgs at;
+        at.q = pq_.as<float>();
+        at.q_stride = qw;
+        at.k = kc(li);
+        at.v = vc(li);
+        at.kv_stride = int(kvrow_);
+        at.o = po_.as<float>();
+        at.o_stride = qw;
+        at.n = L;
+        at.heads = Hq_;
+        at.kv_heads = Hkv_;
+        at.hd = hd_;
+        attention(at, s_);
+        to_bf16(po_.as<float>(), size_t(L) * qw, ubf, s_);
+        gemm_w(ubf, L, l.o, x, 1.0f);
+        rms_norm(x, L, D_, l.post_norm, eps, nullptr, ubf, s_);
+        gemm_w(ubf, L, l.gateup, pgu_.as<float>(), 0.0f);
+        swiglu_bf16(pgu_.as<float>(), L, I, ubf, s_);
+        gemm_w(ubf, L, l.down, x, 1.0f);
+    }
+    len_ = L;
+    set_ints(d_pos(), L, 0, s_); // pos = L, count = 0
+    Tensor out;
+    if (logits < 0) {
+        rms_norm(x, L, D_, w_.norm, eps, nullptr, ubf, s_);
+        gemm_w(ubf, L, w_.head, plog_.as<float>(), 0.0f);
+        QASR_CUDA(cudaMemcpyAsync(logits1_.get(), plog_.as<float>() + size_t(L - 1) * V_, size_t(V_) * 4,
+                                  cudaMemcpyDeviceToDevice, s_));
+        out = Tensor({int64_t(L), int64_t(V_)});
+        QASR_CUDA(cudaMemcpyAsync(out.ptr(), plog_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+    } else {
+        matvec(w_.head, x + size_t(L - 1) * D_, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
+        if (logits > 0) {
+            out = Tensor({1, int64_t(V_)});
+            QASR_CUDA(cudaMemcpyAsync(out.ptr(), logits1_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+        }
+    }
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    return out;
+}
+
+// One decode step on the stream: token *d_tok at position *d_pos → logits1_, then the greedy choice into d_tok,
+// the ring and ++pos. Everything reads its position from device memory, so the sequence can be captured once.
+void CudaSession::enqueue_step() {
+    const float eps = m_.hp.text.rms_eps;
+    float* x = x1_.as<float>();
+    mark("start");
+    embed(w_.embed, d_tok(), 1, x, s_);
+    mark("embed");
+    for (size_t li = 0; li < w_.dec.size(); ++li) {
+        const DevDecLayer& l = w_.dec[li];
+        matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
+        mark("qkv");
+        qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
+                        q1_.as<float>(), kc(li), vc(li), s_);
+        mark("qk_norm_rope");
+        AttnArgs at;
+        at.q = q1_.as<float>();
+        at.q_stride = Hq_ * hd_;
+        at.k = kc(li);
+        at.v = vc(li);
+        at.kv_stride = int(kvrow_);
+        at.o = o1_.as<float>();
+        at.o_stride = Hq_ * hd_;
+        at.n = 1;
+        at.heads = Hq_;
+        at.kv_heads = Hkv_;
+        at.hd = hd_;
+        at.past = d_pos();
+        at.splits = kDecodeSplits;
+        at.part = part_.as<float>();
+        attention(at, s_);
+        mark("attention");
+        matvec(l.o, o1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
+        mark("o_proj");
+        matvec(l.gateup, x, l.post_norm, eps, h1_.as<float>(), Epi::SwiGLU, s_);
+        mark("gate_up");
+        matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
+        mark("down");
+    }
+    matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
+    mark("lm_head");
+    argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_);
+    mark("argmax");
+}
+
+void CudaSession::launch_step() {
+    if (profile_) { // eager, with an event after each kernel group
+        npev_ = 0;
+        enqueue_step();
+        QASR_CUDA(cudaStreamSynchronize(s_));
+        for (int i = 1; i < npev_; ++i) {
+            float ms = 0;
+            QASR_CUDA(cudaEventElapsedTime(&ms, pev_[i - 1], pev_[i]));
+            prof_[pname_[i]] += ms;
+        }
+        ++prof_steps_;
+        return;
+    }
+    if (!graph_exec_ || graph_kv_ != kv_.get()) {
+        if (graph_exec_) QASR_CUDA(cudaGraphExecDestroy(graph_exec_));
+        graph_exec_ = nullptr;
+        cudaGraph_t g = nullptr;
+        QASR_CUDA(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
+        try {
+            enqueue_step();
+        } catch (...) {
+            cudaStreamEndCapture(s_, &g);
+            if (g) cudaGraphDestroy(g);
+            throw;
+        }
+        QASR_CUDA(cudaStreamEndCapture(s_, &g));
+        const cudaError_t e = cudaGraphInstantiate(&graph_exec_, g, 0);
+        cudaGraphDestroy(g);
+        QASR_CUDA(e);
+        graph_kv_ = kv_.get();
+    }
+    QASR_CUDA(cudaGraphLaunch(graph_exec_, s_));
+}
+
+Tensor CudaSession::step(int token) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    if (token < 0 || token >= V_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
+    if (len_ <= 0) fail("decoder", "step() before prefill()");
+    ensure_kv(len_ + 1);
+    *tok_h_ = token;
+    QASR_CUDA(cudaMemcpyAsync(d_tok(), tok_h_, sizeof(int), cudaMemcpyHostToDevice, s_));
+    launch_step();
+    ++len_;
+    Tensor out({1, int64_t(V_)});
+    QASR_CUDA(cudaMemcpyAsync(out.ptr(), logits1_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    return out;
+}
+
+void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& take) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    if (len_ <= 0) fail("decoder", "greedy() before prefill()");
+    if (max_tokens <= 0) return;
+    ensure_kv(len_ + max_tokens + 1);
+    // Token 0 comes from the prefill's logits (already on the device).
+    set_ints(d_count(), 0, 0, s_);
+    argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, false, s_);
+    QASR_CUDA(cudaEventRecord(ev_[0], s_));
+    for (int n = 0; n < max_tokens; ++n) {
+        if (n + 1 < max_tokens) { // queue the step that makes token n+1 before reading token n
+            launch_step();
+            QASR_CUDA(cudaEventRecord(ev_[(n + 1) % kRing], s_));
+        }
+        QASR_CUDA(cudaEventSynchronize(ev_[n % kRing]));
+        const volatile int* slot = reinterpret_cast<volatile int*>(ring_h_ + n % kRing);
+        const int id = slot[0], lp_bits = slot[1];
+        float lp;
+        std::memcpy(&lp, &lp_bits, 4);
+        ++len_;
+        if (!take(id, lp)) break;
+    }
+    QASR_CUDA(cudaStreamSynchronize(s_)); // the one step queued past a stop finishes before the session is reused
+}
+
+class CudaContext final : public DeviceContext, public std::enable_shared_from_this<CudaContext> {
+public:
+    CudaContext(const Model& m, int ordinal) : m_(m), ordinal_(ordinal) {
+        QASR_CUDA(cudaSetDevice(ordinal));
+        cudaDeviceProp p{};
+        QASR_CUDA(cudaGetDeviceProperties(&p, ordinal));
+        name_ = "cuda:" + std::to_string(ordinal) + " (" + p.name + ", sm_" + std::to_string(p.major) +
+                std::to_string(p.minor) + ")";
+        w_ = DeviceWeights::upload(m, ordinal);
+        const char* pdl = std::getenv("QASR_CUDA_PDL");
+        set_pdl(!(pdl && std::string(pdl) == "0"));
+    }
+    std::unique_ptr<DeviceSession> open() const override;
+    std::string name() const override { return name_; }
+    size_t weight_bytes() const override { return w_->bytes; }
+
+    void give_back(std::unique_ptr<CudaSession> s) const {
+        std::lock_guard<std::mutex> lk(mu_);
+        pool_.push_back(std::move(s));
+    }
+
+private:
+    const Model& m_;
+    int ordinal_;
+    std::string name_;
+    std::unique_ptr<DeviceWeights> w_;
+    mutable std::mutex mu_;
+    mutable std::vector<std::unique_ptr<CudaSession>> pool_;
+};
+
+// A pooled session: forwards to the engine and returns it to the context's pool when the request ends.
+class Pooled final : public DeviceSession {
+public:
+    Pooled(std::shared_ptr<const CudaContext> ctx, std::unique_ptr<CudaSession> s) : ctx_(std::move(ctx)), s_(std::move(s)) {}
+    ~Pooled() override {
+        if (!s_) return;
+        s_->reset_after_error();
+        ctx_->give_back(std::move(s_));
+    }
+    Tensor encode(const Tensor& mel) override { return s_->encode(mel); }
+    Tensor encode_audio(const std::vector<float>& a, size_t min_samples, double* mel_ms) override {
+        return s_->encode_audio(a, min_samples, mel_ms);
+    }
+    Tensor prefill(const std::vector<int>& ids, int64_t b, const Tensor& rows, int logits) override {
+        return s_->prefill(ids, b, rows, logits);
+    }
+    Tensor step(int token) override { return s_->step(token); }
+    void greedy(int n, const std::function<bool(int, float)>& take) override { s_->greedy(n, take); }
+
+private:
+    std::shared_ptr<const CudaContext> ctx_;
+    std::unique_ptr<CudaSession> s_;
+};
+
+std::unique_ptr<DeviceSession> CudaContext::open() const {
+    std::unique_ptr<CudaSession> s;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!pool_.empty()) {
+            s = std::move(pool_.back());
+            pool_.pop_back();
+        }
+    }
+    if (!s) s = std::make_unique<CudaSession>(m_, *w_);
+    return std::make_unique<Pooled>(shared_from_this(), std::move(s));
+}
+
+} // namespace
+
+std::shared_ptr<const DeviceContext> open_context(const Model& model, int ordinal) {
+    const int n = device_count();
+    if (n == 0) fail("cuda", "no CUDA device found (is the NVIDIA driver installed?)");
+    if (ordinal >= n) fail("cuda", "cuda:" + std::to_string(ordinal) + " requested but only " + std::to_string(n) + " device(s) present");
+    return std::make_shared<CudaContext>(model, ordinal);
+}
+
+} // namespace qasr::cuda

@@ -1,0 +1,812 @@
+// CUDA kernels of the GPU path (declarations and contracts in kernels.cuh).
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/kernels.cuh"
+
+#include "core/error.hpp"
+
+#include <cfloat>
+#include <cmath>
+
+namespace qasr::cuda {
+
+size_t DMat::bytes() const {
+    if (bits == 16) return size_t(rows * cols) * 2;
+    return size_t(rows * cols) * size_t(bits) / 8 + 2 * size_t(rows * (cols / gs)) * 2;
+}
+
+namespace {
+
+constexpr int kWarp = 32;
+
+// Programmatic dependent launch (Hopper): kernels of the decode step are launched with programmatic stream
+// serialization, so kernel n+1 is scheduled while kernel n drains; it may prefetch its (read-only) weights, then
+// waits in dep_wait() for kernel n's results. dep_launch() lets the next kernel start once every block got here.
+__device__ __forceinline__ void dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Sum over the block (blockDim.x ≤ 1024, a multiple of 32); every thread gets the result.
+__device__ float block_sum(float v, float* sh) {
+    const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : 0.0f;
+    t = warp_sum(t);
+    return t;
+}
+
+__device__ __forceinline__ float bf(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+// Code j of a row's little-endian bit stream.
+__device__ __forceinline__ uint32_t code_at(const uint8_t* row, int64_t j, int bits) {
+    if (bits == 8) return row[j];
+    if (bits == 4) return (row[j >> 1] >> ((j & 1) * 4)) & 15u;
+    const int64_t bit = j * bits;
+    const uint8_t* p = row + (bit >> 3);
+    const uint32_t v = uint32_t(p[0]) | (uint32_t(p[1]) << 8);
+    return (v >> (bit & 7)) & ((1u << bits) - 1u);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Matrix-vector products. Block: 256 threads = 8 warps; warp w of block b takes rows (b·8 + w)·RPW … +RPW-1
+// (SwiGLU: row i and row i + N/2). x (optionally RMS-normalised) is staged in shared memory, with per-16-column
+// sums for the quantized path.
+
+struct MvArgs {
+    const void* w;
+    const bf16* scales;
+    const bf16* biases;
+    int64_t N; // output rows (SwiGLU: N = rows/2)
+    int K, gs;
+    const float* x;
+    const float* norm_w;
+    float eps;
+    float* y;
+    int epi;
+    int64_t row_off; // SwiGLU: offset of the "up" rows
+};
+
+__device__ void stage_x(const MvArgs& a, float* xs, float* xsum16, float* red) {
+    float ss = 0.0f;
+    if (a.norm_w) {
+        for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
+            const float v = a.x[k];
+            ss += v * v;
+        }
+        ss = block_sum(ss, red);
+    }
+    const float inv = a.norm_w ? rsqrtf(ss / float(a.K) + a.eps) : 1.0f;
+    for (int k = threadIdx.x; k < a.K; k += blockDim.x) xs[k] = a.norm_w ? a.x[k] * inv * a.norm_w[k] : a.x[k];
+    __syncthreads();
+    if (xsum16)
+        for (int c = threadIdx.x; c < a.K / 16; c += blockDim.x) {
+            float t = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) t += xs[c * 16 + j];
+            xsum16[c] = t;
+        }
+    __syncthreads();
+}
+
+__device__ __forceinline__ float dot_bf16_row(const uint16_t* row, const float* xs, int K, int lane) {
+    float acc = 0.0f;
+    const uint4* r = reinterpret_cast<const uint4*>(row);
+    const int n8 = K / 8;
+    constexpr int B = 8; // loads in flight per lane
+    for (int c0 = lane; c0 < n8; c0 += B * kWarp) {
+        uint4 v[B];
+#pragma unroll
+        for (int b = 0; b < B; ++b)
+            if (c0 + b * kWarp < n8) v[b] = __ldg(r + c0 + b * kWarp);
+#pragma unroll
+        for (int b = 0; b < B; ++b) {
+            const int c = c0 + b * kWarp;
+            if (c >= n8) break;
+            const float* xp = xs + c * 8;
+            acc += bf(v[b].x & 0xffffu) * xp[0] + bf(v[b].x >> 16) * xp[1] + bf(v[b].y & 0xffffu) * xp[2] +
+                   bf(v[b].y >> 16) * xp[3] + bf(v[b].z & 0xffffu) * xp[4] + bf(v[b].z >> 16) * xp[5] +
+                   bf(v[b].w & 0xffffu) * xp[6] + bf(v[b].w >> 16) * xp[7];
+        }
+    }
+    return warp_sum(acc);
+}
+
+// Quantized row: chunks of 16 codes (8-bit: 16 bytes, 6-bit: 12, 4-bit: 8), lane-strided.
+template <int BITS>
+__device__ __forceinline__ float dot_q_row(const uint8_t* row, const bf16* sc, const bf16* bi, const float* xs,
+                                           const float* xsum16, int K, int gs, int lane) {
+    float acc = 0.0f;
+    const int nc = K / 16;
+    constexpr int CB = 16 * BITS / 8; // bytes per chunk
+#pragma unroll 2
+    for (int c = lane; c < nc; c += kWarp) {
+        const uint32_t* p = reinterpret_cast<const uint32_t*>(row + size_t(c) * CB);
+        uint32_t w[4];
+        if constexpr (BITS == 8) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+            w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+        } else if constexpr (BITS == 4) {
+            const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+            w[0] = v.x, w[1] = v.y, w[2] = 0, w[3] = 0;
+        } else {
+            w[0] = __ldg(p), w[1] = __ldg(p + 1), w[2] = __ldg(p + 2), w[3] = 0;
+        }
+        const float* xp = xs + c * 16;
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            uint32_t q;
+            if constexpr (BITS == 8) q = (w[i >> 2] >> ((i & 3) * 8)) & 255u;
+            else if constexpr (BITS == 4) q = (w[i >> 3] >> ((i & 7) * 4)) & 15u;
+            else {
+                const int bit = i * 6, wi = bit >> 5, off = bit & 31;
+                q = (w[wi] >> off);
+                if (off > 26) q |= w[wi + 1] << (32 - off);
+                q &= 63u;
+            }
+            d += float(q) * xp[i];
+        }
+        const int g = (c * 16) / gs;
+        acc += __bfloat162float(sc[g]) * d + __bfloat162float(bi[g]) * xsum16[c];
+    }
+    return warp_sum(acc);
+}
+
+template <int BITS, int RPW>
+__global__ void __launch_bounds__(256) k_matvec(MvArgs a) {
+    extern __shared__ float smem[];
+    float* xs = smem;
+    float* xsum16 = BITS == 16 ? nullptr : smem + a.K;
+    __shared__ float red[32];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int64_t ng = a.K / (a.gs > 0 ? a.gs : 1);
+    { // before waiting for the previous kernel: pull this warp's first rows towards L2
+        const int64_t row_b = BITS == 16 ? int64_t(a.K) * 2 : int64_t(a.K) * BITS / 8;
+        const int parts = a.epi == int(Epi::SwiGLU) ? 2 : 1;
+        const int64_t r0 = (int64_t(blockIdx.x) * 8 + warp) * RPW;
+        for (int rr = 0; rr < RPW; ++rr)
+            for (int p = 0; p < parts; ++p) {
+                const int64_t r = r0 + rr;
+                if (r >= a.N) break;
+                const char* base = static_cast<const char*>(a.w) + (r + p * a.row_off) * row_b;
+                for (int64_t off = int64_t(lane) * 128; off < row_b; off += kWarp * 128) prefetch_l2(base + off);
+            }
+    }
+    dep_wait();
+    stage_x(a, xs, xsum16, red);
+    for (int64_t base = (int64_t(blockIdx.x) * 8 + warp) * RPW; base < a.N; base += int64_t(gridDim.x) * 8 * RPW) {
+#pragma unroll
+        for (int rr = 0; rr < RPW; ++rr) {
+            const int64_t r = base + rr;
+            if (r >= a.N) break;
+            float v[2];
+            const int parts = a.epi == int(Epi::SwiGLU) ? 2 : 1;
+            for (int p = 0; p < parts; ++p) {
+                const int64_t row = r + p * a.row_off;
+                if constexpr (BITS == 16)
+                    v[p] = dot_bf16_row(static_cast<const uint16_t*>(a.w) + row * a.K, xs, a.K, lane);
+                else
+                    v[p] = dot_q_row<BITS>(static_cast<const uint8_t*>(a.w) + row * (int64_t(a.K) * BITS / 8),
+                                           a.scales + row * ng, a.biases + row * ng, xs, xsum16, a.K, a.gs, lane);
+            }
+            if (lane == 0) {
+                if (a.epi == int(Epi::Store)) a.y[r] = v[0];
+                else if (a.epi == int(Epi::Add)) a.y[r] += v[0];
+                else a.y[r] = silu(v[0]) * v[1];
+            }
+        }
+    }
+    dep_launch();
+}
+
+bool g_pdl = true; // programmatic dependent launch (set_pdl)
+
+template <class... P, class... A>
+void launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = g_pdl ? 1 : 0;
+    QASR_CUDA(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
+}
+
+template <int BITS>
+void launch_matvec(const MvArgs& a, cudaStream_t s) {
+    const size_t sm = size_t(a.K) * sizeof(float) + (BITS == 16 ? 0 : size_t(a.K / 16) * sizeof(float));
+    if (a.N > 16384) {
+        const int64_t blocks = (a.N + 31) / 32;
+        launch(k_matvec<BITS, 4>, dim3(unsigned(blocks)), dim3(256), sm, s, a);
+    } else {
+        const int64_t blocks = (a.N + 7) / 8;
+        launch(k_matvec<BITS, 1>, dim3(unsigned(blocks)), dim3(256), sm, s, a);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+__global__ void k_embed(DMat t, const int* ids, float* out) {
+    dep_wait();
+    dep_launch();
+    const int i = blockIdx.x;
+    const int64_t id = ids[i];
+    const int64_t K = t.cols;
+    float* o = out + int64_t(i) * K;
+    if (t.bits == 16) {
+        const uint16_t* r = static_cast<const uint16_t*>(t.data) + id * K;
+        for (int64_t k = threadIdx.x; k < K; k += blockDim.x) o[k] = bf(r[k]);
+    } else {
+        const uint8_t* r = static_cast<const uint8_t*>(t.data) + id * (K * t.bits / 8);
+        const int64_t ng = K / t.gs;
+        for (int64_t k = threadIdx.x; k < K; k += blockDim.x)
+            o[k] = __bfloat162float(t.scales[id * ng + k / t.gs]) * float(code_at(r, k, t.bits)) +
+                   __bfloat162float(t.biases[id * ng + k / t.gs]);
+    }
+}
+
+__global__ void k_dequant(DMat t, bf16* out) {
+    const int64_t K = t.cols, ng = K / t.gs;
+    const int64_t r = blockIdx.x;
+    const uint8_t* row = static_cast<const uint8_t*>(t.data) + r * (K * t.bits / 8);
+    for (int64_t k = threadIdx.x; k < K; k += blockDim.x)
+        out[r * K + k] = __float2bfloat16(__bfloat162float(t.scales[r * ng + k / t.gs]) * float(code_at(row, k, t.bits)) +
+                                          __bfloat162float(t.biases[r * ng + k / t.gs]));
+}
+
+__global__ void k_rms_norm(const float* x, int d, const float* w, float eps, float* of, bf16* ob) {
+    __shared__ float red[32];
+    const float* r = x + int64_t(blockIdx.x) * d;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) ss += r[k] * r[k];
+    ss = block_sum(ss, red);
+    const float inv = rsqrtf(ss / float(d) + eps);
+    for (int k = threadIdx.x; k < d; k += blockDim.x) {
+        const float v = r[k] * inv * w[k];
+        if (of) of[int64_t(blockIdx.x) * d + k] = v;
+        if (ob) ob[int64_t(blockIdx.x) * d + k] = __float2bfloat16(v);
+    }
+}
+
+__global__ void k_layer_norm(const float* x, int d, const float* w, const float* b, float eps, bf16* out) {
+    __shared__ float red[32];
+    const float* r = x + int64_t(blockIdx.x) * d;
+    float s = 0.0f;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) s += r[k];
+    const float mean = block_sum(s, red) / float(d);
+    float v = 0.0f;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) v += (r[k] - mean) * (r[k] - mean);
+    const float inv = rsqrtf(block_sum(v, red) / float(d) + eps);
+    for (int k = threadIdx.x; k < d; k += blockDim.x)
+        out[int64_t(blockIdx.x) * d + k] = __float2bfloat16((r[k] - mean) * inv * w[k] + b[k]);
+}
+
+__global__ void k_to_bf16(const float* x, size_t n, bf16* out) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        out[i] = __float2bfloat16(x[i]);
+}
+
+__global__ void k_bias_act(float* y, int64_t total, int n, const float* bias, bool gelu, bf16* ob) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        float v = y[i] + (bias ? bias[i % n] : 0.0f);
+        if (gelu) v = gelu_erf(v);
+        y[i] = v;
+        if (ob) ob[i] = __float2bfloat16(v);
+    }
+}
+
+__global__ void k_swiglu(const float* gu, int64_t total, int I, bf16* out) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / I, c = i % I;
+        out[i] = __float2bfloat16(silu(gu[r * 2 * I + c]) * gu[r * 2 * I + I + c]);
+    }
+}
+
+// One warp per (row, head) over the q heads then the k heads; v heads are copied.
+__global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int Hkv, int hd, const float* qn,
+                          const float* kn, float eps, const float* inv_freq, float* q_out, float* kc, float* vc) {
+    dep_wait();
+    dep_launch();
+    const int lane = threadIdx.x % kWarp;
+    const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+    const int H = Hq + 2 * Hkv;
+    if (gw >= int64_t(n) * H) return;
+    const int r = int(gw / H), h = int(gw % H);
+    const int p = (pos ? *pos : 0) + r;
+    const float* src = qkv + int64_t(r) * H * hd + int64_t(h) * hd;
+    if (h >= Hq + Hkv) { // v
+        float* dst = vc + int64_t(p) * Hkv * hd + int64_t(h - Hq - Hkv) * hd;
+        for (int i = lane; i < hd; i += kWarp) dst[i] = src[i];
+        return;
+    }
+    const bool isq = h < Hq;
+    const float* nw = isq ? qn : kn;
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += kWarp) ss += src[i] * src[i];
+    ss = warp_sum(ss);
+    const float inv = rsqrtf(ss / float(hd) + eps);
+    float* dst = isq ? q_out + int64_t(r) * Hq * hd + int64_t(h) * hd : kc + int64_t(p) * Hkv * hd + int64_t(h - Hq) * hd;
+    const int half = hd / 2;
+    for (int i = lane; i < half; i += kWarp) {
+        const float x1 = src[i] * inv * nw[i], x2 = src[i + half] * inv * nw[i + half];
+        const float ang = float(p) * inv_freq[i];
+        const float c = cosf(ang), sn = sinf(ang);
+        dst[i] = x1 * c - x2 * sn;
+        dst[i + half] = x2 * c + x1 * sn;
+    }
+}
+
+// Attention: one warp per (row, head, split). Pass 1: running max and sum of exp over the split's keys (lane-
+// strided); pass 2: scores again, weights broadcast by shuffles, lane owns output dims lane, lane+32, ….
+constexpr int kMaxHd = 256;
+__global__ void k_attention(AttnArgs a) {
+    __shared__ __align__(16) float qsh[4][kMaxHd];
+    dep_wait();
+    dep_launch();
+    const int lane = threadIdx.x % kWarp, wib = threadIdx.x / kWarp;
+    const int64_t gw = int64_t(blockIdx.x) * (blockDim.x / kWarp) + wib;
+    const int64_t total = int64_t(a.n) * a.heads * a.splits;
+    if (gw >= total) return;
+    const int sp = int(gw % a.splits);
+    const int h = int((gw / a.splits) % a.heads);
+    const int r = int(gw / (int64_t(a.splits) * a.heads));
+    const int kvh = h / (a.heads / a.kv_heads);
+    int lo, hi;
+    if (a.causal) {
+        lo = 0;
+        hi = (a.past ? *a.past : 0) + r + 1;
+    } else {
+        lo = (r / a.window) * a.window;
+        hi = min(lo + a.window, a.n);
+    }
+    const int len = hi - lo, chunk = (len + a.splits - 1) / a.splits;
+    const int s0 = lo + sp * chunk, s1 = min(hi, s0 + chunk);
+    const float scale = rsqrtf(float(a.hd));
+    const float* q = a.q + int64_t(r) * a.q_stride + int64_t(h) * a.hd;
+    for (int i = lane; i < a.hd; i += kWarp) qsh[wib][i] = q[i] * scale;
+    __syncwarp();
+    const float* kb = a.k + int64_t(kvh) * a.hd;
+    const float* vb = a.v + int64_t(kvh) * a.hd;
+    auto score = [&](int j) {
+        const float4* kr = reinterpret_cast<const float4*>(kb + int64_t(j) * a.kv_stride);
+        const float4* qq = reinterpret_cast<const float4*>(qsh[wib]);
+        float d = 0.0f;
+        for (int i = 0; i < a.hd / 4; ++i) {
+            const float4 kv = __ldg(kr + i), qv = qq[i];
+            d += kv.x * qv.x + kv.y * qv.y + kv.z * qv.z + kv.w * qv.w;
+        }
+        return d;
+    };
+    float m = -FLT_MAX, l = 0.0f;
+    for (int j = s0 + lane; j < s1; j += kWarp) {
+        const float sc = score(j);
+        const float nm = fmaxf(m, sc);
+        l = l * expf(m - nm) + expf(sc - nm);
+        m = nm;
+    }
+    const float M = warp_max(m);
+    l = warp_sum(l * (m == -FLT_MAX ? 0.0f : expf(m - M)));
+    float acc[kMaxHd / kWarp];
+    const int nd = (a.hd + kWarp - 1) / kWarp; // lane owns dims lane + u·32 < hd
+    for (int t = 0; t < nd; ++t) acc[t] = 0.0f;
+    for (int base = s0; base < s1; base += kWarp) {
+        const int j = base + lane;
+        const float p = j < s1 ? expf(score(j) - M) : 0.0f;
+        const int cnt = min(kWarp, s1 - base);
+        for (int t = 0; t < cnt; ++t) {
+            const float pj = __shfl_sync(0xffffffffu, p, t);
+            const float* vr = vb + int64_t(base + t) * a.kv_stride;
+            for (int u = 0; u < nd; ++u)
+                if (lane + u * kWarp < a.hd) acc[u] += pj * vr[lane + u * kWarp];
+        }
+    }
+    if (a.splits == 1) {
+        float* o = a.o + int64_t(r) * a.o_stride + int64_t(h) * a.hd;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int u = 0; u < nd; ++u)
+            if (lane + u * kWarp < a.hd) o[lane + u * kWarp] = acc[u] * inv;
+    } else {
+        float* pp = a.part + gw * (a.hd + 2);
+        for (int u = 0; u < nd; ++u)
+            if (lane + u * kWarp < a.hd) pp[lane + u * kWarp] = acc[u];
+        if (lane == 0) {
+            pp[a.hd] = s1 > s0 ? M : -FLT_MAX;
+            pp[a.hd + 1] = s1 > s0 ? l : 0.0f;
+        }
+    }
+}
+
+__global__ void k_attention_combine(AttnArgs a) {
+    dep_wait();
+    dep_launch();
+    const int64_t rh = blockIdx.x; // row * heads + head
+    const int r = int(rh / a.heads), h = int(rh % a.heads);
+    const float* pp = a.part + rh * a.splits * (a.hd + 2);
+    float M = -FLT_MAX;
+    for (int s = 0; s < a.splits; ++s) M = fmaxf(M, pp[s * (a.hd + 2) + a.hd]);
+    float L = 0.0f;
+    for (int s = 0; s < a.splits; ++s) {
+        const float ms = pp[s * (a.hd + 2) + a.hd];
+        if (ms > -FLT_MAX) L += pp[s * (a.hd + 2) + a.hd + 1] * expf(ms - M);
+    }
+    float* o = a.o + int64_t(r) * a.o_stride + int64_t(h) * a.hd;
+    for (int i = threadIdx.x; i < a.hd; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < a.splits; ++s) {
+            const float ms = pp[s * (a.hd + 2) + a.hd];
+            if (ms > -FLT_MAX) acc += pp[s * (a.hd + 2) + i] * expf(ms - M);
+        }
+        o[i] = acc / L;
+    }
+}
+
+// Greedy choice in two kernels: each block reduces a slice to (max, lowest index of the max, Σexp(x − max));
+// the final block merges the slices and writes the token.
+constexpr int kArgBlocks = 132;
+__global__ void k_argmax_part(const float* x, int V, float* part) {
+    dep_wait();
+    dep_launch();
+    __shared__ float sv[32], ss[32];
+    __shared__ int si[32];
+    const int per = (V + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(V, lo + per);
+    float bv = -FLT_MAX;
+    int bi = 0x7fffffff;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float v = x[i];
+        if (v > bv) bv = v, bi = i; // strided scan: a thread's first maximum is its lowest index
+    }
+    const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) sv[w] = bv, si[w] = bi;
+    __syncthreads();
+    if (w == 0) {
+        bv = lane < nw ? sv[lane] : -FLT_MAX;
+        bi = lane < nw ? si[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if (lane == 0) sv[0] = bv, si[0] = bi;
+    }
+    __syncthreads();
+    const float mx = sv[0];
+    float sum = 0.0f;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) sum += expf(x[i] - mx);
+    sum = block_sum(sum, ss);
+    if (threadIdx.x == 0) {
+        part[3 * blockIdx.x] = mx;
+        part[3 * blockIdx.x + 1] = __int_as_float(si[0]);
+        part[3 * blockIdx.x + 2] = hi > lo ? sum : 0.0f;
+    }
+}
+
+__global__ void k_argmax_final(const float* x, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
+                               int ring_size, bool advance) {
+    dep_wait();
+    dep_launch();
+    if (threadIdx.x != 0) return;
+    float M = -FLT_MAX;
+    int id = 0x7fffffff;
+    for (int p = 0; p < nparts; ++p) {
+        const float m = part[3 * p];
+        const int i = __float_as_int(part[3 * p + 1]);
+        if (m > M || (m == M && i < id)) M = m, id = i;
+    }
+    float S = 0.0f;
+    for (int p = 0; p < nparts; ++p)
+        if (part[3 * p + 2] > 0.0f) S += part[3 * p + 2] * expf(part[3 * p] - M);
+    const float lp = (x[id] - M) - logf(S);
+    *tok = id;
+    const int c = *count;
+    ring[c % ring_size] = make_int2(id, __float_as_int(lp));
+    *count = c + 1;
+    if (advance) *pos += 1;
+}
+
+__global__ void k_set_ints(int* p, int a, int b) {
+    p[0] = a;
+    p[1] = b;
+}
+
+__global__ void k_im2col_mel(const float* mel, int n_mels, int T, int cf, int C, int kpad, bf16* out) {
+    const int Ho = (n_mels + 1) / 2, Wo = (cf + 1) / 2;
+    const int64_t total = int64_t(C) * Ho * Wo * kpad;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int col = int(i % kpad);
+        const int64_t p = i / kpad;
+        const int wo = int(p % Wo), ho = int((p / Wo) % Ho), c = int(p / (int64_t(Wo) * Ho));
+        float v = 0.0f;
+        if (col < 9) {
+            const int h = 2 * ho + col / 3 - 1, w = 2 * wo + col % 3 - 1;
+            const int t = c * cf + w;
+            if (h >= 0 && h < n_mels && w >= 0 && w < cf && t < T) v = mel[int64_t(h) * T + t];
+        }
+        out[i] = __float2bfloat16(v);
+    }
+}
+
+__global__ void k_im2col(const float* in, int C, int H, int W, int Ch, bf16* out) {
+    const int Ho = (H + 1) / 2, Wo = (W + 1) / 2, K = Ch * 9;
+    const int64_t total = int64_t(C) * Ho * Wo * K;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int col = int(i % K);
+        const int64_t p = i / K;
+        const int wo = int(p % Wo), ho = int((p / Wo) % Ho), c = int(p / (int64_t(Wo) * Ho));
+        const int ci = col / 9, kh = (col % 9) / 3, kw = col % 3;
+        const int h = 2 * ho + kh - 1, w = 2 * wo + kw - 1;
+        float v = 0.0f;
+        if (h >= 0 && h < H && w >= 0 && w < W) v = in[((int64_t(c) * H + h) * W + w) * Ch + ci];
+        out[i] = __float2bfloat16(v);
+    }
+}
+
+__global__ void k_flatten(const float* c3, int C, int H3, int W3, int Ch, bf16* out) {
+    const int64_t total = int64_t(C) * W3 * Ch * H3;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int col = int(i % (Ch * H3));
+        const int64_t rt = i / (Ch * H3);
+        const int t = int(rt % W3), c = int(rt / W3);
+        const int ch = col / H3, f = col % H3;
+        out[i] = __float2bfloat16(c3[((int64_t(c) * H3 + f) * W3 + t) * Ch + ch]);
+    }
+}
+
+__global__ void k_add_pe(const float* co, int64_t total, int d, int W3, const float* pe, float* x) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t r = i / d;
+        const int k = int(i % d);
+        x[i] = co[i] + pe[(r % W3) * d + k];
+    }
+}
+
+// Log-mel on the device: frames [T, 400] (reflect-padded, windowed) → DFT as an fp32 GEMM → power → mel GEMM →
+// log10 → clip-global max − 8 clamp → (x + 4) / 4, transposed to [n_mels, T].
+__global__ void k_mel_frames(const float* x, int64_t n_have, int64_t N, int T, const double* window, double* frames) {
+    const int64_t total = int64_t(T) * 400;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = i / 400;
+        const int j = int(i % 400);
+        int64_t idx = t * 160 + j - 200;
+        if (idx < 0) idx = -idx;
+        if (idx >= N) idx = 2 * (N - 1) - idx;
+        frames[i] = (idx < n_have ? double(x[idx]) : 0.0) * window[j];
+    }
+}
+
+__global__ void k_power(const double* y, int64_t total, double* p) { // y [T, 402] (re, im interleaved) → p [T, 201]
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const double re = y[2 * i], im = y[2 * i + 1];
+        p[i] = re * re + im * im;
+    }
+}
+
+__global__ void k_log_max(const double* m, int64_t total, float* lm, float* block_max) {
+    __shared__ float red[32];
+    float mx = -FLT_MAX;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const float v = float(log10(fmax(m[i], 1e-10)));
+        lm[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = mx;
+    __syncthreads();
+    if (threadIdx.x < kWarp) {
+        float v = threadIdx.x < blockDim.x / kWarp ? red[threadIdx.x] : -FLT_MAX;
+        v = warp_max(v);
+        if (threadIdx.x == 0) block_max[blockIdx.x] = v;
+    }
+}
+
+__global__ void k_mel_norm(const float* lm, int T, int n_mels, const float* block_max, int nblocks, float* out) {
+    __shared__ float mx;
+    if (threadIdx.x == 0) {
+        float v = -FLT_MAX;
+        for (int b = 0; b < nblocks; ++b) v = fmaxf(v, block_max[b]);
+        mx = v;
+    }
+    __syncthreads();
+    const float floor = mx - 8.0f;
+    const int64_t total = int64_t(T) * n_mels;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int m = int(i / T), t = int(i % T);
+        out[i] = (fmaxf(lm[int64_t(t) * n_mels + m], floor) + 4.0f) / 4.0f;
+    }
+}
+
+unsigned grid_for(int64_t n, int threads = 256) {
+    const int64_t b = (n + threads - 1) / threads;
+    return unsigned(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
+}
+
+} // namespace
+
+void matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+    MvArgs a{W.data, W.scales, W.biases, W.rows, int(W.cols), W.gs, x, norm_w, eps, y, int(epi), 0};
+    if (epi == Epi::SwiGLU) {
+        a.N = W.rows / 2;
+        a.row_off = W.rows / 2;
+    }
+    if (W.cols % 16 != 0) fail("cuda", "matvec needs a multiple of 16 columns");
+    switch (W.bits) {
+    case 16: launch_matvec<16>(a, s); break;
+    case 8: launch_matvec<8>(a, s); break;
+    case 6: launch_matvec<6>(a, s); break;
+    case 4: launch_matvec<4>(a, s); break;
+    default: fail("cuda", "matvec: unsupported weight width " + std::to_string(W.bits));
+    }
+    QASR_CUDA_LAUNCHED();
+}
+
+void embed(const DMat& t, const int* ids, int n, float* out, cudaStream_t s) {
+    if (n <= 0) return;
+    launch(k_embed, dim3(unsigned(n)), dim3(256), 0, s, t, ids, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void dequant_bf16(const DMat& W, bf16* out, cudaStream_t s) {
+    if (W.bits == 16) {
+        QASR_CUDA(cudaMemcpyAsync(out, W.data, size_t(W.rows * W.cols) * 2, cudaMemcpyDeviceToDevice, s));
+        return;
+    }
+    k_dequant<<<unsigned(W.rows), 256, 0, s>>>(W, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void rms_norm(const float* x, int rows, int d, const float* w, float eps, float* of, bf16* ob, cudaStream_t s) {
+    if (rows <= 0) return;
+    k_rms_norm<<<unsigned(rows), 256, 0, s>>>(x, d, w, eps, of, ob);
+    QASR_CUDA_LAUNCHED();
+}
+
+void layer_norm(const float* x, int rows, int d, const float* w, const float* b, float eps, bf16* out, cudaStream_t s) {
+    if (rows <= 0) return;
+    k_layer_norm<<<unsigned(rows), 256, 0, s>>>(x, d, w, b, eps, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void to_bf16(const float* x, size_t n, bf16* out, cudaStream_t s) {
+    if (!n) return;
+    k_to_bf16<<<grid_for(int64_t(n)), 256, 0, s>>>(x, n, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void bias_act(float* y, int rows, int n, const float* bias, bool gelu, bf16* ob, cudaStream_t s) {
+    const int64_t total = int64_t(rows) * n;
+    if (!total) return;
+    k_bias_act<<<grid_for(total), 256, 0, s>>>(y, total, n, bias, gelu, ob);
+    QASR_CUDA_LAUNCHED();
+}
+
+void swiglu_bf16(const float* gu, int rows, int I, bf16* out, cudaStream_t s) {
+    const int64_t total = int64_t(rows) * I;
+    if (!total) return;
+    k_swiglu<<<grid_for(total), 256, 0, s>>>(gu, total, I, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void qk_norm_rope_kv(const float* qkv, int n, const int* pos, int Hq, int Hkv, int hd, const float* qn, const float* kn,
+                     float eps, const float* inv_freq, float* q_out, float* kc, float* vc, cudaStream_t s) {
+    const int64_t warps = int64_t(n) * (Hq + 2 * Hkv);
+    if (!warps) return;
+    launch(k_qk_rope, dim3(unsigned((warps * kWarp + 255) / 256)), dim3(256), 0, s, qkv, n, pos, Hq, Hkv, hd, qn, kn,
+           eps, inv_freq, q_out, kc, vc);
+    QASR_CUDA_LAUNCHED();
+}
+
+void attention(const AttnArgs& a, cudaStream_t s) {
+    if (a.hd > kMaxHd || a.hd % 4 != 0) fail("cuda", "attention: head_dim must be a multiple of 4, at most 256");
+    if (a.heads % a.kv_heads != 0) fail("cuda", "attention: heads not a multiple of kv heads");
+    const int64_t warps = int64_t(a.n) * a.heads * a.splits;
+    if (!warps) return;
+    launch(k_attention, dim3(unsigned((warps + 3) / 4)), dim3(128), 0, s, a);
+    if (a.splits > 1) launch(k_attention_combine, dim3(unsigned(int64_t(a.n) * a.heads)), dim3(128), 0, s, a);
+}
+
+void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,
+                  bool advance, cudaStream_t s) {
+    launch(k_argmax_part, dim3(kArgBlocks), dim3(1024), 0, s, logits, V, scratch);
+    launch(k_argmax_final, dim3(1), dim3(32), 0, s, logits, static_cast<const float*>(scratch), kArgBlocks, tok, pos, count,
+           ring, ring_size, advance);
+}
+
+void set_pdl(bool on) { g_pdl = on; }
+
+void log_mel(cublasHandle_t h, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
+             const double* dft, const double* filters, double* work, float* out, cudaStream_t s) {
+    double* frames = work;                         // [T, 400]
+    double* spec = frames + int64_t(T) * 400;      // [T, 402]
+    double* power = spec + int64_t(T) * 402;       // [T, 201]
+    double* mel = power + int64_t(T) * 201;        // [T, n_mels]
+    float* lm = reinterpret_cast<float*>(mel + int64_t(T) * n_mels); // [T, n_mels]
+    float* bmax = lm + int64_t(T) * n_mels;        // [256]
+    k_mel_frames<<<grid_for(int64_t(T) * 400), 256, 0, s>>>(x, n_have, N, T, window, frames);
+    QASR_CUDA_LAUNCHED();
+    const double one = 1.0, zero = 0.0;
+    // row-major spec [T, 402] = frames [T, 400] · dft [400, 402]  (column-major: specᵀ = dftᵀ · framesᵀ)
+    QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 402, T, 400, &one, dft, 402, frames, 400, &zero, spec, 402));
+    k_power<<<grid_for(int64_t(T) * 201), 256, 0, s>>>(spec, int64_t(T) * 201, power);
+    QASR_CUDA_LAUNCHED();
+    QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n_mels, T, 201, &one, filters, n_mels, power, 201, &zero, mel,
+                            n_mels));
+    const int nb = 256;
+    k_log_max<<<nb, 256, 0, s>>>(mel, int64_t(T) * n_mels, lm, bmax);
+    QASR_CUDA_LAUNCHED();
+    k_mel_norm<<<grid_for(int64_t(T) * n_mels), 256, 0, s>>>(lm, T, n_mels, bmax, nb, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+size_t log_mel_work_bytes(int T, int n_mels) {
+    return size_t(T) * (400 + 402 + 201 + size_t(n_mels)) * 8 + size_t(T) * size_t(n_mels) * 4 + 256 * 4;
+}
+
+void set_ints(int* p, int a, int b, cudaStream_t s) {
+    k_set_ints<<<1, 1, 0, s>>>(p, a, b);
+    QASR_CUDA_LAUNCHED();
+}
+
+void im2col_mel(const float* mel, int n_mels, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s) {
+    const int64_t total = int64_t(C) * ((n_mels + 1) / 2) * ((cf + 1) / 2) * kpad;
+    k_im2col_mel<<<grid_for(total), 256, 0, s>>>(mel, n_mels, T, cf, C, kpad, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void im2col(const float* in, int C, int H, int W, int Ch, bf16* out, cudaStream_t s) {
+    const int64_t total = int64_t(C) * ((H + 1) / 2) * ((W + 1) / 2) * Ch * 9;
+    k_im2col<<<grid_for(total), 256, 0, s>>>(in, C, H, W, Ch, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void flatten_stem(const float* c3, int C, int H3, int W3, int Ch, bf16* out, cudaStream_t s) {
+    const int64_t total = int64_t(C) * W3 * Ch * H3;
+    k_flatten<<<grid_for(total), 256, 0, s>>>(c3, C, H3, W3, Ch, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void add_pe(const float* co, int A, int d, int W3, const float* pe, float* x, cudaStream_t s) {
+    const int64_t total = int64_t(A) * d;
+    if (!total) return;
+    k_add_pe<<<grid_for(total), 256, 0, s>>>(co, total, d, W3, pe, x);
+    QASR_CUDA_LAUNCHED();
+}
+
+void gemm(cublasHandle_t h, const bf16* A, int M, int K, const bf16* W, int N, float* C, float beta) {
+    if (M <= 0 || N <= 0) return;
+    const float alpha = 1.0f;
+    // Column-major view: Cᵀ [N, M] = W [N, K] · Aᵀ [K, M].
+    QASR_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16BF, K, A, CUDA_R_16BF, K, &beta,
+                             C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+} // namespace qasr::cuda

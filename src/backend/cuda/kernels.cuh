@@ -1,0 +1,97 @@
+// The CUDA kernels of the GPU path, as host-side launchers on a stream. Activations are float32 (the residual
+// streams, attention, norms); matrix products read bf16 or MLX affine-quantized weights and accumulate in
+// float32 (matrix-vector products: fused kernels here; matrix-matrix products: cuBLAS on bf16 operands).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qasr::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// A weight matrix [rows, cols] on the device: bf16, or MLX affine codes (bits 4/6/8, little-endian bit stream per
+// row) with bf16 scales and biases per group of gs columns.
+struct DMat {
+    int bits = 16; // 16 = bf16
+    int64_t rows = 0, cols = 0;
+    int gs = 0;
+    const void* data = nullptr;
+    const bf16* scales = nullptr;
+    const bf16* biases = nullptr;
+    size_t bytes() const;
+};
+
+enum class Epi { Store, Add, SwiGLU }; // y = Wx | y += Wx | y[i] = silu((Wx)[i]) * (Wx)[i + rows/2]
+
+// y = W·x for one row x [K] (K = W.cols); with norm_w, x is RMS-normalised first (weight norm_w, eps).
+void matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
+// out[i, :] = table[ids[i], :] as float32.
+void embed(const DMat& table, const int* ids, int n, float* out, cudaStream_t s);
+// Whole matrix as bf16 [rows, cols] (for cuBLAS).
+void dequant_bf16(const DMat& W, bf16* out, cudaStream_t s);
+
+void rms_norm(const float* x, int rows, int d, const float* w, float eps, float* out_f32, bf16* out_bf16,
+              cudaStream_t s);
+void layer_norm(const float* x, int rows, int d, const float* w, const float* b, float eps, bf16* out, cudaStream_t s);
+void to_bf16(const float* x, size_t n, bf16* out, cudaStream_t s);
+// y[r, :] += bias; then GELU (exact erf) if gelu; a bf16 copy into out_bf16 when non-null.
+void bias_act(float* y, int rows, int n, const float* bias, bool gelu, bf16* out_bf16, cudaStream_t s);
+// out[r, i] = silu(gu[r, i]) * gu[r, I + i] as bf16.
+void swiglu_bf16(const float* gu, int rows, int I, bf16* out, cudaStream_t s);
+
+// qkv rows [n, (Hq + 2·Hkv)·hd] at positions *pos + r: q/k RMSNorm per head, rotate-half RoPE; q → q_out
+// [n, Hq·hd]; k, v → the caches [cap, Hkv·hd] at those positions.
+void qk_norm_rope_kv(const float* qkv, int n, const int* pos, int Hq, int Hkv, int hd, const float* q_norm,
+                     const float* k_norm, float eps, const float* inv_freq, float* q_out, float* kc, float* vc,
+                     cudaStream_t s);
+
+struct AttnArgs {
+    const float* q = nullptr;
+    int q_stride = 0;
+    const float* k = nullptr;
+    const float* v = nullptr;
+    int kv_stride = 0;
+    float* o = nullptr;
+    int o_stride = 0;
+    int n = 0;              // query rows
+    int heads = 0, kv_heads = 0, hd = 0;
+    bool causal = true;     // causal over past + row + 1 keys; else windows of `window` rows (bidirectional)
+    int window = 0;
+    const int* past = nullptr; // causal: device int, position of row 0 (null: 0)
+    int splits = 1;         // > 1: split the keys, partial results in `part`, then combined
+    float* part = nullptr;  // [n · heads · splits · (hd + 2)]
+};
+void attention(const AttnArgs& a, cudaStream_t s);
+
+// Greedy choice: argmax (ties → lowest id) and its log-softmax; writes *tok, ring[*count % ring_size] =
+// {id, logprob bits}, ++*count, and ++*pos when advance.
+// scratch: ≥ 3·132 floats. Two kernels (per-slice reductions, then the merge).
+void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,
+                  bool advance, cudaStream_t s);
+// Programmatic dependent launch for the decode-step kernels (default on; QASR_CUDA_PDL=0 turns it off).
+void set_pdl(bool on);
+void set_ints(int* p, int a, int b, cudaStream_t s); // p[0] = a, p[1] = b
+
+// Log-mel [n_mels, T] of N samples (x holds the first n_have, zeros after) exactly as audio/mel (spec §3), in double
+// like the CPU front end: the DFT as a GEMM (dft [400, 402]: cos and −sin columns per bin), filters [201, n_mels].
+void log_mel(cublasHandle_t h, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
+             const double* dft, const double* filters, double* work, float* out, cudaStream_t s);
+size_t log_mel_work_bytes(int T, int n_mels);
+
+// Conv stem (3×3, stride 2, padding 1) as im2col + GEMM. Chunk c of the mel [n_mels, T]: frames [c·cf, c·cf+cf)
+// zero-padded past T. Columns ordered (cin, kh, kw) like OIHW weights; kpad ≥ cin·9 columns (zeros beyond).
+void im2col_mel(const float* mel, int n_mels, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s);
+// in [C, H, W, Ch] → out [C·⌈H/2⌉·⌈W/2⌉, Ch·9]
+void im2col(const float* in, int C, int H, int W, int Ch, bf16* out, cudaStream_t s);
+// c3 [C, H3, W3, Ch] → out [C·W3, Ch·H3] with column ch·H3 + f (spec §4.3 flatten order)
+void flatten_stem(const float* c3, int C, int H3, int W3, int Ch, bf16* out, cudaStream_t s);
+// x[r, :] = co[r, :] + pe[r % W3, :] for r < A
+void add_pe(const float* co, int A, int d, int W3, const float* pe, float* x, cudaStream_t s);
+
+// C [M, N] (f32) = A [M, K] (bf16) · W [N, K]ᵀ (bf16) + beta · C, float32 accumulation.
+void gemm(cublasHandle_t h, const bf16* A, int M, int K, const bf16* W, int N, float* C, float beta);
+
+} // namespace qasr::cuda

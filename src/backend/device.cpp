@@ -1,0 +1,43 @@
+// open_device(): "cpu" needs no context; "cuda[:N]" goes to the CUDA backend when it was built.
+#include "backend/device.hpp"
+
+#include "core/error.hpp"
+
+#include <cstdlib>
+
+namespace qasr {
+
+#ifdef QASR_HAVE_CUDA
+namespace cuda {
+std::shared_ptr<const DeviceContext> open_context(const Model& model, int ordinal);
+int device_count();
+} // namespace cuda
+bool built_with_cuda() { return true; }
+int cuda_device_count() { return cuda::device_count(); }
+#else
+bool built_with_cuda() { return false; }
+int cuda_device_count() { return 0; }
+#endif
+
+std::shared_ptr<const DeviceContext> open_device(const Model& model, const std::string& device) {
+    if (device.empty() || device == "cpu") return nullptr;
+    if (device.rfind("cuda", 0) != 0)
+        fail("device", "unknown device '" + device + "' (use cpu, cuda or cuda:N)");
+    int ordinal = 0;
+    if (device.size() > 4) {
+        if (device[4] != ':' || device.size() == 5) fail("device", "bad device '" + device + "' (use cuda:N)");
+        char* end = nullptr;
+        const long n = std::strtol(device.c_str() + 5, &end, 10);
+        if (*end || n < 0 || n > 255) fail("device", "bad device ordinal in '" + device + "'");
+        ordinal = int(n);
+    }
+#ifdef QASR_HAVE_CUDA
+    return cuda::open_context(model, ordinal);
+#else
+    (void)model;
+    (void)ordinal;
+    fail("device", "this qasr was built without the CUDA backend (configure with -DQASR_CUDA=ON and a CUDA toolkit)");
+#endif
+}
+
+} // namespace qasr

@@ -1,0 +1,55 @@
+// Accelerator backends (the CUDA backend, src/backend/cuda/): the weights live on the device and a session's
+// stages (encoder, prefill, decode steps, greedy decoding) run there. The CPU path needs none of this: a Model
+// without a DeviceContext runs the ops of src/ops/ on the host. The CPU-only build compiles this interface and
+// open_device(), which then refuses every device but "cpu".
+#pragma once
+#include "core/tensor.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace qasr {
+
+struct Model;
+
+class DeviceSession {
+public:
+    virtual ~DeviceSession() = default;
+    // mel [n_mels, T] → projector rows [A, D] (host copy).
+    virtual Tensor encode(const Tensor& mel) = 0;
+    // Samples → log-mel on the device (spec §3, fp32) → encoder; *mel_ms gets the front end's share of the time.
+    virtual Tensor encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) = 0;
+    // Clears the KV cache and runs the decoder over the prompt ids, the audio rows replacing the placeholders at
+    // [audio_begin, audio_begin + A). logits: 0 = keep the last position's on the device (for greedy()), 1 = also
+    // return them [1, V], -1 = return every position's [L, V].
+    virtual Tensor prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& audio_rows, int logits) = 0;
+    // One decode step for `token` at the next position; its logits [1, V] on the host.
+    virtual Tensor step(int token) = 0;
+    // Greedy decoding from the state prefill() left. The argmax (and the chosen token's log-probability) is
+    // computed on the device and feeds the next step directly; step n+1 is queued before token n is read back,
+    // so the host checks its stop rules one step behind and the device never waits for it. take(id, logprob)
+    // receives the tokens in order and returns false to stop; at most max_tokens tokens.
+    virtual void greedy(int max_tokens, const std::function<bool(int, float)>& take) = 0;
+};
+
+class DeviceContext {
+public:
+    virtual ~DeviceContext() = default;
+    // A session's device state (scratch, KV cache, stream, cuBLAS handle, captured graph) comes from a pool:
+    // sessions returned by a finished request are reused, so warm-up keeps them built.
+    virtual std::unique_ptr<DeviceSession> open() const = 0;
+    virtual std::string name() const = 0;        // e.g. "cuda:0 (NVIDIA H200, sm_90)"
+    virtual size_t weight_bytes() const = 0;     // device memory taken by the weights
+};
+
+// "cpu" (or "") → nullptr. "cuda" / "cuda:N" → the CUDA backend; throws a qasr::Error when qasr was built
+// without it, no device is present, or the model cannot be placed there.
+std::shared_ptr<const DeviceContext> open_device(const Model& model, const std::string& device);
+
+// Whether this build has the CUDA backend, and how many CUDA devices it sees (0 without a driver).
+bool built_with_cuda();
+int cuda_device_count();
+
+} // namespace qasr

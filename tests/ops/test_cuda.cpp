@@ -1,0 +1,394 @@
+// CUDA backend against the CPU ops (fp32) on random inputs of awkward sizes, and end to end against the CPU
+// path on a random tiny checkpoint. Every test skips with a message where no CUDA device is present.
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/kernels.cuh"
+#include "backend/device.hpp"
+#include "core/error.hpp"
+#include "model/quant.hpp"
+#include "model/random_checkpoint.hpp"
+#include "audio/mel.hpp"
+#include "ops/ops.hpp"
+#include "pipeline/session.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <cstdio>
+#include <random>
+
+using namespace qasr;
+using namespace qasr::cuda;
+
+namespace {
+
+#define NEED_GPU()                                                                                                 \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the CUDA tests run on a GPU machine only"
+
+std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(g);
+    return v;
+}
+uint16_t bf16_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uint16_t(u >> 16);
+}
+float bf16_round(float f) {
+    const uint32_t u = uint32_t(bf16_bits(f)) << 16;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+}
+
+struct Dev {
+    Buffer b;
+    template <class T> explicit Dev(const std::vector<T>& v) : b(v.size() * sizeof(T)) {
+        QASR_CUDA(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    explicit Dev(size_t bytes) : b(bytes) { QASR_CUDA(cudaMemset(b.get(), 0, bytes)); }
+    template <class T> T* p() const { return b.as<T>(); }
+};
+std::vector<float> host(const Dev& d, size_t n) {
+    QASR_CUDA(cudaDeviceSynchronize());
+    std::vector<float> v(n);
+    QASR_CUDA(cudaMemcpy(v.data(), d.b.get(), n * 4, cudaMemcpyDeviceToHost));
+    return v;
+}
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        den += double(b[i]) * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// A bf16 matrix: bits on the device, the same values as float32 for the CPU reference.
+struct Bf16Mat {
+    std::vector<float> f;
+    std::vector<uint16_t> bits;
+    Bf16Mat(int64_t n, int64_t k, uint32_t seed) : f(randv(size_t(n * k), seed, 0.1f)) {
+        for (auto& x : f) x = bf16_round(x);
+        for (float x : f) bits.push_back(bf16_bits(x));
+    }
+};
+
+} // namespace
+
+TEST(Cuda, MatvecBf16AllEpiloguesMatchCpu) {
+    NEED_GPU();
+    for (const auto& [N, K] : {std::pair<int, int>{300, 1040}, {17, 64}, {20000, 128}}) {
+        const Bf16Mat W(2 * N, K, 1);
+        const std::vector<float> x = randv(size_t(K), 2), nw = randv(size_t(K), 3), y0 = randv(size_t(2 * N), 4);
+        Dev dw(W.bits), dx(x), dn(nw);
+        DMat m;
+        m.rows = 2 * N, m.cols = K, m.data = dw.p<void>();
+        // CPU reference: y = W · rmsnorm(x)
+        std::vector<float> xn = x;
+        ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
+        std::vector<float> ref(size_t(2 * N));
+        ops::linear(xn.data(), 1, K, W.f.data(), 2 * N, nullptr, ref.data());
+        {
+            Dev dy(y0);
+            matvec(m, dx.p<float>(), dn.p<float>(), 1e-6f, dy.p<float>(), Epi::Store, nullptr);
+            EXPECT_LT(rel_l2(host(dy, size_t(2 * N)), ref), 1e-5) << N << "x" << K << " store";
+        }
+        {
+            Dev dy(y0);
+            matvec(m, dx.p<float>(), dn.p<float>(), 1e-6f, dy.p<float>(), Epi::Add, nullptr);
+            std::vector<float> want = ref;
+            for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+            EXPECT_LT(rel_l2(host(dy, size_t(2 * N)), want), 1e-5) << "add";
+        }
+        {
+            Dev dy(size_t(N) * 4);
+            matvec(m, dx.p<float>(), dn.p<float>(), 1e-6f, dy.p<float>(), Epi::SwiGLU, nullptr);
+            std::vector<float> want(static_cast<size_t>(N));
+            for (int i = 0; i < N; ++i) want[size_t(i)] = ref[size_t(i)] / (1 + std::exp(-ref[size_t(i)])) * ref[size_t(N + i)];
+            EXPECT_LT(rel_l2(host(dy, size_t(N)), want), 1e-5) << "swiglu";
+        }
+    }
+}
+
+TEST(Cuda, MatvecQuantizedMatchesCpuKernelsEveryWidth) {
+    NEED_GPU();
+    for (int bits : {4, 6, 8})
+        for (const auto& [N, K] : {std::pair<int, int>{129, 1024}, {40000, 64}}) {
+            const std::vector<float> w = randv(size_t(N) * K, 5, 0.2f), x = randv(size_t(K), 6);
+            AffineQuantized q = quantize_affine(w.data(), N, K, bits, 64);
+            std::vector<uint16_t> sc, bi;
+            for (float v : q.scales) sc.push_back(bf16_bits(v));
+            for (float v : q.biases) bi.push_back(bf16_bits(v));
+            WeightMatrix cw;
+            cw.fmt = WFormat::Q, cw.rows = N, cw.cols = K, cw.bits = bits, cw.group_size = 64;
+            cw.data = q.packed.data(), cw.scales = sc.data(), cw.biases = bi.data();
+            // exact reference: the dequantized matrix in double (the CPU's VNNI kernels round x to int8)
+            const std::vector<float> wd = cw.to_f32();
+            std::vector<float> ref(static_cast<size_t>(N));
+            for (int r = 0; r < N; ++r) {
+                double acc = 0;
+                for (int k = 0; k < K; ++k) acc += double(wd[size_t(r) * K + k]) * x[size_t(k)];
+                ref[size_t(r)] = float(acc);
+            }
+            Dev dc(q.packed), ds(sc), db(bi), dx(x), dy(size_t(N) * 4);
+            DMat m;
+            m.bits = bits, m.rows = N, m.cols = K, m.gs = 64, m.data = dc.p<void>();
+            m.scales = ds.p<bf16>(), m.biases = db.p<bf16>();
+            matvec(m, dx.p<float>(), nullptr, 0, dy.p<float>(), Epi::Store, nullptr);
+            EXPECT_LT(rel_l2(host(dy, size_t(N)), ref), 1e-5) << bits << "-bit " << N << "x" << K;
+            // the embedding gather and the bf16 dequantization decode the same codes
+            const std::vector<int> ids{0, N - 1, N / 2};
+            Dev di(ids), de(ids.size() * size_t(K) * 4);
+            embed(m, di.p<int>(), int(ids.size()), de.p<float>(), nullptr);
+            const std::vector<float> got = host(de, ids.size() * size_t(K));
+            std::vector<float> row(static_cast<size_t>(K));
+            for (size_t r = 0; r < ids.size(); ++r) {
+                cw.row_f32(ids[r], row.data());
+                for (int k = 0; k < K; ++k) ASSERT_NEAR(got[r * size_t(K) + size_t(k)], row[size_t(k)], 1e-6f);
+            }
+        }
+}
+
+TEST(Cuda, NormsAndActivationsMatchCpu) {
+    NEED_GPU();
+    const int rows = 7, d = 1000;
+    const std::vector<float> x = randv(size_t(rows * d), 7, 3.0f), w = randv(size_t(d), 8), b = randv(size_t(d), 9);
+    Dev dx(x), dw(w), db(b), of(size_t(rows * d) * 4), ob(size_t(rows * d) * 2);
+    std::vector<float> ref = x;
+    ops::rms_norm(ref.data(), rows, d, w.data(), 1e-6f);
+    rms_norm(dx.p<float>(), rows, d, dw.p<float>(), 1e-6f, of.p<float>(), nullptr, nullptr);
+    EXPECT_LT(rel_l2(host(of, size_t(rows * d)), ref), 1e-6);
+    // layer norm → bf16, GELU with bias
+    ref = x;
+    ops::layer_norm(ref.data(), rows, d, w.data(), b.data(), 1e-5f);
+    layer_norm(dx.p<float>(), rows, d, dw.p<float>(), db.p<float>(), 1e-5f, ob.p<bf16>(), nullptr);
+    std::vector<uint16_t> hb(size_t(rows * d));
+    QASR_CUDA(cudaMemcpy(hb.data(), ob.p<void>(), hb.size() * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < hb.size(); ++i) {
+        const uint32_t u = uint32_t(hb[i]) << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        ASSERT_NEAR(f, ref[i], std::fabs(ref[i]) * 8e-3 + 1e-5) << i;
+    }
+    Dev dy(x);
+    bias_act(dy.p<float>(), rows, d, db.p<float>(), true, nullptr, nullptr);
+    ref = x;
+    for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < d; ++k) ref[size_t(r * d + k)] += b[size_t(k)];
+    ops::gelu_erf(ref.data(), ref.size());
+    EXPECT_LT(rel_l2(host(dy, ref.size()), ref), 1e-6);
+}
+
+TEST(Cuda, QkNormRopeAndAttentionMatchCpu) {
+    NEED_GPU();
+    const int Hq = 4, Hkv = 2, hd = 64, n = 37, W = (Hq + 2 * Hkv) * hd;
+    const std::vector<float> qkv = randv(size_t(n * W), 10), qn = randv(size_t(hd), 11), kn = randv(size_t(hd), 12);
+    std::vector<float> inv(size_t(hd / 2));
+    for (int i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(1e6, 2.0 * i / hd));
+    // CPU: split, q/k norm, RoPE at positions 0..n-1, causal attention
+    std::vector<float> q(size_t(n * Hq * hd)), k(size_t(n * Hkv * hd)), v(size_t(n * Hkv * hd));
+    for (int r = 0; r < n; ++r) {
+        std::memcpy(&q[size_t(r * Hq * hd)], &qkv[size_t(r * W)], size_t(Hq * hd) * 4);
+        std::memcpy(&k[size_t(r * Hkv * hd)], &qkv[size_t(r * W + Hq * hd)], size_t(Hkv * hd) * 4);
+        std::memcpy(&v[size_t(r * Hkv * hd)], &qkv[size_t(r * W + (Hq + Hkv) * hd)], size_t(Hkv * hd) * 4);
+    }
+    ops::rms_norm(q.data(), n * Hq, hd, qn.data(), 1e-6f);
+    ops::rms_norm(k.data(), n * Hkv, hd, kn.data(), 1e-6f);
+    ops::rope(q.data(), n, Hq, hd, 0, inv.data());
+    ops::rope(k.data(), n, Hkv, hd, 0, inv.data());
+    std::vector<float> o(size_t(n * Hq * hd));
+    ops::causal_attention(q.data(), k.data(), v.data(), o.data(), n, 0, Hq, Hkv, hd);
+
+    Dev dqkv(qkv), dqn(qn), dkn(kn), dinv(inv), dq(q.size() * 4), dk(k.size() * 4), dv(v.size() * 4), dout(o.size() * 4);
+    qk_norm_rope_kv(dqkv.p<float>(), n, nullptr, Hq, Hkv, hd, dqn.p<float>(), dkn.p<float>(), 1e-6f, dinv.p<float>(),
+                    dq.p<float>(), dk.p<float>(), dv.p<float>(), nullptr);
+    EXPECT_LT(rel_l2(host(dq, q.size()), q), 1e-5);
+    EXPECT_LT(rel_l2(host(dk, k.size()), k), 1e-5);
+    EXPECT_LT(rel_l2(host(dv, v.size()), v), 1e-7);
+    AttnArgs a;
+    a.q = dq.p<float>(), a.q_stride = Hq * hd, a.k = dk.p<float>(), a.v = dv.p<float>(), a.kv_stride = Hkv * hd;
+    a.o = dout.p<float>(), a.o_stride = Hq * hd, a.n = n, a.heads = Hq, a.kv_heads = Hkv, a.hd = hd;
+    attention(a, nullptr);
+    EXPECT_LT(rel_l2(host(dout, o.size()), o), 1e-5);
+    // decode form: the last row alone at position n-1 (past read from the device), keys split 16 ways
+    const std::vector<int> past{n - 1};
+    Dev dpast(past), dpart(size_t(Hq) * 16 * (hd + 2) * 4), d1(size_t(Hq * hd) * 4);
+    a.q = dq.p<float>() + size_t(n - 1) * Hq * hd, a.n = 1, a.past = dpast.p<int>(), a.splits = 16;
+    a.part = dpart.p<float>(), a.o = d1.p<float>();
+    attention(a, nullptr);
+    const std::vector<float> last(o.end() - Hq * hd, o.end());
+    EXPECT_LT(rel_l2(host(d1, size_t(Hq * hd)), last), 1e-5);
+    // windowed (encoder) form: windows of 10 rows, no GQA, q/k/v interleaved in one [n, 3·d] buffer
+    const int heads = 2, ehd = 16, d = heads * ehd;
+    const std::vector<float> x = randv(size_t(n * 3 * d), 13);
+    std::vector<float> eq(size_t(n * d)), ek(size_t(n * d)), ev(size_t(n * d)), eo(size_t(n * d));
+    for (int r = 0; r < n; ++r)
+        for (int c = 0; c < d; ++c) {
+            eq[size_t(r * d + c)] = x[size_t(r * 3 * d + c)];
+            ek[size_t(r * d + c)] = x[size_t(r * 3 * d + d + c)];
+            ev[size_t(r * d + c)] = x[size_t(r * 3 * d + 2 * d + c)];
+        }
+    ops::windowed_attention(eq.data(), ek.data(), ev.data(), eo.data(), n, heads, ehd, 10);
+    Dev dx(x), deo(eo.size() * 4);
+    AttnArgs w;
+    w.q = dx.p<float>(), w.k = dx.p<float>() + d, w.v = dx.p<float>() + 2 * d, w.q_stride = w.kv_stride = 3 * d;
+    w.o = deo.p<float>(), w.o_stride = d, w.n = n, w.heads = w.kv_heads = heads, w.hd = ehd, w.causal = false, w.window = 10;
+    attention(w, nullptr);
+    EXPECT_LT(rel_l2(host(deo, eo.size()), eo), 1e-5);
+}
+
+TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {
+    NEED_GPU();
+    std::vector<float> x = randv(151936, 14);
+    x[777] = 9.0f;
+    x[150000] = 9.0f;
+    Dev dx(x), ints(std::vector<int>{0, 5, 0, 0}), scratch(size_t(3 * 256) * 4);
+    int2* ring = nullptr;
+    QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
+    argmax_token(dx.p<float>(), int(x.size()), scratch.p<float>(), ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring,
+                 4, true, nullptr);
+    QASR_CUDA(cudaDeviceSynchronize());
+    std::vector<int> h(4);
+    QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(h[0], 777);
+    EXPECT_EQ(h[1], 6);
+    EXPECT_EQ(h[2], 1);
+    EXPECT_EQ(ring[0].x, 777);
+    double s = 0;
+    for (float v : x) s += std::exp(double(v) - 9.0);
+    float lp;
+    std::memcpy(&lp, &ring[0].y, 4);
+    EXPECT_NEAR(lp, -std::log(s), 1e-4);
+    cudaFreeHost(ring);
+}
+
+TEST(Cuda, ConvStemAsIm2colGemmMatchesCpu) {
+    NEED_GPU();
+    const int Ch = 8, H = 11, Wd = 9, C = 2;
+    const std::vector<float> in = randv(size_t(C * H * Wd * Ch), 15), w = randv(size_t(Ch * Ch * 9), 16, 0.3f);
+    std::vector<float> wb = w, inb = in;
+    for (auto& v : wb) v = bf16_round(v);
+    for (auto& v : inb) v = bf16_round(v);
+    const int Ho = (H + 1) / 2, Wo = (Wd + 1) / 2;
+    // CPU: per chunk, CHW layout
+    std::vector<float> ref(size_t(C * Ho * Wo * Ch));
+    for (int c = 0; c < C; ++c) {
+        std::vector<float> chw(size_t(Ch * H * Wd)), out(size_t(Ch * Ho * Wo));
+        for (int h = 0; h < H; ++h)
+            for (int x = 0; x < Wd; ++x)
+                for (int ch = 0; ch < Ch; ++ch)
+                    chw[size_t((ch * H + h) * Wd + x)] = inb[size_t(((c * H + h) * Wd + x) * Ch + ch)];
+        ops::conv3x3_s2(chw.data(), Ch, H, Wd, wb.data(), nullptr, Ch, out.data());
+        for (int ch = 0; ch < Ch; ++ch)
+            for (int p = 0; p < Ho * Wo; ++p) ref[size_t((c * Ho * Wo + p) * Ch + ch)] = out[size_t(ch * Ho * Wo + p)];
+    }
+    std::vector<uint16_t> wbits;
+    for (float v : wb) wbits.push_back(bf16_bits(v));
+    Dev din(in), dw(wbits), cols(size_t(C * Ho * Wo * Ch * 9) * 2), dout(ref.size() * 4);
+    im2col(din.p<float>(), C, H, Wd, Ch, cols.p<bf16>(), nullptr);
+    cublasHandle_t h;
+    QASR_CUBLAS(cublasCreate(&h));
+    gemm(h, cols.p<bf16>(), C * Ho * Wo, Ch * 9, dw.p<bf16>(), Ch, dout.p<float>(), 0.0f);
+    EXPECT_LT(rel_l2(host(dout, ref.size()), ref), 1e-5);
+    cublasDestroy(h);
+}
+
+TEST(Cuda, LogMelOnTheDeviceMatchesTheCpuFrontEnd) {
+    NEED_GPU();
+    for (const size_t n : {size_t(3000), size_t(16000 * 7 + 123)}) {
+        std::vector<float> audio = randv(n, 18, 0.3f);
+        for (size_t i = 0; i < n; ++i) audio[i] *= float(std::sin(double(i) * 0.001)); // quiet and loud parts
+        const MelFrontend fe(128);
+        const Tensor ref = fe.compute(audio, 8000);
+        const size_t N = std::max(n, size_t(8000));
+        const int T = int(MelFrontend::n_frames(N));
+        std::vector<double> dft(size_t(400 * 402));
+        for (int j = 0; j < 400; ++j)
+            for (int k = 0; k < 201; ++k) {
+                const double ang = 2.0 * M_PI * double((j * k) % 400) / 400.0;
+                dft[size_t(j * 402 + 2 * k)] = std::cos(ang);
+                dft[size_t(j * 402 + 2 * k + 1)] = -std::sin(ang);
+            }
+        Dev dx(audio), dw(fe.window()), dd(dft), df(fe.filterbank_f64()), work(log_mel_work_bytes(T, 128)),
+            out(size_t(T) * 128 * 4);
+        cublasHandle_t h;
+        QASR_CUBLAS(cublasCreate(&h));
+        log_mel(h, dx.p<float>(), int64_t(n), int64_t(N), T, 128, dw.p<double>(), dd.p<double>(), df.p<double>(),
+                work.p<double>(), out.p<float>(), nullptr);
+        const std::vector<float> got = host(out, size_t(T) * 128);
+        cublasDestroy(h);
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - ref.data[i]));
+        EXPECT_LT(worst, 1e-4) << n << " samples"; // the parity bound of the CPU front end (spec §12)
+    }
+}
+
+TEST(Cuda, OutOfMemoryIsAnErrorAndTheProcessGoesOn) {
+    NEED_GPU();
+    EXPECT_THROW(Buffer(size_t(1) << 50), qasr::Error);
+    const std::vector<float> x{1, 2, 3};
+    Dev ok(x);
+    EXPECT_EQ(host(ok, 3)[2], 3.0f);
+}
+
+// End to end on the tiny random checkpoint: the GPU path (bf16 products) against the CPU path (fp32).
+TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
+    NEED_GPU();
+    if (!std::filesystem::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))
+        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh)";
+    const std::string dir = (std::filesystem::temp_directory_path() / "qasr_cuda_tiny").string();
+    if (!std::filesystem::exists(dir + "/model.safetensors"))
+        write_random_checkpoint(dir, "tiny", "hf", 1, QASR_TOKENIZER_DIR);
+    const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
+    ASSERT_TRUE(gpu->device);
+    std::vector<float> audio = randv(16000 * 3, 17, 0.1f);
+    Session sc(cpu), sg(gpu);
+    const Tensor mel = sc.mel(audio, 8000);
+    const Tensor rc = sc.encode(mel), rg = sg.encode(mel);
+    ASSERT_EQ(rc.shape, rg.shape);
+    EXPECT_LT(rel_l2(rg.data, rc.data), 2e-2);
+    TranscribeOptions o;
+    const Prompt p = sc.prompt(rc.rows(), o);
+    const Tensor lc = sc.prefill(p, rc, true), lg = sg.prefill(p, rc, true);
+    ASSERT_EQ(lc.shape, lg.shape);
+    EXPECT_LT(rel_l2(lg.data, lc.data), 2e-2);
+    int agree = 0;
+    for (int64_t r = 0; r < lc.rows(); ++r)
+        agree += std::max_element(lc.row(r), lc.row(r) + lc.cols()) - lc.row(r) ==
+                 std::max_element(lg.row(r), lg.row(r) + lg.cols()) - lg.row(r);
+    EXPECT_GE(double(agree) / double(lc.rows()), 0.9) << agree << "/" << lc.rows();
+    // greedy on the device (graph + one-step-behind readback) equals host-driven steps on the device
+    o.decode.ignore_eos = true;
+    o.decode.max_new_tokens = 24;
+    o.itn = false;
+    const TranscriptionResult a = sg.run(audio, o);
+    ASSERT_EQ(a.tokens.size(), 24u);
+    Tensor logits = sg.prefill(p, sg.encode(mel));
+    for (size_t n = 0; n < a.tokens.size(); ++n) {
+        const int tok = int(std::max_element(logits.ptr(), logits.ptr() + logits.cols()) - logits.ptr());
+        ASSERT_EQ(tok, a.tokens[n].id) << "step " << n;
+        if (n + 1 < a.tokens.size()) logits = sg.step(tok);
+    }
+    // the guardrails hold on the device path too: EOS/repetition stop, caps, empty audio
+    TranscribeOptions g;
+    g.decode.max_new_tokens = 30;
+    const TranscriptionResult b = sg.run(audio, g);
+    EXPECT_LE(b.tokens.size(), 30u);
+    EXPECT_EQ(sg.run(std::vector<float>(300, 0.0f), g).finish, FinishReason::Empty);
+}
+
+int main(int argc, char** argv) {
+    if (cuda_device_count() == 0) {
+        std::printf("SKIP: no CUDA device or driver here; the CUDA tests run on a GPU machine (docs/benchmarks.md)\n");
+        return 77;
+    }
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}
