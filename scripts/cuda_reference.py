@@ -40,6 +40,9 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--attn", default="sdpa")
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--fp32-check", action="store_true",
+                    help="also run the reference in fp32 (TF32 off) and report how often bf16 reference, fp32 "
+                         "reference and qasr agree on the prefill argmax")
     ap.add_argument("--out")
     a = ap.parse_args()
 
@@ -104,6 +107,22 @@ def main():
               f" (largest top-2 gap at a disagreement: {res['prefill_disagreement_max_margin']}); "
               f"forced greedy {'identical over %d steps' % a.steps if div is None else 'diverges at step %d (top-2 gap ref %.4f, qasr %.4f)' % (div, margins[div], q['forced_margin'][div])}",
               flush=True)
+
+    if a.fp32_check and not a.skip_accuracy:
+        m32 = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.float32,
+                                                               attn_implementation="eager").to(dev).eval()
+        f = fe(pcm, sampling_rate=16000, padding="longest", return_attention_mask=True, return_tensors="pt")
+        m = f.get("attention_mask", f.get("input_features_mask"))
+        with torch.no_grad():
+            o32 = m32(input_ids=input_ids, input_features=f["input_features"].to(dev), input_features_mask=m.to(dev),
+                      attention_mask=torch.ones_like(input_ids), logits_to_keep=0)
+        a32 = o32.logits[0].float().argmax(-1).tolist()
+        del m32, o32
+        torch.cuda.empty_cache()
+        res.update(qasr_vs_fp32=sum(int(x == y) for x, y in zip(a32, q["prefill_argmax"])) / L,
+                   bf16ref_vs_fp32=sum(int(x == y) for x, y in zip(a32, ref_arg)) / L)
+        print(f"fp32 reference: qasr (CUDA) agrees on {100 * res['qasr_vs_fp32']:.2f}% of the prefill positions, "
+              f"the bf16 reference on {100 * res['bf16ref_vs_fp32']:.2f}%", flush=True)
 
     # Speed: end to end as a user calls it (features on the CPU, generate on the GPU), fixed decode length.
     def e2e():

@@ -19,6 +19,11 @@ q="$b/tools/qasr"
 log "ops.cuda tests"
 "$b/tests/ops/qasr_cuda_tests" > "$out/cuda_tests.log" 2>&1; log "ops.cuda rc=$?"
 tail -n 3 "$out/cuda_tests.log" | tee -a "$out/summary.txt"
+if [ -f models/demo/model.safetensors ]; then # the trained demo model: GPU transcripts vs transformers' (fp32)
+    cp .cache/qasr/tokenizer/* models/demo/ 2>/dev/null
+    python3 training/check_qasr.py "$b/tools/qasr" models/demo --device cuda > "$out/demo_check.log" 2>&1
+    log "demo model on cuda: rc=$? $(tail -n 1 "$out/demo_check.log")"
+fi
 for p in ${presets//,/ }; do
     m=/tmp/qm/$p
     mkdir -p "$m"
@@ -35,20 +40,20 @@ for p in ${presets//,/ }; do
         log "$p cold start ${w:-with-warmup}: $(( ($(date +%s%N) - t0) / 1000000 )) ms (rc=$?)"
     done
     for v in bf16 $(for b in ${QBITS:-8 6 4}; do echo q$b; done); do
-        "$q" bench -m "$m/$v" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs 20 --warmup 0 \
+        "$q" bench -m "$m/$v" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs ${RUNS:-20} --warmup 0 \
             --api-warmup --json > "$out/bench_${p}_$v.json" 2>> "$out/errors.log"
         log "$p $v bench rc=$? $(python3 -c "import json,sys; j=json.load(open('$out/bench_${p}_$v.json')); print('total %.2f ms (first %.2f, max %.2f) mel %.2f enc %.2f prefill %.2f decode %.2f ms = %.3f ms/tok, warmup %.0f ms, load %.0f ms' % (j['total_ms'], j['first_total_ms'], j['max_total_ms'], j['mel_ms'], j['encode_ms'], j['prefill_ms'], j['decode_ms'], j['ms_per_token'], j['api_warmup_ms'], j['load_ms']))" 2>&1)"
     done
     "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs 5 --warmup 0 \
         --json > "$out/bench_${p}_bf16_nowarmup.json" 2>> "$out/errors.log"
-    QASR_CUDA_PDL=0 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
+    [ "$p" = "${PROFILE_PRESET:-0.6b}" ] && QASR_CUDA_PDL=0 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
         --runs 10 --warmup 1 --json > "$out/bench_${p}_bf16_nopdl.json" 2>> "$out/errors.log"
-    log "$p bf16 without PDL: $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_nopdl.json')); print('%.3f ms/tok, total %.1f ms' % (j['ms_per_token'], j['total_ms']))")"
-    QASR_CUDA_PROFILE=1 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
+    [ "$p" = "${PROFILE_PRESET:-0.6b}" ] && log "$p bf16 without PDL: $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_nopdl.json')); print('%.3f ms/tok, total %.1f ms' % (j['ms_per_token'], j['total_ms']))")"
+    [ "$p" = "${PROFILE_PRESET:-0.6b}" ] && QASR_CUDA_PROFILE=1 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
         --runs 2 --warmup 1 --json 2>&1 >/dev/null | grep -A14 "cuda profile" | tail -n 14 | tee -a "$out/summary.txt"
     log "$p bf16 without warm-up: first $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_nowarmup.json')); print('%.1f ms, median %.1f ms' % (j['first_total_ms'], j['total_ms']))")"
-    python3 scripts/cuda_reference.py --model "$m/bf16" --audio "$audio" --qasr "$q" --tokens "$tokens" --runs 10 \
+    python3 scripts/cuda_reference.py --model "$m/bf16" --audio "$audio" --qasr "$q" --tokens "$tokens" --runs 10 --fp32-check \
         --out "$out/reference_$p.json" > "$out/reference_$p.log" 2>&1
-    log "$p reference rc=$?"; grep -E "^accuracy|^reference" "$out/reference_$p.log" | tee -a "$out/summary.txt"
+    log "$p reference rc=$?"; grep -E "^accuracy|^reference|^fp32" "$out/reference_$p.log" | tee -a "$out/summary.txt"
 done
 log done

@@ -60,8 +60,8 @@ void Transcriber::warmup() const {
     // the thread team, which every decode step touches in full, so a 2 s clip and a few steps suffice (the 8 s of
     // the GPU recipe exist to build realistic kernel batch shapes).
     // On an accelerator: 8 s of noise sampled at temperature 1 (builds the encoder's scratch at realistic shapes,
-    // creates the cuBLAS handle and captures the decode-step graph), then a greedy pass over 30 s so the scratch
-    // and KV cache of the pooled session already fit the usual requests.
+    // creates the cuBLAS handle and captures the decode-step graph), then short greedy passes over 30, 20, 11, 5 and
+    // 2 s, so the pooled session's scratch and KV cache fit the usual requests and cuBLAS has seen their shapes.
     const bool dev = impl_->model->device != nullptr;
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> u(-0.01f, 0.01f);
@@ -73,8 +73,13 @@ void Transcriber::warmup() const {
     o.decode.max_new_tokens = dev ? 8 : 4;
     transcribe(dev ? std::vector<float>(noise.begin(), noise.begin() + 8 * kSampleRate) : noise, o);
     o.decode.temperature = 0.0f;
-    o.decode.max_new_tokens = dev ? 8 : 2;
-    transcribe(noise, o);
+    o.decode.max_new_tokens = dev ? 4 : 2;
+    if (!dev) {
+        transcribe(noise, o);
+        return;
+    }
+    for (int seconds : {30, 20, 11, 5, 2})
+        transcribe(std::vector<float>(noise.begin(), noise.begin() + seconds * kSampleRate), o);
 }
 
 TranscriptionResult Transcriber::transcribe_file(const std::string& path, const TranscribeOptions& opts) const {

@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 
 #include <cstdlib>
+#include <thread>
 
 namespace qasr {
 
@@ -11,6 +12,7 @@ namespace qasr {
 namespace cuda {
 std::shared_ptr<const DeviceContext> open_context(const Model& model, int ordinal);
 int device_count();
+void init_context(int ordinal) noexcept;
 } // namespace cuda
 bool built_with_cuda() { return true; }
 int cuda_device_count() { return cuda::device_count(); }
@@ -18,6 +20,27 @@ int cuda_device_count() { return cuda::device_count(); }
 bool built_with_cuda() { return false; }
 int cuda_device_count() { return 0; }
 #endif
+
+struct DeviceWarmer::Impl {
+    std::thread t;
+};
+
+DeviceWarmer::DeviceWarmer(const std::string& device) {
+#ifdef QASR_HAVE_CUDA
+    if (device.rfind("cuda", 0) != 0) return;
+    const int ordinal = device.size() > 5 && device[4] == ':' ? std::atoi(device.c_str() + 5) : 0;
+    impl_ = std::make_unique<Impl>();
+    impl_->t = std::thread([ordinal] { cuda::init_context(ordinal); }); // errors surface later in open_device
+#else
+    (void)device;
+#endif
+}
+
+DeviceWarmer::~DeviceWarmer() { join(); }
+
+void DeviceWarmer::join() {
+    if (impl_ && impl_->t.joinable()) impl_->t.join();
+}
 
 std::shared_ptr<const DeviceContext> open_device(const Model& model, const std::string& device) {
     if (device.empty() || device == "cpu") return nullptr;

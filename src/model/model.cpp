@@ -18,6 +18,7 @@ static Model make_model(const std::string& dir, HParams hp, Tokenizer tok) {
 
 std::shared_ptr<const Model> Model::load(const std::string& dir, const std::string& device) {
     Stopwatch sw;
+    DeviceWarmer warm(device); // the accelerator's context is created while the checkpoint is read
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("loader", dir + ": not a model directory");
     HParams hp = load_config(dir);
@@ -36,6 +37,7 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     if (m->eos_ids.empty()) m->eos_ids = {sp.endoftext, sp.im_end};
     for (int id : {sp.endoftext, sp.im_end})
         if (!m->is_eos(id)) m->eos_ids.push_back(id);
+    warm.join();
     m->device = open_device(*m, device);
     m->load_ms = sw.ms();
     return m;

@@ -29,6 +29,12 @@ int device_count() {
     return n;
 }
 
+void init_context(int ordinal) noexcept {
+    if (cudaSetDevice(ordinal) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) cudaGetLastError();
+    cublasHandle_t h = nullptr; // loads cuBLAS and its kernels once per process
+    if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) cublasDestroy(h);
+}
+
 namespace {
 
 constexpr int kRing = 4;

@@ -365,10 +365,15 @@ __global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int H
 // Attention: one warp per (row, head, split). Pass 1: running max and sum of exp over the split's keys (lane-
 // strided); pass 2: scores again, weights broadcast by shuffles, lane owns output dims lane, lane+32, ….
 constexpr int kMaxHd = 256;
-__global__ void k_attention(AttnArgs a) {
-    __shared__ __align__(16) float qsh[4][kMaxHd];
+// HD > 0: head dimension known at compile time (a multiple of 32): each lane's key row is loaded with all its
+// float4s in flight and the loops are unrolled. HD = 0: any multiple of 4 up to kMaxHd.
+template <int HD>
+__global__ void __launch_bounds__(128) k_attention(AttnArgs a) {
+    constexpr int DM = HD > 0 ? HD : kMaxHd;
+    __shared__ __align__(16) float qsh[4][DM];
     dep_wait();
     dep_launch();
+    const int hd = HD > 0 ? HD : a.hd;
     const int lane = threadIdx.x % kWarp, wib = threadIdx.x / kWarp;
     const int64_t gw = int64_t(blockIdx.x) * (blockDim.x / kWarp) + wib;
     const int64_t total = int64_t(a.n) * a.heads * a.splits;
@@ -387,19 +392,31 @@ __global__ void k_attention(AttnArgs a) {
     }
     const int len = hi - lo, chunk = (len + a.splits - 1) / a.splits;
     const int s0 = lo + sp * chunk, s1 = min(hi, s0 + chunk);
-    const float scale = rsqrtf(float(a.hd));
-    const float* q = a.q + int64_t(r) * a.q_stride + int64_t(h) * a.hd;
-    for (int i = lane; i < a.hd; i += kWarp) qsh[wib][i] = q[i] * scale;
+    const float scale = rsqrtf(float(hd));
+    const float* q = a.q + int64_t(r) * a.q_stride + int64_t(h) * hd;
+    for (int i = lane; i < hd; i += kWarp) qsh[wib][i] = q[i] * scale;
     __syncwarp();
-    const float* kb = a.k + int64_t(kvh) * a.hd;
-    const float* vb = a.v + int64_t(kvh) * a.hd;
+    const float* kb = a.k + int64_t(kvh) * hd;
+    const float* vb = a.v + int64_t(kvh) * hd;
+    const float4* qq = reinterpret_cast<const float4*>(qsh[wib]);
     auto score = [&](int j) {
         const float4* kr = reinterpret_cast<const float4*>(kb + int64_t(j) * a.kv_stride);
-        const float4* qq = reinterpret_cast<const float4*>(qsh[wib]);
         float d = 0.0f;
-        for (int i = 0; i < a.hd / 4; ++i) {
-            const float4 kv = __ldg(kr + i), qv = qq[i];
-            d += kv.x * qv.x + kv.y * qv.y + kv.z * qv.z + kv.w * qv.w;
+        if constexpr (HD > 0) {
+            float4 kv[HD / 4];
+#pragma unroll
+            for (int i = 0; i < HD / 4; ++i) kv[i] = __ldg(kr + i);
+#pragma unroll
+            for (int i = 0; i < HD / 4; ++i) {
+                const float4 qv = qq[i];
+                d += kv[i].x * qv.x + kv[i].y * qv.y + kv[i].z * qv.z + kv[i].w * qv.w;
+            }
+        } else {
+#pragma unroll 8
+            for (int i = 0; i < hd / 4; ++i) {
+                const float4 kv = __ldg(kr + i), qv = qq[i];
+                d += kv.x * qv.x + kv.y * qv.y + kv.z * qv.z + kv.w * qv.w;
+            }
         }
         return d;
     };
@@ -412,32 +429,37 @@ __global__ void k_attention(AttnArgs a) {
     }
     const float M = warp_max(m);
     l = warp_sum(l * (m == -FLT_MAX ? 0.0f : expf(m - M)));
-    float acc[kMaxHd / kWarp];
-    const int nd = (a.hd + kWarp - 1) / kWarp; // lane owns dims lane + u·32 < hd
-    for (int t = 0; t < nd; ++t) acc[t] = 0.0f;
+    constexpr int ND = DM / kWarp;
+    float acc[ND];
+#pragma unroll
+    for (int t = 0; t < ND; ++t) acc[t] = 0.0f;
     for (int base = s0; base < s1; base += kWarp) {
         const int j = base + lane;
         const float p = j < s1 ? expf(score(j) - M) : 0.0f;
         const int cnt = min(kWarp, s1 - base);
+#pragma unroll 4
         for (int t = 0; t < cnt; ++t) {
             const float pj = __shfl_sync(0xffffffffu, p, t);
             const float* vr = vb + int64_t(base + t) * a.kv_stride;
-            for (int u = 0; u < nd; ++u)
-                if (lane + u * kWarp < a.hd) acc[u] += pj * vr[lane + u * kWarp];
+#pragma unroll
+            for (int u = 0; u < ND; ++u)
+                if (HD > 0 || lane + u * kWarp < hd) acc[u] += pj * __ldg(vr + lane + u * kWarp);
         }
     }
     if (a.splits == 1) {
-        float* o = a.o + int64_t(r) * a.o_stride + int64_t(h) * a.hd;
+        float* o = a.o + int64_t(r) * a.o_stride + int64_t(h) * hd;
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int u = 0; u < nd; ++u)
-            if (lane + u * kWarp < a.hd) o[lane + u * kWarp] = acc[u] * inv;
+#pragma unroll
+        for (int u = 0; u < ND; ++u)
+            if (HD > 0 || lane + u * kWarp < hd) o[lane + u * kWarp] = acc[u] * inv;
     } else {
-        float* pp = a.part + gw * (a.hd + 2);
-        for (int u = 0; u < nd; ++u)
-            if (lane + u * kWarp < a.hd) pp[lane + u * kWarp] = acc[u];
+        float* pp = a.part + gw * (hd + 2);
+#pragma unroll
+        for (int u = 0; u < ND; ++u)
+            if (HD > 0 || lane + u * kWarp < hd) pp[lane + u * kWarp] = acc[u];
         if (lane == 0) {
-            pp[a.hd] = s1 > s0 ? M : -FLT_MAX;
-            pp[a.hd + 1] = s1 > s0 ? l : 0.0f;
+            pp[hd] = s1 > s0 ? M : -FLT_MAX;
+            pp[hd + 1] = s1 > s0 ? l : 0.0f;
         }
     }
 }
@@ -730,7 +752,10 @@ void attention(const AttnArgs& a, cudaStream_t s) {
     if (a.heads % a.kv_heads != 0) fail("cuda", "attention: heads not a multiple of kv heads");
     const int64_t warps = int64_t(a.n) * a.heads * a.splits;
     if (!warps) return;
-    launch(k_attention, dim3(unsigned((warps + 3) / 4)), dim3(128), 0, s, a);
+    const dim3 grid(unsigned((warps + 3) / 4));
+    if (a.hd == 128) launch(k_attention<128>, grid, dim3(128), 0, s, a);
+    else if (a.hd == 64) launch(k_attention<64>, grid, dim3(128), 0, s, a);
+    else launch(k_attention<0>, grid, dim3(128), 0, s, a);
     if (a.splits > 1) launch(k_attention_combine, dim3(unsigned(int64_t(a.n) * a.heads)), dim3(128), 0, s, a);
 }
 
