@@ -37,7 +37,10 @@ Live transcription. Reads raw signed 16-bit little-endian mono PCM at 16 kHz fro
 options:
   -m, --model DIR          model directory
   --file F                 replay an audio file instead of reading stdin
-  --realtime               with --file: push audio at real speed (100 ms blocks)
+  --realtime               with --file: push audio at real speed (100 ms blocks); with --bench: each 100 ms
+                           block is pushed when it would have been captured, and the finalization latency runs
+                           from the end of the audio (the key release) to the final text, so it includes what
+                           is left of a step still running at the release
   --json                   print events as JSON lines {"type":"partial|final","stable","unstable","language","t"}
   --language L             force the language
   --context TEXT           system-prompt context
@@ -52,7 +55,8 @@ options:
   --no-speculative         do not verify the previous hypothesis as a draft in the prefill pass (each step then
                            decodes every new token sequentially; the final keeps the rolled-back prefix)
   --pause-seconds S        a quiet stretch of S seconds after speech triggers a step that decodes all audio so
-                           far like the final, so that the key release finds a complete draft (default 0.3; 0: off)
+                           far like the final, so that a key release after it finds a complete draft (e.g. 0.3;
+                           default 0: off — on a slow machine the step often still runs at the release)
   --endpoint-final         approximate: if only quiet audio followed the last pause step, finish() returns its
                            transcript at once (the quiet tail is not decoded)
   --bench                  benchmark mode (see below)
@@ -114,7 +118,7 @@ double median(std::vector<double> v) {
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-int run_bench(const Common& c, const std::vector<std::string>& files) {
+int run_bench(const Common& c, const std::vector<std::string>& files, bool realtime) {
     Transcriber t = Transcriber::load_with_warmup(c.model, c.lo);
     const auto& model = t.impl().model;
     std::vector<double> fin_ms, chunk_ms;
@@ -128,13 +132,17 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
         StreamSession s(model, c.so);
         const size_t block = 1600;
         std::string stable; // the last partial's stable text: does the final keep it?
+        const auto t0 = std::chrono::steady_clock::now();
+        auto captured = [&](size_t end_sample) { return t0 + std::chrono::microseconds(end_sample * 1000 / 16); };
         for (size_t i = 0; i < audio.size(); i += block) {
-            s.push(audio.data() + i, std::min(block, audio.size() - i));
+            const size_t n = std::min(block, audio.size() - i);
+            if (realtime) std::this_thread::sleep_until(captured(i + n));
+            s.push(audio.data() + i, n);
             for (const auto& e : s.poll()) stable = e.stable;
         }
-        Stopwatch sw;
+        const auto release = realtime ? captured(audio.size()) : std::chrono::steady_clock::now();
         TranscriptionResult fin = s.finish();
-        const double fms = sw.ms();
+        const double fms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - release).count();
         const bool kept = fin.raw_text.rfind(stable, 0) == 0;
         stable_revised += !kept;
         double worst_chunk = 0, sum_chunk = 0;
@@ -220,6 +228,7 @@ int run_bench(const Common& c, const std::vector<std::string>& files) {
                         {"endpoint_final", c.so.endpoint_final},
                         {"draft_accepted", accepted},
                         {"speculative", c.so.speculative},
+                        {"realtime", realtime},
                         {"exact_final", c.so.exact_final},
                         {"threads", ops::num_threads()},
                         {"chunk_seconds", c.so.chunk_seconds},
@@ -259,7 +268,7 @@ int cmd_stream(int argc, char** argv) {
     if (bench) {
         if (!file.empty()) files.push_back(file);
         if (files.empty()) throw std::invalid_argument("--bench needs audio files");
-        return run_bench(c, files);
+        return run_bench(c, files, realtime);
     }
     if (!files.empty()) throw std::invalid_argument("unexpected argument " + files[0] + " (use --file)");
     Transcriber t = Transcriber::load_with_warmup(c.model, c.lo);

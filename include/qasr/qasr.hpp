@@ -79,8 +79,8 @@ struct StreamOptions {
     bool exact_final = false;        // final decode without the text prefix: equals offline, costs a full decode
     bool speculative = true;         // verify the previous hypothesis as a draft in the prefill pass (greedy-exact);
                                      // the final then decodes without a text prefix, like offline
-    double pause_seconds = 0.3;      // a quiet stretch this long after speech triggers an extra step that decodes
-                                     // all audio so far like the final (0: off)
+    double pause_seconds = 0;        // > 0: a quiet stretch this long after speech triggers an extra step that
+                                     // decodes all audio so far like the final (0.3 is a good value; 0: off)
     bool endpoint_final = false;     // approximate: when only quiet audio followed the last pause step, finish()
                                      // returns that step's transcript without decoding the quiet tail
     double emulate_tokens_per_second = 0; // benchmarks with random weights: cap hypotheses at ⌈rate·s⌉+4 tokens

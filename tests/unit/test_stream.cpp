@@ -214,6 +214,7 @@ TEST(Stream, FinalsDoNotDependOnBlockSizeInAnyMode) {
         size_t first_steps = 0;
         for (size_t block : {size_t(1), size_t(160), size_t(1600), size_t(32000)}) {
             StreamOptions o = small_opts();
+            o.pause_seconds = 0.3;
             o.speculative = mode != 1;
             o.exact_final = mode == 2;
             o.endpoint_final = mode == 3;
@@ -268,6 +269,7 @@ TEST(Stream, CompleteDraftNeedsNoSequentialDecodeAtFinish) {
     auto audio = speechlike(16000 * 3, 41);
     audio.resize(16000 * 3 + 4800, 0.0f);
     StreamOptions o = small_opts();
+    o.pause_seconds = 0.3;
     StreamSession s(tiny(), o);
     std::vector<std::string> partials;
     s.push(audio.data(), audio.size());
@@ -300,6 +302,7 @@ TEST(Stream, EndpointFinalSkipsTheQuietTail) {
     auto audio = speechlike(16000 * 3, 42);
     audio.resize(16000 * 4, 0.0f); // 1 s of silence: the pause step runs at 3.3 s
     StreamOptions o = small_opts();
+    o.pause_seconds = 0.3;
     o.endpoint_final = true;
     StreamSession s(tiny(), o);
     s.push(audio.data(), audio.size());
@@ -323,6 +326,7 @@ TEST(Stream, EndpointFinalSkipsTheQuietTail) {
 TEST(Stream, PauseStepsKeepPerChunkWorkBounded) {
     NEED_TOKENIZER();
     StreamOptions o = small_opts();
+    o.pause_seconds = 0.3;
     StreamSession s(tiny(), o);
     const auto audio = with_pauses(16000 * 120, 6); // 2 minutes, a pause every 3 s
     s.push(audio.data(), audio.size());
