@@ -202,8 +202,8 @@ void StreamSession::step(bool final, bool pause) {
     const size_t P = ids.size();
     const double seg_seconds = double(N) / kSampleRate;
     int cap = full_decode ? std::max(8, int(std::ceil(seg_seconds * 20.0)) + 64 - int(prefix.size()))
-                    : (opts_.max_new_tokens_per_chunk > 0 ? opts_.max_new_tokens_per_chunk
-                                                         : int(std::ceil(opts_.chunk_seconds * 20.0)) + 32);
+                          : (opts_.max_new_tokens_per_chunk > 0 ? opts_.max_new_tokens_per_chunk
+                                                               : int(std::ceil(opts_.chunk_seconds * 20.0)) + 32);
     if (opts_.emulate_tokens_per_second > 0) // transcript length of a real model, for random-weight benchmarks
         cap = std::max(0, emulated_length(seg_seconds) - int(prefix.size()));
     std::vector<int> draft;

@@ -5,9 +5,12 @@
 //    floor moved above one of their values, which keeps them exact, spec §4.6);
 //  - the decoder keeps the KV cache of the unchanged prompt prefix (system part + completed windows) and
 //    re-runs only the tail: the open window's rows, the prompt suffix and the rolled-back text prefix;
+//  - the previous hypothesis after the prefix is verified as a draft in the same prefill pass (speculative): the
+//    accepted tokens cost no single-token decoder step; the final decodes without a forced prefix this way;
 //  - audio is processed in segments of at most `max_segment_windows` windows; a full segment is finalized at a
 //    window boundary and its text committed (the encoder output stays exact across the cut).
-// Chunk steps happen at fixed sample counts, so results do not depend on how the PCM was split into pushes.
+// Chunk steps (and pause checks) happen at fixed sample counts, so results do not depend on how the PCM was split
+// into pushes.
 #pragma once
 #include "model/decoder.hpp"
 #include "model/model.hpp"
