@@ -13,21 +13,16 @@ with CUDA synchronisation, median of --runs after 2 warm-ups. qasr's own timing 
 """
 import argparse
 import json
+import os
 import subprocess
 import statistics
+import sys
 import time
-import wave
 
 import numpy as np
 
-
-def read_wav(path):
-    with wave.open(path, "rb") as w:
-        assert w.getsampwidth() == 2 and w.getframerate() == 16000, path
-        x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
-        if w.getnchannels() > 1:
-            x = x.reshape(-1, w.getnchannels()).mean(axis=1)
-    return x
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference import read_wav  # noqa: E402  (16 kHz mono 16-bit PCM, as the parity dumps read it)
 
 
 def main():
