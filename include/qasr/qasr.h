@@ -34,6 +34,7 @@ typedef struct qasr_result qasr_result;
 typedef struct {
     int n_threads; /* 0: all cores */
     int warmup;    /* non-zero: run a warm-up transcription after loading */
+    const char* device; /* NULL or "cpu"; "cuda" / "cuda:N" with the CUDA backend */
 } qasr_load_params;
 
 typedef struct {

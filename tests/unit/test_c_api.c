@@ -50,6 +50,15 @@ int main(void) {
     CHECK(qasr_model_load("/nonexistent", NULL, &m) == QASR_ERR_MODEL);
     CHECK(m == NULL && strstr(qasr_last_error(), "not a model directory") != NULL);
     CHECK(qasr_model_load(NULL, NULL, &m) == QASR_ERR_INVALID_ARGUMENT);
+    {   /* a device that cannot exist: a clear error (no such ordinal, no CUDA build or no driver), no handle */
+        qasr_load_params bad = qasr_default_load_params();
+        bad.device = "cuda:250";
+        bad.warmup = 0;
+        CHECK(qasr_model_load(dir, &bad, &m) != QASR_OK && m == NULL);
+        CHECK(strstr(qasr_last_error(), "cuda") != NULL || strstr(qasr_last_error(), "CUDA") != NULL);
+        bad.device = "tpu";
+        CHECK(qasr_model_load(dir, &bad, &m) != QASR_OK && strstr(qasr_last_error(), "unknown device") != NULL);
+    }
 
     qasr_load_params lp = qasr_default_load_params();
     lp.warmup = 0;
