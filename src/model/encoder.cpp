@@ -41,6 +41,11 @@ int64_t audio_token_count(int64_t T, const AudioHParams& hp) {
     return (T / cf) * valid_after_stem(cf) + ((T % cf) ? valid_after_stem(T % cf) : 0);
 }
 
+int64_t encoder_window_rows(int64_t T, const AudioHParams& hp) {
+    const int64_t cf = hp.chunk_frames();
+    return valid_after_stem(std::min(cf, T)) * (hp.n_window_infer / cf); // the first chunk has the most rows
+}
+
 Tensor sinusoid_table(int64_t n_pos, int64_t d) {
     const int64_t half = d / 2;
     Tensor t({n_pos, d});
@@ -56,64 +61,46 @@ Tensor sinusoid_table(int64_t n_pos, int64_t d) {
     return t;
 }
 
-Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap) {
+Tensor encode_stem_chunk(const EncoderW& w, const AudioHParams& hp, const float* mel, int64_t stride, int64_t l,
+                         StemTrace* trace) {
     ops::Bf16GemmScope precision(w.bf16_compute);
-    const int64_t n_mels = hp.n_mels, T = mel.dim(1), cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
-    if (mel.dim(0) != n_mels) fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " +
-                                                  std::to_string(n_mels));
-    if (T <= 0) fail("encoder", "no mel frames");
-    const int64_t Ch = hp.conv_channels, d = hp.d_model;
+    const int64_t n_mels = hp.n_mels, cf = hp.chunk_frames(), Ch = hp.conv_channels, d = hp.d_model;
+    if (l <= 0 || l > cf || stride < l) fail("encoder", "a stem chunk needs 1 to " + std::to_string(cf) + " frames");
     const int64_t H1 = conv_out_len(n_mels), W1 = conv_out_len(cf);
     const int64_t H2 = conv_out_len(H1), W2 = conv_out_len(W1);
     const int64_t H3 = conv_out_len(H2), W3 = conv_out_len(W2);
-    const Tensor pe = sinusoid_table(W3, d);
-    Tensor c1_all, c2_all, c3_all, co_all;
-    if (tap) {
-        c1_all = Tensor({C, Ch, H1, W1});
-        c2_all = Tensor({C, Ch, H2, W2});
-        c3_all = Tensor({C, Ch, H3, W3});
-        co_all = Tensor({C, W3, d});
-    }
-    std::vector<int64_t> valid(static_cast<size_t>(C));
-    int64_t A = 0, m = 0;
-    for (int64_t c = 0; c < C; ++c) {
-        valid[size_t(c)] = valid_after_stem(std::min(cf, T - c * cf));
-        A += valid[size_t(c)];
-        m = std::max(m, valid[size_t(c)]);
-    }
-    Tensor x({A, d});
+    const int64_t valid = valid_after_stem(l);
+    // `in` starts zeroed: a shorter chunk is the zero-padded tail chunk (spec §4.1).
     Tensor in({1, n_mels, cf}), c1({Ch, H1, W1}), c2({Ch, H2, W2}), c3({Ch, H3, W3}), flat({W3, Ch * H3});
-    int64_t row = 0;
-    for (int64_t c = 0; c < C; ++c) {
-        const int64_t l = std::min(cf, T - c * cf);
-        std::fill(in.data.begin(), in.data.end(), 0.0f); // zero-padded tail chunk (spec §4.1)
-        for (int64_t f = 0; f < n_mels; ++f)
-            std::memcpy(in.ptr() + f * cf, mel.ptr() + f * T + c * cf, size_t(l) * sizeof(float));
-        ops::conv3x3_s2(in.ptr(), 1, n_mels, cf, w.conv1_w.ptr(), w.conv1_b.ptr(), Ch, c1.ptr());
-        if (tap) std::copy(c1.data.begin(), c1.data.end(), c1_all.data.begin() + c * int64_t(c1.size()));
-        gelu(c1);
-        ops::conv3x3_s2(c1.ptr(), Ch, H1, W1, w.conv2_w.ptr(), w.conv2_b.ptr(), Ch, c2.ptr());
-        if (tap) std::copy(c2.data.begin(), c2.data.end(), c2_all.data.begin() + c * int64_t(c2.size()));
-        gelu(c2);
-        ops::conv3x3_s2(c2.ptr(), Ch, H2, W2, w.conv3_w.ptr(), w.conv3_b.ptr(), Ch, c3.ptr());
-        if (tap) std::copy(c3.data.begin(), c3.data.end(), c3_all.data.begin() + c * int64_t(c3.size()));
-        gelu(c3);
-        for (int64_t t = 0; t < W3; ++t) // (time, channel, freq) flatten order (spec §4.3)
-            for (int64_t ch = 0; ch < Ch; ++ch)
-                for (int64_t f = 0; f < H3; ++f) flat.data[size_t(t * Ch * H3 + ch * H3 + f)] = c3.data[size_t((ch * H3 + f) * W3 + t)];
-        Tensor co = ops::linear(flat, w.conv_out.w);
-        if (tap) std::copy(co.data.begin(), co.data.end(), co_all.data.begin() + c * W3 * d);
-        for (int64_t t = 0; t < valid[size_t(c)]; ++t, ++row)
-            for (int64_t i = 0; i < d; ++i) x.data[size_t(row * d + i)] = co.data[size_t(t * d + i)] + pe.data[size_t(t * d + i)];
-    }
-    if (tap) {
-        (*tap)("conv1", c1_all);
-        (*tap)("conv2", c2_all);
-        (*tap)("conv3", c3_all);
-        (*tap)("conv_out", co_all);
-        (*tap)("enc_in", x);
-    }
-    const int64_t window = m * (hp.n_window_infer / cf);
+    for (int64_t f = 0; f < n_mels; ++f) std::memcpy(in.ptr() + f * cf, mel + f * stride, size_t(l) * sizeof(float));
+    ops::conv3x3_s2(in.ptr(), 1, n_mels, cf, w.conv1_w.ptr(), w.conv1_b.ptr(), Ch, c1.ptr());
+    if (trace) trace->conv1 = c1;
+    gelu(c1);
+    ops::conv3x3_s2(c1.ptr(), Ch, H1, W1, w.conv2_w.ptr(), w.conv2_b.ptr(), Ch, c2.ptr());
+    if (trace) trace->conv2 = c2;
+    gelu(c2);
+    ops::conv3x3_s2(c2.ptr(), Ch, H2, W2, w.conv3_w.ptr(), w.conv3_b.ptr(), Ch, c3.ptr());
+    if (trace) trace->conv3 = c3;
+    gelu(c3);
+    for (int64_t t = 0; t < W3; ++t) // (time, channel, freq) flatten order (spec §4.3)
+        for (int64_t ch = 0; ch < Ch; ++ch)
+            for (int64_t f = 0; f < H3; ++f) flat.data[size_t(t * Ch * H3 + ch * H3 + f)] = c3.data[size_t((ch * H3 + f) * W3 + t)];
+    Tensor co = ops::linear(flat, w.conv_out.w);
+    if (trace) trace->conv_out = co;
+    const Tensor pe = sinusoid_table(W3, d); // positions restart in every chunk (spec §4.4)
+    Tensor x({valid, d});
+    for (int64_t t = 0; t < valid; ++t)
+        for (int64_t i = 0; i < d; ++i)
+            x.data[size_t(t * d + i)] = co.data[size_t(t * d + i)] + pe.data[size_t(t * d + i)];
+    return x;
+}
+
+Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t window, const TapFn* tap) {
+    ops::Bf16GemmScope precision(w.bf16_compute);
+    const int64_t A = x.rows(), d = hp.d_model;
+    if (x.cols() != d) fail("encoder", "stem rows have " + std::to_string(x.cols()) + " columns, model wants " +
+                                           std::to_string(d));
+    if (tap) (*tap)("enc_in", x);
     for (size_t i = 0; i < w.layers.size(); ++i) {
         encoder_layer(w.layers[i], x, hp.n_heads, window);
         if (tap) (*tap)("enc_layer." + std::to_string(i), x);
@@ -125,6 +112,37 @@ Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel
     Tensor out = ops::linear(p, w.proj2.w, &w.proj2.b);
     if (tap) (*tap)("proj_out", out);
     return out;
+}
+
+Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap) {
+    const int64_t n_mels = hp.n_mels, T = mel.dim(1), cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
+    if (mel.dim(0) != n_mels) fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " +
+                                                  std::to_string(n_mels));
+    if (T <= 0) fail("encoder", "no mel frames");
+    const int64_t d = hp.d_model;
+    Tensor x({audio_token_count(T, hp), d});
+    std::vector<StemTrace> traces(tap ? size_t(C) : 0);
+    int64_t row = 0;
+    for (int64_t c = 0; c < C; ++c) {
+        const Tensor rows = encode_stem_chunk(w, hp, mel.ptr() + c * cf, T, std::min(cf, T - c * cf),
+                                              tap ? &traces[size_t(c)] : nullptr);
+        std::memcpy(x.ptr() + row * d, rows.ptr(), rows.size() * sizeof(float));
+        row += rows.rows();
+    }
+    if (tap) // per-chunk intermediates stacked [C, ...]
+        for (const auto& [name, part] : {std::pair{"conv1", &StemTrace::conv1}, std::pair{"conv2", &StemTrace::conv2},
+                                         std::pair{"conv3", &StemTrace::conv3},
+                                         std::pair{"conv_out", &StemTrace::conv_out}}) {
+            std::vector<int64_t> shape = {C};
+            for (int64_t k : (traces[0].*part).shape) shape.push_back(k);
+            Tensor all(shape);
+            for (int64_t c = 0; c < C; ++c) {
+                const Tensor& t = traces[size_t(c)].*part;
+                std::copy(t.data.begin(), t.data.end(), all.data.begin() + c * int64_t(t.size()));
+            }
+            (*tap)(name, all);
+        }
+    return encode_rows(w, hp, std::move(x), encoder_window_rows(T, hp), tap);
 }
 
 } // namespace qasr

@@ -1,5 +1,6 @@
 // Streaming transcription (see stream.hpp for the policy). Shapes: logmel_ is frame-major [frames][n_mels];
-// windows_[w] are the projector rows [≤13·8, D] of completed 800-frame windows.
+// windows_[w] are the projector rows [≤13·8, D] of completed 800-frame windows; stem_[k] the conv-stem rows
+// [13, d_model] of the open window's k-th completed 100-frame chunk.
 #include "pipeline/stream.hpp"
 
 #include "audio/audio.hpp"
@@ -152,33 +153,79 @@ void StreamSession::step(bool final, bool pause) {
     auto frame = [&](size_t t) -> const float* {
         return t < stable_frames_ ? &logmel_[t * size_t(n_mels)] : &tail_frames[(t - stable_frames_) * size_t(n_mels)];
     };
-    auto encode_frames = [&](size_t t0, size_t t1) {
+    const size_t cf = size_t(ahp.chunk_frames());
+    auto min_of = [&](size_t t0, size_t t1) {
+        float mn = 1e30f;
+        for (size_t t = t0; t < t1; ++t)
+            for (int m = 0; m < n_mels; ++m) mn = std::min(mn, frame(t)[m]);
+        return mn;
+    };
+    // Rows computed with floor_used_ are exact under `floor` when no value lies under either floor alone.
+    auto unchanged = [&](float mn) { return floor == floor_used_ || (floor <= mn && floor_used_ <= mn); };
+    auto stem = [&](size_t t0, size_t t1) { // conv-stem rows of the chunk [t0, t1)
         std::vector<float> lm(size_t(n_mels) * (t1 - t0));
         for (size_t t = t0; t < t1; ++t)
             for (int m = 0; m < n_mels; ++m) lm[size_t(m) * (t1 - t0) + (t - t0)] = frame(t)[m];
+        const Tensor in = MelFrontend::normalize(lm, n_mels, t1 - t0, clip_max);
+        st.stem_chunks += 1;
+        return encode_stem_chunk(model_->weights.enc, ahp, in.ptr(), int64_t(t1 - t0), int64_t(t1 - t0));
+    };
+    // Encoder rows of the window [t0, t1): each chunk's stem rows (from stem_ for the window it belongs to, which
+    // also keeps new completed chunks), then the Transformer layers over all of them.
+    auto encode_window = [&](size_t t0, size_t t1) {
+        const bool cached = t0 == stem_from_;
+        const int64_t d = ahp.d_model;
+        Tensor x({audio_token_count(int64_t(t1 - t0), ahp), d});
+        int64_t row = 0;
+        for (size_t c0 = t0, k = 0; c0 < t1; c0 += cf, ++k) {
+            const size_t c1 = std::min(c0 + cf, t1);
+            Tensor own;
+            if (!(cached && k < stem_.size())) {
+                own = stem(c0, c1);
+                if (cached && k == stem_.size() && c1 - c0 == cf && c1 <= stable_frames_) { // final frames only
+                    stem_.push_back(own);
+                    stem_min_.push_back(min_of(c0, c1));
+                }
+            }
+            const Tensor& r = own.size() ? own : stem_[k];
+            std::memcpy(x.ptr() + row * d, r.ptr(), r.size() * sizeof(float));
+            row += r.rows();
+        }
         st.encoder_windows += 1;
         st.encoder_frames += int(t1 - t0);
-        return encode_audio(model_->weights.enc, ahp, MelFrontend::normalize(lm, n_mels, t1 - t0, clip_max));
+        return encode_rows(model_->weights.enc, ahp, std::move(x), encoder_window_rows(int64_t(t1 - t0), ahp));
     };
-    // 2. Encoder: completed windows are reused unless the clamp floor changed one of their values.
+    // 2. Encoder: completed windows are reused unless the clamp floor changed one of their values; so are the stem
+    //    rows of the open window's completed chunks.
+    if (stem_from_ != windows_.size() * FW) {
+        stem_.clear();
+        stem_min_.clear();
+        stem_from_ = windows_.size() * FW;
+    }
     size_t valid_rows = 0, first_changed = windows_.size();
     for (size_t w = 0; w < windows_.size(); ++w) {
-        const bool unchanged = floor == floor_used_ || (floor <= window_min_[w] && floor_used_ <= window_min_[w]);
-        if (!unchanged && first_changed == windows_.size()) first_changed = w;
-        if (!unchanged) windows_[w] = encode_frames(w * FW, (w + 1) * FW);
+        const bool same = unchanged(window_min_[w]);
+        if (!same && first_changed == windows_.size()) first_changed = w;
+        if (!same) windows_[w] = encode_window(w * FW, (w + 1) * FW);
     }
     for (size_t w = 0; w < first_changed; ++w) valid_rows += size_t(windows_[w].rows());
+    while (!stem_.empty() && stem_from_ + stem_.size() * cf > stable_frames_) { // frames provisional again
+        stem_.pop_back();
+        stem_min_.pop_back();
+    }
+    for (size_t k = 0; k < stem_.size(); ++k)
+        if (!unchanged(stem_min_[k])) stem_[k] = stem(stem_from_ + k * cf, stem_from_ + (k + 1) * cf);
     while ((windows_.size() + 1) * FW <= stable_frames_ && (windows_.size() + 1) * FW <= T) {
         const size_t w = windows_.size();
-        float mn = 1e30f;
-        for (size_t t = w * FW; t < (w + 1) * FW; ++t)
-            for (int m = 0; m < n_mels; ++m) mn = std::min(mn, frame(t)[m]);
-        windows_.push_back(encode_frames(w * FW, (w + 1) * FW));
-        window_min_.push_back(mn);
+        windows_.push_back(encode_window(w * FW, (w + 1) * FW));
+        window_min_.push_back(min_of(w * FW, (w + 1) * FW));
+        stem_.clear();
+        stem_min_.clear();
+        stem_from_ = (w + 1) * FW;
     }
     floor_used_ = floor;
     const size_t tail0 = windows_.size() * FW;
-    Tensor tail = tail0 < T ? encode_frames(tail0, T) : Tensor({0, int64_t(ahp.output_dim)});
+    Tensor tail = tail0 < T ? encode_window(tail0, T) : Tensor({0, int64_t(ahp.output_dim)});
     int64_t A = tail.rows();
     for (const auto& w : windows_) A += w.rows();
     const int64_t D = model_->hp.text.hidden;
@@ -318,6 +365,9 @@ void StreamSession::end_segment(size_t boundary) {
     max_stable_ = -1e30f;
     windows_.clear();
     window_min_.clear();
+    stem_.clear();
+    stem_min_.clear();
+    stem_from_ = 0;
     floor_used_ = -1e30f;
     cache_ = KvCache();
     cached_ids_.clear();

@@ -3,6 +3,8 @@
 //  - the log-mel is computed only for frames whose samples changed;
 //  - encoder rows of completed 8-second attention windows are reused (recomputed only if the clip-max clamp
 //    floor moved above one of their values, which keeps them exact, spec §4.6);
+//  - in the open window, the conv-stem rows of each completed 100-frame chunk are kept (the stem is per chunk,
+//    spec §4.1–4.4; same exactness rule): a step runs the stem on new chunks only, then the Transformer layers;
 //  - the decoder keeps the KV cache of the unchanged prompt prefix (system part + completed windows) and
 //    re-runs only the tail: the open window's rows, the prompt suffix and the rolled-back text prefix;
 //  - the previous hypothesis after the prefix is verified as a draft in the same prefill pass (speculative): the
@@ -27,6 +29,7 @@ struct StreamChunkStats {
     double audio_seconds = 0;   // stream position when the chunk step ran
     int encoder_windows = 0;    // windows encoded in this step
     int encoder_frames = 0;     // mel frames fed to the encoder
+    int stem_chunks = 0;        // conv-stem chunks (100 frames) computed in this step; cached ones not counted
     int mel_frames = 0;         // mel frames (re)computed
     int prefilled_tokens = 0;   // decoder positions run in prefill (after KV reuse)
     int generated_tokens = 0;
@@ -75,7 +78,10 @@ private:
     float max_stable_ = -1e30f;
     std::vector<Tensor> windows_;    // encoder rows of completed windows
     std::vector<float> window_min_;  // min unclamped log-mel value inside each completed window
-    float floor_used_ = -1e30f;      // clamp floor the completed windows were encoded with
+    std::vector<Tensor> stem_;       // conv-stem rows of the open window's completed chunks, in order
+    std::vector<float> stem_min_;    // min unclamped log-mel value inside each of those chunks
+    size_t stem_from_ = 0;           // first frame of the window that stem_ belongs to
+    float floor_used_ = -1e30f;      // clamp floor the completed windows and stem_ were computed with
     KvCache cache_;
     std::vector<int> cached_ids_;    // input ids behind the cache rows (audio rows: pad id)
     size_t cached_audio_rows_ = 0;   // audio rows in the cache that came from completed windows

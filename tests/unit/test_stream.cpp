@@ -1,6 +1,6 @@
 // Streaming sessions on a random-weight tiny model: finals independent of push block size, per-chunk work
 // bounded independently of stream length (counted, not timed), empty streams, malformed pushes, and a short
-// stream's final equal to the offline transcript.
+// stream's final equal to the offline transcript; finish() runs the conv stem on new chunks only.
 #include "core/error.hpp"
 #include "model/random_checkpoint.hpp"
 #include "pipeline/session.hpp"
@@ -346,4 +346,51 @@ TEST(Stream, PauseStepsKeepPerChunkWorkBounded) {
     EXPECT_LE(max_frames, (o.max_segment_windows + 1) * 800);
     // a full decode of at most one segment (24 s: ⌈24·20⌉+64 tokens) plus the open window's rows and the prompt
     EXPECT_LE(max_prefill, 2 * 104 + 16 + 480 + 64);
+}
+
+namespace {
+
+// Final text of a streamed clip, with the conv-stem chunks computed by each step (the last one: finish()).
+std::string stream_stem_chunks(const std::vector<float>& audio, std::vector<int>& chunks, int& final_frames) {
+    StreamSession s(tiny(), small_opts());
+    s.push(audio.data(), audio.size());
+    const std::string fin = s.finish().raw_text;
+    chunks.clear();
+    for (const auto& c : s.stats()) chunks.push_back(c.stem_chunks);
+    final_frames = s.stats().back().encoder_frames;
+    return fin;
+}
+
+std::string offline_text(const std::vector<float>& audio) {
+    Session off(tiny());
+    TranscribeOptions to;
+    to.itn = false;
+    return parse_asr_output(off.run(audio, to).raw_text, "").text;
+}
+
+} // namespace
+
+TEST(Stream, FinishRunsTheConvStemOnNewChunksOnly) {
+    NEED_TOKENIZER();
+    // 7.3 s whose loud first 0.2 s sets the clip maximum, so the clamp floor never moves. Steps at 2, 4 and 6 s keep
+    // the conv-stem rows of every open-window chunk whose 100 frames are final; each step and finish() compute only
+    // the chunks not kept yet (the last frame of a step is provisional): 0–1, 1–3, 3–5, then 5–7 at finish, where
+    // re-encoding the open window would run the stem on all 8. The Transformer still sees the whole window.
+    auto audio = speechlike(16000 * 7 + 4800, 51);
+    for (size_t i = 0; i < 3200; ++i) audio[i] *= 5.0f;
+    std::vector<int> chunks;
+    int frames = 0;
+    const std::string fin = stream_stem_chunks(audio, chunks, frames);
+    EXPECT_EQ(chunks, (std::vector<int>{2, 3, 3, 3}));
+    EXPECT_EQ(frames, 730);
+    EXPECT_EQ(fin, offline_text(audio));
+    // A louder tail after the last step raises the clip maximum: the floor moves above values of the quiet second
+    // chunk (kept at 6 s), which finish() must recompute, and the final still equals the offline transcript.
+    for (size_t i = 16000; i < 24000; ++i) audio[i] *= 7e-4f;
+    for (size_t i = 16000 * 7 - 3200; i < audio.size(); ++i) audio[i] *= 15.0f;
+    const std::string loud = stream_stem_chunks(audio, chunks, frames);
+    ASSERT_EQ(chunks.size(), 4u);
+    EXPECT_GT(chunks.back(), 3);
+    EXPECT_LE(chunks.back(), 8);
+    EXPECT_EQ(loud, offline_text(audio));
 }
