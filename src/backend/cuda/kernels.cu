@@ -1,6 +1,8 @@
-// CUDA kernels of the GPU path (declarations and contracts in kernels.cuh).
+// CUDA kernels of the decoder and encoder layers: matrix-vector products, norms, activations, RoPE, attention,
+// greedy choice (declarations and contracts in kernels.cuh; the front end is in frontend.cu).
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/device_util.cuh"
 
 #include "core/error.hpp"
 
@@ -16,58 +18,9 @@ size_t DMat::bytes() const {
 
 namespace {
 
-constexpr int kWarp = 32;
+using namespace detail;
 
-// Programmatic dependent launch (Hopper): kernels of the decode step are launched with programmatic stream
-// serialization, so kernel n+1 is scheduled while kernel n drains; it may prefetch its (read-only) weights, then
-// waits in dep_wait() for kernel n's results. dep_launch() lets the next kernel start once every block got here.
-__device__ __forceinline__ void dep_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void dep_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-// Sum over the block (blockDim.x ≤ 1024, a multiple of 32); every thread gets the result.
-__device__ float block_sum(float v, float* sh) {
-    const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    float t = lane < nw ? sh[lane] : 0.0f;
-    t = warp_sum(t);
-    return t;
-}
-
-__device__ __forceinline__ float bf(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-
-// Code j of a row's little-endian bit stream.
-__device__ __forceinline__ uint32_t code_at(const uint8_t* row, int64_t j, int bits) {
-    if (bits == 8) return row[j];
-    if (bits == 4) return (row[j >> 1] >> ((j & 1) * 4)) & 15u;
-    const int64_t bit = j * bits;
-    const uint8_t* p = row + (bit >> 3);
-    const uint32_t v = uint32_t(p[0]) | (uint32_t(p[1]) << 8);
-    return (v >> (bit & 7)) & ((1u << bits) - 1u);
-}
+bool g_pdl = true; // programmatic dependent launch (set_pdl)
 
 // ---------------------------------------------------------------------------------------------------------------
 // Matrix-vector products. Block: 256 threads = 8 warps; warp w of block b takes rows (b·8 + w)·RPW … +RPW-1
@@ -219,23 +172,6 @@ __global__ void __launch_bounds__(256) k_matvec(MvArgs a) {
         }
     }
     dep_launch();
-}
-
-bool g_pdl = true; // programmatic dependent launch (set_pdl)
-
-template <class... P, class... A>
-void launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = g_pdl ? 1 : 0;
-    QASR_CUDA(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
 }
 
 template <int BITS>
@@ -561,117 +497,6 @@ __global__ void k_set_ints(int* p, int a, int b) {
     p[1] = b;
 }
 
-__global__ void k_im2col_mel(const float* mel, int n_mels, int T, int cf, int C, int kpad, bf16* out) {
-    const int Ho = (n_mels + 1) / 2, Wo = (cf + 1) / 2;
-    const int64_t total = int64_t(C) * Ho * Wo * kpad;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int col = int(i % kpad);
-        const int64_t p = i / kpad;
-        const int wo = int(p % Wo), ho = int((p / Wo) % Ho), c = int(p / (int64_t(Wo) * Ho));
-        float v = 0.0f;
-        if (col < 9) {
-            const int h = 2 * ho + col / 3 - 1, w = 2 * wo + col % 3 - 1;
-            const int t = c * cf + w;
-            if (h >= 0 && h < n_mels && w >= 0 && w < cf && t < T) v = mel[int64_t(h) * T + t];
-        }
-        out[i] = __float2bfloat16(v);
-    }
-}
-
-__global__ void k_im2col(const float* in, int C, int H, int W, int Ch, bf16* out) {
-    const int Ho = (H + 1) / 2, Wo = (W + 1) / 2, K = Ch * 9;
-    const int64_t total = int64_t(C) * Ho * Wo * K;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int col = int(i % K);
-        const int64_t p = i / K;
-        const int wo = int(p % Wo), ho = int((p / Wo) % Ho), c = int(p / (int64_t(Wo) * Ho));
-        const int ci = col / 9, kh = (col % 9) / 3, kw = col % 3;
-        const int h = 2 * ho + kh - 1, w = 2 * wo + kw - 1;
-        float v = 0.0f;
-        if (h >= 0 && h < H && w >= 0 && w < W) v = in[((int64_t(c) * H + h) * W + w) * Ch + ci];
-        out[i] = __float2bfloat16(v);
-    }
-}
-
-__global__ void k_flatten(const float* c3, int C, int H3, int W3, int Ch, bf16* out) {
-    const int64_t total = int64_t(C) * W3 * Ch * H3;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int col = int(i % (Ch * H3));
-        const int64_t rt = i / (Ch * H3);
-        const int t = int(rt % W3), c = int(rt / W3);
-        const int ch = col / H3, f = col % H3;
-        out[i] = __float2bfloat16(c3[((int64_t(c) * H3 + f) * W3 + t) * Ch + ch]);
-    }
-}
-
-__global__ void k_add_pe(const float* co, int64_t total, int d, int W3, const float* pe, float* x) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t r = i / d;
-        const int k = int(i % d);
-        x[i] = co[i] + pe[(r % W3) * d + k];
-    }
-}
-
-// Log-mel on the device: frames [T, 400] (reflect-padded, windowed) → DFT as an fp32 GEMM → power → mel GEMM →
-// log10 → clip-global max − 8 clamp → (x + 4) / 4, transposed to [n_mels, T].
-__global__ void k_mel_frames(const float* x, int64_t n_have, int64_t N, int T, const double* window, double* frames) {
-    const int64_t total = int64_t(T) * 400;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = i / 400;
-        const int j = int(i % 400);
-        int64_t idx = t * 160 + j - 200;
-        if (idx < 0) idx = -idx;
-        if (idx >= N) idx = 2 * (N - 1) - idx;
-        frames[i] = (idx < n_have ? double(x[idx]) : 0.0) * window[j];
-    }
-}
-
-__global__ void k_power(const double* y, int64_t total, double* p) { // y [T, 402] (re, im interleaved) → p [T, 201]
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const double re = y[2 * i], im = y[2 * i + 1];
-        p[i] = re * re + im * im;
-    }
-}
-
-__global__ void k_log_max(const double* m, int64_t total, float* lm, float* block_max) {
-    __shared__ float red[32];
-    float mx = -FLT_MAX;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const float v = float(log10(fmax(m[i], 1e-10)));
-        lm[i] = v;
-        mx = fmaxf(mx, v);
-    }
-    mx = warp_max(mx);
-    if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = mx;
-    __syncthreads();
-    if (threadIdx.x < kWarp) {
-        float v = threadIdx.x < blockDim.x / kWarp ? red[threadIdx.x] : -FLT_MAX;
-        v = warp_max(v);
-        if (threadIdx.x == 0) block_max[blockIdx.x] = v;
-    }
-}
-
-__global__ void k_mel_norm(const float* lm, int T, int n_mels, const float* block_max, int nblocks, float* out) {
-    __shared__ float mx;
-    if (threadIdx.x == 0) {
-        float v = -FLT_MAX;
-        for (int b = 0; b < nblocks; ++b) v = fmaxf(v, block_max[b]);
-        mx = v;
-    }
-    __syncthreads();
-    const float floor = mx - 8.0f;
-    const int64_t total = int64_t(T) * n_mels;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int m = int(i / T), t = int(i % T);
-        out[i] = (fmaxf(lm[int64_t(t) * n_mels + m], floor) + 4.0f) / 4.0f;
-    }
-}
-
-unsigned grid_for(int64_t n, int threads = 256) {
-    const int64_t b = (n + threads - 1) / threads;
-    return unsigned(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
-}
-
 } // namespace
 
 void matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
@@ -767,62 +592,10 @@ void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos
 }
 
 void set_pdl(bool on) { g_pdl = on; }
-
-void log_mel(cublasHandle_t h, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
-             const double* dft, const double* filters, double* work, float* out, cudaStream_t s) {
-    double* frames = work;                         // [T, 400]
-    double* spec = frames + int64_t(T) * 400;      // [T, 402]
-    double* power = spec + int64_t(T) * 402;       // [T, 201]
-    double* mel = power + int64_t(T) * 201;        // [T, n_mels]
-    float* lm = reinterpret_cast<float*>(mel + int64_t(T) * n_mels); // [T, n_mels]
-    float* bmax = lm + int64_t(T) * n_mels;        // [256]
-    k_mel_frames<<<grid_for(int64_t(T) * 400), 256, 0, s>>>(x, n_have, N, T, window, frames);
-    QASR_CUDA_LAUNCHED();
-    const double one = 1.0, zero = 0.0;
-    // row-major spec [T, 402] = frames [T, 400] · dft [400, 402]  (column-major: specᵀ = dftᵀ · framesᵀ)
-    QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 402, T, 400, &one, dft, 402, frames, 400, &zero, spec, 402));
-    k_power<<<grid_for(int64_t(T) * 201), 256, 0, s>>>(spec, int64_t(T) * 201, power);
-    QASR_CUDA_LAUNCHED();
-    QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n_mels, T, 201, &one, filters, n_mels, power, 201, &zero, mel,
-                            n_mels));
-    const int nb = 256;
-    k_log_max<<<nb, 256, 0, s>>>(mel, int64_t(T) * n_mels, lm, bmax);
-    QASR_CUDA_LAUNCHED();
-    k_mel_norm<<<grid_for(int64_t(T) * n_mels), 256, 0, s>>>(lm, T, n_mels, bmax, nb, out);
-    QASR_CUDA_LAUNCHED();
-}
-
-size_t log_mel_work_bytes(int T, int n_mels) {
-    return size_t(T) * (400 + 402 + 201 + size_t(n_mels)) * 8 + size_t(T) * size_t(n_mels) * 4 + 256 * 4;
-}
+bool pdl_enabled() { return g_pdl; }
 
 void set_ints(int* p, int a, int b, cudaStream_t s) {
     k_set_ints<<<1, 1, 0, s>>>(p, a, b);
-    QASR_CUDA_LAUNCHED();
-}
-
-void im2col_mel(const float* mel, int n_mels, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s) {
-    const int64_t total = int64_t(C) * ((n_mels + 1) / 2) * ((cf + 1) / 2) * kpad;
-    k_im2col_mel<<<grid_for(total), 256, 0, s>>>(mel, n_mels, T, cf, C, kpad, out);
-    QASR_CUDA_LAUNCHED();
-}
-
-void im2col(const float* in, int C, int H, int W, int Ch, bf16* out, cudaStream_t s) {
-    const int64_t total = int64_t(C) * ((H + 1) / 2) * ((W + 1) / 2) * Ch * 9;
-    k_im2col<<<grid_for(total), 256, 0, s>>>(in, C, H, W, Ch, out);
-    QASR_CUDA_LAUNCHED();
-}
-
-void flatten_stem(const float* c3, int C, int H3, int W3, int Ch, bf16* out, cudaStream_t s) {
-    const int64_t total = int64_t(C) * W3 * Ch * H3;
-    k_flatten<<<grid_for(total), 256, 0, s>>>(c3, C, H3, W3, Ch, out);
-    QASR_CUDA_LAUNCHED();
-}
-
-void add_pe(const float* co, int A, int d, int W3, const float* pe, float* x, cudaStream_t s) {
-    const int64_t total = int64_t(A) * d;
-    if (!total) return;
-    k_add_pe<<<grid_for(total), 256, 0, s>>>(co, total, d, W3, pe, x);
     QASR_CUDA_LAUNCHED();
 }
 

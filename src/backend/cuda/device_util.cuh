@@ -1,0 +1,91 @@
+// Device helpers shared by the CUDA kernel files: warp/block reductions, bf16 widening, activations, MLX code
+// extraction, programmatic-dependent-launch controls, and the launch helper.
+#pragma once
+#include "backend/cuda/check.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace qasr::cuda {
+
+bool pdl_enabled(); // set_pdl() (kernels.cuh)
+
+namespace detail {
+
+constexpr int kWarp = 32;
+
+// Programmatic dependent launch (Hopper): kernels of the decode step are launched with programmatic stream
+// serialization, so kernel n+1 is scheduled while kernel n drains; it may prefetch its (read-only) weights, then
+// waits in dep_wait() for kernel n's results. dep_launch() lets the next kernel start once every block got here.
+__device__ __forceinline__ void dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Sum over the block (blockDim.x ≤ 1024, a multiple of 32); every thread gets the result.
+__device__ inline float block_sum(float v, float* sh) {
+    const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : 0.0f;
+    t = warp_sum(t);
+    return t;
+}
+
+__device__ __forceinline__ float bf(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+// Code j of a row's little-endian bit stream.
+__device__ __forceinline__ uint32_t code_at(const uint8_t* row, int64_t j, int bits) {
+    if (bits == 8) return row[j];
+    if (bits == 4) return (row[j >> 1] >> ((j & 1) * 4)) & 15u;
+    const int64_t bit = j * bits;
+    const uint8_t* p = row + (bit >> 3);
+    const uint32_t v = uint32_t(p[0]) | (uint32_t(p[1]) << 8);
+    return (v >> (bit & 7)) & ((1u << bits) - 1u);
+}
+
+inline unsigned grid_for(int64_t n, int threads = 256) {
+    const int64_t b = (n + threads - 1) / threads;
+    return unsigned(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
+}
+
+template <class... P, class... A>
+void launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    QASR_CUDA(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
+}
+
+} // namespace detail
+} // namespace qasr::cuda
