@@ -83,6 +83,34 @@ double measure_read_bandwidth(size_t mib) {
     return best;
 }
 
+// The decode's matrix-vector products alone, in the decoder's order (q/k/v, o, gate/up, down per layer, then the
+// LM head) on random inputs: ms per token, median over `reps` passes after one warm-up. The difference to the
+// decode's ms/token is the rest of a step (attention over the KV cache, norms, RoPE, sampling).
+double matvec_ms_per_token(const DecoderW& D, int reps) {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int64_t d = D.layers.empty() ? D.embed.cols : D.layers[0].q.w.cols;
+    const int64_t dq = D.layers.empty() ? d : D.layers[0].o.w.cols, inter = D.layers.empty() ? d : D.layers[0].down.w.cols;
+    Tensor x({1, d}), xo({1, dq}), h({1, inter}), q, k, v, g, up;
+    for (Tensor* t : {&x, &xo, &h})
+        for (float& f : t->data) f = u(rng);
+    const WeightMatrix& head = D.lm_head.empty() ? D.embed : D.lm_head;
+    ops::Bf16GemmScope precision(D.bf16_compute);
+    std::vector<double> ms;
+    for (int i = 0; i <= reps; ++i) {
+        Stopwatch sw;
+        for (const auto& l : D.layers) {
+            ops::linear_multi(x, {&l.q.w, &l.k.w, &l.v.w}, {&q, &k, &v});
+            Tensor a = ops::linear(xo, l.o.w);
+            ops::linear_multi(x, {&l.gate.w, &l.up.w}, {&g, &up});
+            Tensor dn = ops::linear(h, l.down.w);
+        }
+        Tensor logits = ops::linear(x, head);
+        if (i > 0) ms.push_back(sw.ms());
+    }
+    return median(ms);
+}
+
 std::vector<float> generated_audio(double seconds) {
     const size_t n = size_t(seconds * 16000);
     std::vector<float> a(n);
@@ -200,6 +228,7 @@ int cmd_bench(int argc, char** argv) {
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     const double rss_mb = double(ru.ru_maxrss) / 1024.0;
+    const double mv_ms = matvec_ms_per_token(D, 10);
     const double dram = bw_mb ? measure_read_bandwidth(bw_mb) : 0.0;
 
     nlohmann::json j = {{"model", model_dir},
@@ -228,6 +257,8 @@ int cmd_bench(int argc, char** argv) {
                         {"decode_GBps", dec_gbps},
                         {"dram_read_GBps", dram},
                         {"decode_bw_fraction", dram > 0 ? dec_gbps / dram : 0.0},
+                        {"matvec_ms_per_token", mv_ms},
+                        {"matvec_GBps", double(bytes_tok) / (mv_ms / 1000.0) / 1e9},
                         {"peak_rss_MB", rss_mb}};
     if (!json_only)
         std::printf("bench dec=%s head=%s enc=%s isa=%s threads=%d audio=%.2fs runs=%d | load %.0f ms | mel %.1f "

@@ -163,6 +163,60 @@ TEST(Kernels, FloatGemvAndVectorOpsMatchPortable) {
         }
 }
 
+// The decode attention loops of every table (portable included) against the table's own dot/axpy per (head,
+// position), which they must match bit for bit, and against the portable table within rounding.
+TEST(Kernels, DecodeAttentionLoopsMatchDotAxpy) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    std::vector<const cpu::KernelTable*> tables = simd_tables();
+    tables.push_back(&cpu::portable_kernels());
+    for (const cpu::KernelTable* T : tables)
+        for (int64_t hd : {8, 16, 40, 64, 128})
+            for (int64_t nkv : {1, 3})
+                for (int64_t group : {1, 2})
+                    for (int64_t n : {1, 3, 4, 17, 33, 70}) {
+                        const int64_t ld = (nkv + 2) * hd + 3, nh = nkv * group; // rows wider than the heads used
+                        const auto k = randn(size_t(n * ld), uint32_t(hd + n));
+                        const auto v = randn(size_t(n * ld), uint32_t(hd + n + 1));
+                        const auto q = randn(size_t(nh * hd), uint32_t(hd + n + 2));
+                        const auto p = randn(size_t(nh * n), uint32_t(hd + n + 3), 0.3f);
+                        const float scale = 0.125f;
+                        std::vector<float> s(size_t(nh * n)), s_ref(size_t(nh * n)), o(size_t(nh * hd), 7.0f),
+                            o_ref(size_t(nh * hd), 0.0f), o_p(size_t(nh * hd));
+                        T->attn_scores(q.data(), k.data(), ld, n, nkv, group, hd, scale, s.data());
+                        T->attn_wsum(p.data(), v.data(), ld, n, nkv, group, hd, o.data());
+                        for (int64_t h = 0; h < nh; ++h)
+                            for (int64_t j = 0; j < n; ++j) {
+                                s_ref[size_t(h * n + j)] = T->dot(q.data() + h * hd, k.data() + j * ld + (h / group) * hd, hd) * scale;
+                                T->axpy(p[size_t(h * n + j)], v.data() + j * ld + (h / group) * hd, o_ref.data() + h * hd, hd);
+                            }
+                        const std::string what = std::string(T->name) + " hd" + std::to_string(hd) + " nkv" +
+                                                 std::to_string(nkv) + " group" + std::to_string(group) + " n" + std::to_string(n);
+                        EXPECT_EQ(s, s_ref) << what;
+                        EXPECT_EQ(o, o_ref) << what;
+                        cpu::portable_kernels().attn_wsum(p.data(), v.data(), ld, n, nkv, group, hd, o_p.data());
+                        for (size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o[i], o_p[i], 1e-5 * (1 + std::fabs(o_p[i]))) << what;
+                    }
+}
+
+// Matrix-vector products large enough to be split over the threads (contiguous shares, blocks stolen from the
+// back): every row computed exactly once, as by the kernel on the whole range.
+TEST(Kernels, ParallelGemvCoversEveryRowOnce) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    ops::set_num_threads(2);
+    for (int64_t N : {129, 1000, 4099}) {
+        const int64_t K = 256;
+        const QMat q(N, K, 8, 64, uint32_t(N));
+        const WeightMatrix W = q.view();
+        const auto x = randn(size_t(K), 11);
+        std::vector<float> y(size_t(N), -1.0f), ref(size_t(N), -2.0f), xp(size_t(K), 0.0f), xs(size_t(K / 64), 0.0f);
+        ops::linear(x.data(), 1, W, nullptr, y.data());
+        const cpu::KernelTable& T = cpu::kernels();
+        T.q_prep(x.data(), K, 8, 64, xp.data(), xs.data());
+        T.q_gemv(q.codes.data(), q.s.data(), q.b.data(), K, 8, 64, xp.data(), xs.data(), ref.data(), 0, N);
+        EXPECT_EQ(y, ref) << "N " << N;
+    }
+}
+
 // ops::linear on every format through the active ISA (forced per ctest entry) against a float64 reference of the
 // dequantized matrix: M = 1 takes the gemv kernels, M > 1 the tiled sgemm (and AMX under Bf16GemmScope).
 TEST(Kernels, LinearOnWeightMatrixMatchesReference) {

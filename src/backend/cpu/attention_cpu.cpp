@@ -5,6 +5,8 @@
 #include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -103,28 +105,21 @@ void causal_attention(const float* q, const float* kc, const float* vc, float* o
         return;
     }
 #endif
+    // Each thread takes a contiguous range of KV heads (with the query heads sharing them) and walks the cached
+    // positions once for all of them: the kernels read one contiguous slice of each cache row.
     const cpu::KernelTable& K = cpu::kernels();
-#pragma omp parallel
+    const int nt = int(std::min<int64_t>(num_threads(), Hkv));
+#pragma omp parallel num_threads(nt)
     {
-        std::vector<float> s(static_cast<size_t>(total));
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int64_t h = 0; h < Hq; ++h)
-            for (int64_t i = 0; i < n; ++i) {
-                const int64_t kvh = h / group, len = past + i + 1;
-                const float* qi = q + i * Dq + h * hd;
-                for (int64_t j = 0; j < len; ++j) {
-                    const float* kj = kc + j * Dk + kvh * hd;
-                    s[size_t(j)] = K.dot(qi, kj, hd) * scale;
-                }
-                softmax_row(s.data(), len);
-                float* oi = o + i * Dq + h * hd;
-                for (int64_t c = 0; c < hd; ++c) oi[c] = 0;
-                for (int64_t j = 0; j < len; ++j) {
-                    const float p = s[size_t(j)];
-                    const float* vj = vc + j * Dk + kvh * hd;
-                    K.axpy(p, vj, oi, hd);
-                }
-            }
+        const int t = omp_get_thread_num();
+        const int64_t c0 = Hkv * t / nt, c1 = Hkv * (t + 1) / nt, nh = (c1 - c0) * group;
+        std::vector<float> s(static_cast<size_t>(nh * total));
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t len = past + i + 1;
+            K.attn_scores(q + i * Dq + c0 * group * hd, kc + c0 * hd, Dk, len, c1 - c0, group, hd, scale, s.data());
+            for (int64_t h = 0; h < nh; ++h) softmax_row(s.data() + h * len, len);
+            K.attn_wsum(s.data(), vc + c0 * hd, Dk, len, c1 - c0, group, hd, o + i * Dq + c0 * group * hd);
+        }
     }
 }
 

@@ -28,6 +28,15 @@ struct KernelTable {
     // Attention inner loops: dot product, y += a·x.
     float (*dot)(const float* a, const float* b, int64_t n);
     void (*axpy)(float a, const float* x, float* y, int64_t n);
+    // Decode attention over nkv consecutive KV heads for one query: KV head c's row j is k + j·ld + c·hd (resp.
+    // v), shared by the query heads c·group … c·group + group − 1 at q + h·hd. attn_scores: s[h·n + j] = scale ·
+    // dot(q_h, k_j); attn_wsum: o[h·hd …] = Σ_j p[h·n + j] · v_j (overwritten). Per (head, position) the same
+    // arithmetic in the same order as dot / axpy, so the results are bit-identical to those loops; the tables may
+    // walk the positions in blocks (all heads of a block of rows at once) and prefetch the next block.
+    void (*attn_scores)(const float* q, const float* k, int64_t ld, int64_t n, int64_t nkv, int64_t group,
+                        int64_t hd, float scale, float* s);
+    void (*attn_wsum)(const float* p, const float* v, int64_t ld, int64_t n, int64_t nkv, int64_t group, int64_t hd,
+                      float* o);
     // Sum of n floats, streaming (the DRAM read-bandwidth probe of qasr bench).
     float (*sum)(const float* x, int64_t n);
 };

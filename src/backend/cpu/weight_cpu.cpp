@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -78,16 +79,59 @@ WeightMatrix WeightMatrix::from_tensor(Tensor t) {
 namespace ops {
 namespace {
 
-// Runs fn(r0, r1) over row blocks of [0, N) on the OpenMP team: ~8 blocks per thread (multiples of 16 rows)
-// handed out dynamically, so a thread that loses its core for a while does not hold up the others.
+// Runs fn(r0, r1) over row blocks of [0, N) on the OpenMP team. Each thread owns one contiguous share of the
+// rows and walks it front to back in blocks, so it streams one long contiguous range of the weights (short
+// interleaved blocks restart the hardware prefetchers at every block); a thread
+// that is done steals blocks from the back of the share with the most left, so one that loses its core for a
+// while does not hold up the others.
 constexpr int64_t kBlocksPerThread = 8;
 template <typename F> void parallel_rows(int64_t N, int64_t work_per_row, F fn) {
     int nt = num_threads();
     if (int64_t(N) * work_per_row < 32768) nt = 1;
     if (nt <= 1) return fn(int64_t(0), N);
     const int64_t per = std::max<int64_t>(16, (N / (int64_t(nt) * kBlocksPerThread) + 15) / 16 * 16), blocks = (N + per - 1) / per;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int64_t b = 0; b < blocks; ++b) fn(b * per, std::min(N, (b + 1) * per));
+    // share t: blocks [lo, hi) packed as lo | hi << 32 in one atomic word (the owner takes lo, thieves take hi)
+    struct alignas(64) Share {
+        std::atomic<uint64_t> range;
+    };
+    Share shares[64];
+    nt = int(std::min<int64_t>({int64_t(nt), blocks, int64_t(64)}));
+    for (int t = 0; t < nt; ++t) {
+        const uint64_t lo = uint64_t(blocks * t / nt), hi = uint64_t(blocks * (t + 1) / nt);
+        shares[t].range.store(lo | hi << 32, std::memory_order_relaxed);
+    }
+    auto run = [&](int64_t b) { fn(b * per, std::min(N, (b + 1) * per)); };
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num();
+        for (;;) { // own share, front to back
+            uint64_t r = shares[t].range.load(std::memory_order_relaxed);
+            while (uint32_t(r) < uint32_t(r >> 32) &&
+                   !shares[t].range.compare_exchange_weak(r, r + 1, std::memory_order_relaxed))
+                ;
+            if (uint32_t(r) >= uint32_t(r >> 32)) break;
+            run(int64_t(uint32_t(r)));
+        }
+        for (;;) { // steal from the back of the share with the most blocks left
+            int victim = -1;
+            uint64_t left = 0;
+            for (int u = 0; u < nt; ++u) {
+                const uint64_t r = shares[u].range.load(std::memory_order_relaxed);
+                const uint64_t n = uint32_t(r >> 32) > uint32_t(r) ? uint32_t(r >> 32) - uint32_t(r) : 0;
+                if (n > left) left = n, victim = u;
+            }
+            if (victim < 0) break;
+            uint64_t r = shares[victim].range.load(std::memory_order_relaxed);
+            bool got = false;
+            while (uint32_t(r) < uint32_t(r >> 32)) {
+                if (shares[victim].range.compare_exchange_weak(r, r - (uint64_t(1) << 32), std::memory_order_relaxed)) {
+                    got = true;
+                    break;
+                }
+            }
+            if (got) run(int64_t(uint32_t(r >> 32)) - 1);
+        }
+    }
 }
 
 // Rows [r0, r1) of y = W·x for one matrix; xp/xs: x prepared for W's quantized kernel (Q only).
