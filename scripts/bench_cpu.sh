@@ -7,7 +7,9 @@
 #
 #   scripts/bench_cpu.sh [BUILD_DIR] [WORK_DIR]
 #   env: AUDIO (default ../shared/audio/jfk.wav), TOKENS (32), ROUNDS (5), RUNS (1), WARMUP (1), THREADS (2),
-#        VARIANTS ("bf16 q8 q6 q4"; "q8+hp" = q8 with QASR_WEIGHTS=hugepages), ANTIREZ_BIN
+#        VARIANTS ("bf16 q8 q6 q4"; "q8+hp" = q8 with QASR_WEIGHTS=hugepages), ANTIREZ_BIN,
+#        EVICT (1: drop the checkpoints from the page cache first, so that qasr's mapping reads them in as huge
+#        folios, as on a first load after boot; 0: keep the page cache as it is)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -29,6 +31,13 @@ for b in 8 6 4; do
 done
 if [ -n "${ANTIREZ_BIN:-}" ] && [ ! -f "$W/orig/model.safetensors" ]; then
   "$Q" dev make-random --preset 0.6b --layout original --tokenizer "$TOK" "$W/orig"
+fi
+
+if [ "${EVICT:-1}" = 1 ]; then
+  for d in bf16 q8 q6 q4 orig; do
+    f="$W/$d/model.safetensors"
+    [ -f "$f" ] && python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$(readlink -f "$f")"
+  done
 fi
 
 R="$W/rounds.jsonl"
