@@ -163,6 +163,37 @@ TEST(Kernels, FloatGemvAndVectorOpsMatchPortable) {
         }
 }
 
+// The AVX-512 VNNI preparation of x (int16 per group with a float scale, group sums) against its definition:
+// scale = max|x_g| / 32767, codes lrint(x / scale) (4-bit: the even columns then the odd ones per 64), sums in
+// column order.
+TEST(Kernels, Int16PrepMatchesDefinition) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    if (!cpu::isa_supported(Isa::Avx512) || !__builtin_cpu_supports("avx512vnni")) GTEST_SKIP() << "no AVX512-VNNI";
+    const cpu::KernelTable* T = cpu::avx512_kernels();
+    for (int bits : {4, 8})
+        for (int gs : {64, 128})
+            for (int64_t groups : {1, 5, 16, 17, 40}) {
+                const int64_t K = gs * groups;
+                auto x = randn(size_t(K), uint32_t(K + bits));
+                for (int64_t j = 0; j < gs; ++j) x[size_t(j)] = 0.0f; // an all-zero group
+                std::vector<float> xp(size_t(K), 0.0f), xs(size_t(groups), 0.0f);
+                T->q_prep(x.data(), K, bits, gs, xp.data(), xs.data());
+                const int16_t* xi = reinterpret_cast<const int16_t*>(xp.data());
+                for (int64_t g = 0; g < groups; ++g) {
+                    float s = 0, m = 0;
+                    for (int j = 0; j < gs; ++j) s += x[size_t(g * gs + j)], m = std::max(m, std::fabs(x[size_t(g * gs + j)]));
+                    const float sc = m > 0 ? m / 32767.0f : 1.0f, inv = 1.0f / sc;
+                    EXPECT_EQ(xs[size_t(g)], s);
+                    EXPECT_EQ(xp[size_t(K / 2 + g)], sc);
+                    for (int j = 0; j < gs; ++j) {
+                        const int col = bits == 4 ? (j / 64) * 64 + (j % 64 < 32 ? 2 * (j % 64) : 2 * (j % 64 - 32) + 1) : j;
+                        ASSERT_EQ(xi[g * gs + j], int16_t(std::lrint(x[size_t(g * gs + col)] * inv)))
+                            << "q" << bits << " gs" << gs << " group " << g << " j " << j;
+                    }
+                }
+            }
+}
+
 // The decode attention loops of every table (portable included) against the table's own dot/axpy per (head,
 // position), which they must match bit for bit, and against the portable table within rounding.
 TEST(Kernels, DecodeAttentionLoopsMatchDotAxpy) {

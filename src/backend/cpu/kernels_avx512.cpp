@@ -45,7 +45,7 @@ bool vnni_for(int bits) {
 }
 bool vnni_for(int bits, int gs) { return vnni_for(bits) && (bits == 8 || gs % 64 == 0); }
 
-void prep_int16(const float* x, int64_t K, int bits, int gs, float* xp, float* xs) {
+void prep_int16_scalar(const float* x, int64_t K, int bits, int gs, float* xp, float* xs) {
     int16_t* xi = reinterpret_cast<int16_t*>(xp);
     float* sx = xp + K / 2;
     for (int64_t g = 0; g < K / gs; ++g) {
@@ -67,6 +67,57 @@ void prep_int16(const float* x, int64_t K, int bits, int gs, float* xp, float* x
                 }
         } else {
             for (int j = 0; j < gs; ++j) o[j] = int16_t(std::lrint(xg[j] * inv));
+        }
+    }
+}
+
+// The same values as prep_int16_scalar, vectorized (it runs on one thread before every matrix-vector product:
+// ≈0.8 ms per token in scalar code). Group sums: 16 groups per vector, each lane adding its group's values in
+// column order (the scalar order, so bit-identical); max|x| is order-free; rounding: vcvtps2dq in the default
+// round-to-nearest-even mode, as lrint.
+void prep_int16(const float* x, int64_t K, int bits, int gs, float* xp, float* xs) {
+    if (gs % 64 != 0) return prep_int16_scalar(x, K, bits, gs, xp, xs);
+    int16_t* xi = reinterpret_cast<int16_t*>(xp);
+    float* sx = xp + K / 2;
+    const int64_t ng = K / gs;
+    const __m512i lane_off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                _mm512_set1_epi32(gs));
+    for (int64_t g0 = 0; g0 < ng; g0 += 16) {
+        const int64_t cnt = std::min<int64_t>(16, ng - g0);
+        const __mmask16 mk = cnt == 16 ? __mmask16(0xffff) : __mmask16((1u << cnt) - 1u);
+        const float* base = x + g0 * gs;
+        __m512 sum = _mm512_setzero_ps();
+        for (int j = 0; j < gs; ++j)
+            sum = _mm512_add_ps(sum, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, lane_off, base + j, 4));
+        _mm512_mask_storeu_ps(xs + g0, mk, sum);
+    }
+    const __m512i even = _mm512_setr_epi32(0x00020000, 0x00060004, 0x000a0008, 0x000e000c, 0x00120010, 0x00160014,
+                                           0x001a0018, 0x001e001c, 0x00220020, 0x00260024, 0x002a0028, 0x002e002c,
+                                           0x00320030, 0x00360034, 0x003a0038, 0x003e003c);
+    const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
+    for (int64_t g = 0; g < ng; ++g) {
+        const float* xg = x + g * gs;
+        __m512 mx = _mm512_setzero_ps();
+        for (int j = 0; j < gs; j += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(xg + j)));
+        const float m = _mm512_reduce_max_ps(mx);
+        const float sc = m > 0 ? m / 32767.0f : 1.0f, inv = 1.0f / sc;
+        sx[g] = sc;
+        const __m512 vi = _mm512_set1_ps(inv);
+        int16_t* o = xi + g * gs;
+        auto q16 = [&](const float* p) { // 32 columns → 32 int16
+            const __m256i lo = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p), vi)));
+            const __m256i hi = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p + 16), vi)));
+            return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        };
+        for (int b = 0; b < gs; b += 64) {
+            const __m512i c0 = q16(xg + b), c1 = q16(xg + b + 32); // columns b … b+31, b+32 … b+63
+            if (bits == 4) { // the 32 even columns, then the 32 odd ones
+                _mm512_storeu_si512(o + b, _mm512_permutex2var_epi16(c0, even, c1));
+                _mm512_storeu_si512(o + b + 32, _mm512_permutex2var_epi16(c0, odd, c1));
+            } else {
+                _mm512_storeu_si512(o + b, c0);
+                _mm512_storeu_si512(o + b + 32, c1);
+            }
         }
     }
 }
