@@ -238,11 +238,12 @@ int cmd_bench(int argc, char** argv) {
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     const double rss_mb = double(ru.ru_maxrss) / 1024.0;
-    const double mv_ms = matvec_ms_per_token(D, 10);
-    const double dram = bw_mb ? measure_read_bandwidth(bw_mb) : 0.0;
+    const double mv_ms = model->device ? 0.0 : matvec_ms_per_token(D, 10);
+    const double dram = bw_mb && !model->device ? measure_read_bandwidth(bw_mb) : 0.0; // host DRAM: CPU runs only
 
     nlohmann::json j = {{"model", model_dir},
                         {"weights", {{"decoder", fmt_dec}, {"head", fmt_head}, {"encoder", fmt_enc}}},
+                        {"device", model->device ? model->device->name() : std::string("cpu")},
                         {"isa", cpu::kernels().name},
                         {"threads", ops::num_threads()},
                         {"audio_seconds", double(audio.size()) / 16000.0},
@@ -268,7 +269,7 @@ int cmd_bench(int argc, char** argv) {
                         {"dram_read_GBps", dram},
                         {"decode_bw_fraction", dram > 0 ? dec_gbps / dram : 0.0},
                         {"matvec_ms_per_token", mv_ms},
-                        {"matvec_GBps", double(bytes_tok) / (mv_ms / 1000.0) / 1e9},
+                        {"matvec_GBps", mv_ms > 0 ? double(bytes_tok) / (mv_ms / 1000.0) / 1e9 : 0.0},
                         {"peak_rss_MB", rss_mb}};
     if (!json_only)
         std::printf("bench dec=%s head=%s enc=%s isa=%s threads=%d audio=%.2fs runs=%d | load %.0f ms | mel %.1f "
