@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/timer.hpp"
+#include "ops/ops.hpp"
 #include "text/output.hpp"
 #include "text/postprocess.hpp"
 
@@ -64,18 +65,10 @@ Tensor Session::step(int token) {
     return decoder_.logits(h);
 }
 
-static float log_softmax_at(const float* x, int64_t n, int64_t at) {
-    const float mx = *std::max_element(x, x + n);
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += std::exp(double(x[i] - mx));
-    return float(double(x[at] - mx) - std::log(s));
-}
-
 int Session::choose(const float* logits, int64_t V, const DecodeOptions& d, float& logprob) {
     int64_t pick = 0;
     if (d.temperature <= 0.0f) {
-        for (int64_t i = 1; i < V; ++i)
-            if (logits[i] > logits[pick]) pick = i; // ties resolve to the lowest id, as torch.argmax
+        return int(ops::argmax_logprob(logits, V, -1, logprob)); // ties resolve to the lowest id, as torch.argmax
     } else {
         std::vector<std::pair<float, int64_t>> p(static_cast<size_t>(V));
         const float mx = *std::max_element(logits, logits + V);
@@ -108,7 +101,7 @@ int Session::choose(const float* logits, int64_t V, const DecodeOptions& d, floa
             }
         }
     }
-    logprob = log_softmax_at(logits, V, pick);
+    ops::argmax_logprob(logits, V, pick, logprob);
     return int(pick);
 }
 

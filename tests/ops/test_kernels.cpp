@@ -330,3 +330,28 @@ TEST(Kernels, IsaSelection) {
     if (e && *e) EXPECT_STREQ(cpu::kernels().name, e);
     else EXPECT_EQ(cpu::kernels().isa, cpu::best_isa());
 }
+
+// The decode's greedy choice: argmax with ties to the lowest index and the log-softmax, on 1 and 2 threads and
+// for sizes that do and do not split across the team.
+TEST(Kernels, ArgmaxLogprobMatchesDefinition) {
+    std::mt19937 g(21);
+    std::uniform_real_distribution<float> u(-8.0f, 8.0f);
+    for (const int64_t n : {int64_t(7), int64_t(40000), int64_t(151936)})
+        for (const int threads : {1, 2}) {
+            std::vector<float> x(static_cast<size_t>(n));
+            for (auto& v : x) v = u(g);
+            x[size_t(n / 3)] = 9.5f;
+            x[size_t(n - 1)] = 9.5f; // a tie: the lower index wins
+            qasr::ops::set_num_threads(threads);
+            float lp = 0;
+            const int64_t id = qasr::ops::argmax_logprob(x.data(), n, -1, lp);
+            EXPECT_EQ(id, n / 3) << n;
+            double s = 0;
+            for (float v : x) s += std::exp(double(v) - 9.5);
+            EXPECT_NEAR(lp, -std::log(s), 1e-5) << n;
+            float lp2 = 0;
+            EXPECT_EQ(qasr::ops::argmax_logprob(x.data(), n, 0, lp2), 0);
+            EXPECT_NEAR(lp2, double(x[0]) - 9.5 - std::log(s), 1e-5);
+        }
+    qasr::ops::set_num_threads(0);
+}

@@ -2,6 +2,9 @@
 #include "ops/ops.hpp"
 
 #include <cmath>
+#include <limits>
+#include <omp.h>
+#include <vector>
 
 namespace qasr::ops {
 
@@ -55,6 +58,43 @@ void softmax_row(float* x, int64_t n) {
     }
     const float inv = float(1.0 / sum);
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+int64_t argmax_logprob(const float* x, int64_t n, int64_t at, float& logprob) {
+    // One parallel region: each thread scans a contiguous slice (its first maximum is its lowest index), the
+    // slices are merged in thread order, then the exp-sum is reduced in double.
+    const int nt = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / 16384)));
+    std::vector<float> tmax(size_t(nt), -std::numeric_limits<float>::infinity());
+    std::vector<int64_t> tidx(size_t(nt), 0);
+    std::vector<double> tsum(size_t(nt), 0.0);
+    float mx = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t lo = n * t / T, hi = n * (t + 1) / T;
+        float m = -std::numeric_limits<float>::infinity();
+        int64_t mi = lo;
+        for (int64_t i = lo; i < hi; ++i)
+            if (x[i] > m) m = x[i], mi = i;
+        tmax[size_t(t)] = m;
+        tidx[size_t(t)] = mi;
+#pragma omp barrier
+#pragma omp single
+        {
+            int64_t best = 0;
+            for (int u = 1; u < T; ++u)
+                if (tmax[size_t(u)] > tmax[size_t(best)]) best = u; // strict: the earlier slice wins ties
+            mx = tmax[size_t(best)];
+            if (at < 0) at = tidx[size_t(best)];
+        }
+        double sum = 0;
+        for (int64_t i = lo; i < hi; ++i) sum += double(std::exp(x[i] - mx));
+        tsum[size_t(t)] = sum;
+    }
+    double s = 0;
+    for (double v : tsum) s += v;
+    logprob = float(double(x[at] - mx) - std::log(s));
+    return at;
 }
 
 void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0, const float* inv_freq) {
