@@ -3,6 +3,7 @@
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/kernels.cuh"
 #include "backend/device.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "model/quant.hpp"
 #include "model/random_checkpoint.hpp"
@@ -34,18 +35,8 @@ std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
     for (auto& x : v) x = u(g);
     return v;
 }
-uint16_t bf16_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return uint16_t(u >> 16);
-}
-float bf16_round(float f) {
-    const uint32_t u = uint32_t(bf16_bits(f)) << 16;
-    float r;
-    std::memcpy(&r, &u, 4);
-    return r;
-}
+uint16_t bf16_bits(float f) { return f32_to_bf16(f); }
+float bf16_round(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
 struct Dev {
     Buffer b;
@@ -309,13 +300,7 @@ TEST(Cuda, LogMelOnTheDeviceMatchesTheCpuFrontEnd) {
         const Tensor ref = fe.compute(audio, 8000);
         const size_t N = std::max(n, size_t(8000));
         const int T = int(MelFrontend::n_frames(N));
-        std::vector<double> dft(size_t(400 * 402));
-        for (int j = 0; j < 400; ++j)
-            for (int k = 0; k < 201; ++k) {
-                const double ang = 2.0 * M_PI * double((j * k) % 400) / 400.0;
-                dft[size_t(j * 402 + 2 * k)] = std::cos(ang);
-                dft[size_t(j * 402 + 2 * k + 1)] = -std::sin(ang);
-            }
+        const std::vector<double> dft = mel_dft_basis();
         Dev dx(audio), dw(fe.window()), dd(dft), df(fe.filterbank_f64()), work(log_mel_work_bytes(T, 128)),
             out(size_t(T) * 128 * 4);
         cublasHandle_t h;

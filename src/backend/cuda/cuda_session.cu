@@ -111,6 +111,21 @@ private:
     float* kc(size_t l) const { return kv_.as<float>() + (2 * l) * size_t(cap_ * kvrow_); }
     float* vc(size_t l) const { return kv_.as<float>() + (2 * l + 1) * size_t(cap_ * kvrow_); }
     void ensure_kv(int64_t need);
+    // Causal attention of n query rows (q, o: [n, Hq·hd]) over layer li's KV cache, from position 0.
+    AttnArgs dec_attn(size_t li, const float* q, float* o, int n) const {
+        AttnArgs a;
+        a.q = q;
+        a.q_stride = a.o_stride = Hq_ * hd_;
+        a.k = kc(li);
+        a.v = vc(li);
+        a.kv_stride = int(kvrow_);
+        a.o = o;
+        a.n = n;
+        a.heads = Hq_;
+        a.kv_heads = Hkv_;
+        a.hd = hd_;
+        return a;
+    }
     void enqueue_step();
     void launch_step();
     void gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta);
@@ -311,19 +326,7 @@ Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, co
         gemm_w(ubf, L, l.qkv, pqkv_.as<float>(), 0.0f);
         qk_norm_rope_kv(pqkv_.as<float>(), L, nullptr, Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
                         pq_.as<float>(), kc(li), vc(li), s_);
-        AttnArgs at;
-        at.q = pq_.as<float>();
-        at.q_stride = qw;
-        at.k = kc(li);
-        at.v = vc(li);
-        at.kv_stride = int(kvrow_);
-        at.o = po_.as<float>();
-        at.o_stride = qw;
-        at.n = L;
-        at.heads = Hq_;
-        at.kv_heads = Hkv_;
-        at.hd = hd_;
-        attention(at, s_);
+        attention(dec_attn(li, pq_.as<float>(), po_.as<float>(), L), s_);
         to_bf16(po_.as<float>(), size_t(L) * qw, ubf, s_);
         gemm_w(ubf, L, l.o, x, 1.0f);
         rms_norm(x, L, D_, l.post_norm, eps, nullptr, ubf, s_);
@@ -367,18 +370,7 @@ void CudaSession::enqueue_step() {
         qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
                         q1_.as<float>(), kc(li), vc(li), s_);
         mark("qk_norm_rope");
-        AttnArgs at;
-        at.q = q1_.as<float>();
-        at.q_stride = Hq_ * hd_;
-        at.k = kc(li);
-        at.v = vc(li);
-        at.kv_stride = int(kvrow_);
-        at.o = o1_.as<float>();
-        at.o_stride = Hq_ * hd_;
-        at.n = 1;
-        at.heads = Hq_;
-        at.kv_heads = Hkv_;
-        at.hd = hd_;
+        AttnArgs at = dec_attn(li, q1_.as<float>(), o1_.as<float>(), 1);
         at.past = d_pos();
         at.splits = kDecodeSplits;
         at.part = part_.as<float>();

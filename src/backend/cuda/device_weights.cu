@@ -1,6 +1,7 @@
 // Upload of a loaded Model's weights to a CUDA device (see device_weights.hpp).
 #include "backend/cuda/device_weights.hpp"
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "model/encoder.hpp"
 
@@ -9,14 +10,6 @@
 
 namespace qasr::cuda {
 namespace {
-
-uint16_t to_bf16_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40); // NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1u);                                           // round to nearest even
-    return uint16_t(u >> 16);
-}
 
 class Uploader {
 public:
@@ -34,7 +27,7 @@ public:
     const float* f32(const std::vector<float>& v) { return static_cast<const float*>(bytes(v.data(), v.size() * 4)); }
     const bf16* bf16_of(const std::vector<float>& v) {
         std::vector<uint16_t> h(v.size());
-        for (size_t i = 0; i < v.size(); ++i) h[i] = to_bf16_bits(v[i]);
+        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
         return static_cast<const bf16*>(bytes(h.data(), h.size() * 2));
     }
 
@@ -86,7 +79,7 @@ public:
                 h.insert(h.end(), p, p + size_t(m->rows * m->cols));
             } else {
                 const std::vector<float> f = m->to_f32();
-                for (float x : f) h.push_back(to_bf16_bits(x));
+                for (float x : f) h.push_back(f32_to_bf16(x));
             }
         }
         d.data = bytes(h.data(), h.size() * 2);
@@ -164,13 +157,7 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal
     const int W3 = int(audio_token_count(ha.chunk_frames(), ha));
     w->pe = up.f32(sinusoid_table(W3, ha.d_model));
     {
-        std::vector<double> dft(size_t(400 * 402));
-        for (int j = 0; j < 400; ++j)
-            for (int k = 0; k < 201; ++k) {
-                const double ang = 2.0 * M_PI * double((int64_t(j) * k) % 400) / 400.0;
-                dft[size_t(j * 402 + 2 * k)] = std::cos(ang);
-                dft[size_t(j * 402 + 2 * k + 1)] = -std::sin(ang);
-            }
+        const std::vector<double> dft = mel_dft_basis();
         const std::vector<double> fb = m.mel.filterbank_f64();
         w->mel_window = static_cast<const double*>(up.bytes(m.mel.window().data(), 400 * 8));
         w->mel_dft = static_cast<const double*>(up.bytes(dft.data(), dft.size() * 8));

@@ -144,6 +144,17 @@ void log_mel(cublasHandle_t h, const float* x, int64_t n_have, int64_t N, int T,
     QASR_CUDA_LAUNCHED();
 }
 
+std::vector<double> mel_dft_basis() {
+    std::vector<double> dft(size_t(400 * 402));
+    for (int j = 0; j < 400; ++j)
+        for (int k = 0; k < 201; ++k) {
+            const double ang = 2.0 * M_PI * double((j * k) % 400) / 400.0;
+            dft[size_t(j * 402 + 2 * k)] = std::cos(ang);
+            dft[size_t(j * 402 + 2 * k + 1)] = -std::sin(ang);
+        }
+    return dft;
+}
+
 size_t log_mel_work_bytes(int T, int n_mels) {
     return size_t(T) * (400 + 402 + 201 + size_t(n_mels)) * 8 + size_t(T) * size_t(n_mels) * 4 + 256 * 4;
 }

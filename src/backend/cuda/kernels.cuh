@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace qasr::cuda {
 
@@ -80,6 +81,8 @@ void set_ints(int* p, int a, int b, cudaStream_t s); // p[0] = a, p[1] = b
 void log_mel(cublasHandle_t h, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
              const double* dft, const double* filters, double* work, float* out, cudaStream_t s);
 size_t log_mel_work_bytes(int T, int n_mels);
+// The DFT basis for log_mel (host): [400, 402], columns 2k and 2k+1 = cos and −sin of 2πjk/400.
+std::vector<double> mel_dft_basis();
 
 // Conv stem (3×3, stride 2, padding 1) as im2col + GEMM. Chunk c of the mel [n_mels, T]: frames [c·cf, c·cf+cf)
 // zero-padded past T. Columns ordered (cin, kh, kw) like OIHW weights; kpad ≥ cin·9 columns (zeros beyond).
