@@ -57,24 +57,254 @@ inline uint16_t bf16_rne(float f) {
 
 #include "backend/cpu/kernels_generic.inc"
 
+// 32 consecutive codes of one group → 32 bf16 values s·q + b (float32 FMA, round to nearest even): the same
+// arithmetic as the scalar path, vectorized. 8-bit: 32 bytes; 4-bit: 16 bytes, low nibble first.
+inline void deq32_u8(const __m128i c0, const __m128i c1, __m512 s, __m512 b, uint16_t* o) {
+    const __m512 lo = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c0)), b);
+    const __m512 hi = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c1)), b);
+    _mm512_storeu_si512(o, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// Codes of groups [g0, g1) of one row → bf16 o[0, (g1 − g0)·gs).
+inline void deq_groups(const uint8_t* row, const uint16_t* sc, const uint16_t* bi, int64_t g0, int64_t g1, int bits,
+                       int gs, uint16_t* o) {
+    if (bits == 8) {
+        for (int64_t g = g0; g < g1; ++g, o += gs) {
+            const __m512 s = _mm512_set1_ps(bf16f(sc[g])), b = _mm512_set1_ps(bf16f(bi[g]));
+            const uint8_t* p = row + g * gs;
+            for (int j = 0; j < gs; j += 32)
+                deq32_u8(_mm_loadu_si128((const __m128i*)(p + j)), _mm_loadu_si128((const __m128i*)(p + j + 16)), s, b,
+                         o + j);
+        }
+        return;
+    }
+    if (bits == 4) {
+        const __m256i lo4 = _mm256_set1_epi16(0x000f), hi4 = _mm256_set1_epi16(0x00f0);
+        for (int64_t g = g0; g < g1; ++g, o += gs) {
+            const __m512 s = _mm512_set1_ps(bf16f(sc[g])), b = _mm512_set1_ps(bf16f(bi[g]));
+            const uint8_t* p = row + g * gs / 2;
+            for (int j = 0; j < gs; j += 32) {
+                // byte i → 16-bit lane (lo nibble) | (hi nibble) << 8: the 32 codes in order as bytes
+                const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)(p + j / 2)));
+                const __m256i c = _mm256_or_si256(_mm256_and_si256(v, lo4), _mm256_slli_epi16(_mm256_and_si256(v, hi4), 4));
+                deq32_u8(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1), s, b, o + j);
+            }
+        }
+        return;
+    }
+    const int64_t gbytes = int64_t(gs) * bits / 8;
+    alignas(64) float q[1024];
+    for (int64_t g = g0; g < g1; ++g, o += gs) {
+        unpack_group(row + g * gbytes, bits, gs, q);
+        const __m512 s = _mm512_set1_ps(bf16f(sc[g])), b = _mm512_set1_ps(bf16f(bi[g]));
+        for (int j = 0; j < gs; j += 32) {
+            const __m512 lo = _mm512_fmadd_ps(s, _mm512_load_ps(q + j), b);
+            const __m512 hi = _mm512_fmadd_ps(s, _mm512_load_ps(q + j + 16), b);
+            _mm512_storeu_si512(o + j, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    }
+}
+
+// One block of 32 rows of A (bf16, row stride lda, K a multiple of 32) times every m block of px → C tiles stored
+// into yT (32 rows, row stride Mp). Blocks of 32 m use all 8 tiles (4 C, 2 A, 2 B); a last block of 16 m uses 2 C.
+// pf, pf_bytes: memory to bring into L2 meanwhile (the next block's codes), spread over the k loop.
+void tile_block(const uint16_t* a0, int64_t lda, const AmxPackedX& px, float* yT, const uint8_t* pf = nullptr,
+                int64_t pf_bytes = 0) {
+    const int64_t KB = px.Kp / 32, Mp = px.Mp;
+    const int64_t pf_step = pf ? std::max<int64_t>(64, (pf_bytes / (KB * ((Mp + 31) / 32)) + 63) / 64 * 64) : 0;
+    int64_t pf_at = 0;
+    auto prefetch = [&] {
+        if (pf_at < pf_bytes) {
+            for (int64_t o = 0; o < pf_step && pf_at + o < pf_bytes; o += 64) _mm_prefetch((const char*)(pf + pf_at + o), _MM_HINT_T1);
+            pf_at += pf_step;
+        }
+    };
+    const uint16_t* a1 = a0 + 16 * lda;
+    int64_t m0 = 0;
+    for (; m0 + 32 <= Mp; m0 += 32) {
+        const uint16_t* b0 = px.data + (m0 / 16) * KB * 512;
+        const uint16_t* b1 = b0 + KB * 512;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kb = 0; kb < KB; ++kb) {
+            prefetch();
+            _tile_loadd(4, a0 + kb * 32, lda * 2);
+            _tile_loadd(5, a1 + kb * 32, lda * 2);
+            _tile_loadd(6, b0 + kb * 512, 64);
+            _tile_loadd(7, b1 + kb * 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        float* c = yT + m0;
+        _tile_stored(0, c, Mp * 4);
+        _tile_stored(1, c + 16, Mp * 4);
+        _tile_stored(2, c + 16 * Mp, Mp * 4);
+        _tile_stored(3, c + 16 * Mp + 16, Mp * 4);
+    }
+    if (m0 < Mp) { // 16 m left
+        const uint16_t* b0 = px.data + (m0 / 16) * KB * 512;
+        _tile_zero(0);
+        _tile_zero(2);
+        for (int64_t kb = 0; kb < KB; ++kb) {
+            prefetch();
+            _tile_loadd(4, a0 + kb * 32, lda * 2);
+            _tile_loadd(5, a1 + kb * 32, lda * 2);
+            _tile_loadd(6, b0 + kb * 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(2, 5, 6);
+        }
+        float* c = yT + m0;
+        _tile_stored(0, c, Mp * 4);
+        _tile_stored(2, c + 16 * Mp, Mp * 4);
+    }
+}
+
+// y[m, n] = yT[n, m] for n < n_valid, m < M. yT has whole 16 × 16 blocks (Mp a multiple of 16, rows padded to a
+// multiple of 16), so every block is transposed in registers; stores are masked to the valid part.
+void transpose_out(const float* yT, int64_t Mp, int64_t M, int64_t n_valid, float* y, int64_t ldy) {
+    for (int64_t n0 = 0; n0 < n_valid; n0 += 16) {
+        const int64_t nn = std::min<int64_t>(16, n_valid - n0);
+        const __mmask16 mask = __mmask16((1u << nn) - 1u);
+        for (int64_t m0 = 0; m0 < M; m0 += 16) {
+            const float* src = yT + n0 * Mp + m0;
+            __m512 r[16], t[16];
+            for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * Mp);
+            for (int i = 0; i < 8; ++i) {
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            for (int i = 0; i < 4; ++i) { // r[4i + j]: rows 4i..4i+3, column 4·lane + j in each 128-bit lane
+                const __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
+                const __m512d a2 = _mm512_castps_pd(t[4 * i + 2]), a3 = _mm512_castps_pd(t[4 * i + 3]);
+                r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+                r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+                r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+                r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+            }
+            for (int j = 0; j < 4; ++j) {
+                t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);      // rows 0–7: columns j, 8+j
+                t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);  // rows 0–7: columns 4+j, 12+j
+                t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+                t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+            }
+            __m512 c[16];
+            for (int j = 0; j < 4; ++j) {
+                c[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+                c[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+                c[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+                c[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+            }
+            const int64_t mm = std::min<int64_t>(16, M - m0);
+            for (int64_t i = 0; i < mm; ++i) _mm512_mask_storeu_ps(y + (m0 + i) * ldy + n0, mask, c[i]);
+        }
+    }
+}
+
 } // namespace
 
 void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                    uint16_t* out, int64_t ldo, int64_t r0, int64_t r1) {
-    const int64_t ng = K / gs, row_bytes = K * bits / 8, gbytes = int64_t(gs) * bits / 8;
-    alignas(64) float q[256];
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* row = W + r * row_bytes;
-        uint16_t* o = out + (r - r0) * ldo;
-        for (int64_t g = 0; g < ng; ++g) {
-            unpack_group(row + g * gbytes, bits, gs, q);
-            const __m512 s = _mm512_set1_ps(bf16f(scales[r * ng + g])), b = _mm512_set1_ps(bf16f(biases[r * ng + g]));
-            for (int j = 0; j < gs; j += 32) {
-                const __m512 lo = _mm512_fmadd_ps(s, _mm512_load_ps(q + j), b);
-                const __m512 hi = _mm512_fmadd_ps(s, _mm512_load_ps(q + j + 16), b);
-                _mm512_storeu_si512(o + g * gs + j, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    const int64_t ng = K / gs, row_bytes = K * bits / 8;
+    for (int64_t r = r0; r < r1; ++r)
+        deq_groups(W + r * row_bytes, scales + r * ng, biases + r * ng, 0, ng, bits, gs, out + (r - r0) * ldo);
+}
+
+void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                     int64_t n0, int64_t rows, const AmxPackedX& px, float* y, int64_t ldy) {
+    load_config();
+    const int64_t Mp = px.Mp, Kp = px.Kp, ng = K / gs, row_bytes = K * bits / 8;
+    thread_local std::vector<uint16_t> wb;
+    thread_local std::vector<float> yT;
+    yT.resize(size_t(32 * Mp));
+    if (Kp != K) { // (not for MLX layouts, whose K is a multiple of the group size)
+        // One block of 32 rows of W at a time is dequantized whole (32 × K bf16, 64 KiB for K = 1024,
+        // in L2) and every m block reads it.
+        wb.resize(size_t(32 * Kp));
+        for (int64_t b0 = 0; b0 < rows; b0 += 32) {
+            const int64_t nr = std::min<int64_t>(32, rows - b0);
+            if (Kp != K)
+                for (int64_t r = 0; r < nr; ++r) std::fill(wb.data() + r * Kp + K, wb.data() + (r + 1) * Kp, uint16_t(0));
+            if (nr < 32) std::fill(wb.data() + nr * Kp, wb.data() + 32 * Kp, uint16_t(0));
+            amx_q_to_bf16(W, scales, biases, K, bits, gs, wb.data(), Kp, n0 + b0, n0 + b0 + nr);
+            const int64_t nxt = std::min<int64_t>(32, rows - b0 - nr); // the next block's codes, into L2 meanwhile
+            tile_block(wb.data(), Kp, px, yT.data(), W + (n0 + b0 + nr) * row_bytes, nxt * row_bytes);
+            transpose_out(yT.data(), Mp, px.M, nr, y + b0, ldy);
+        }
+        return;
+    }
+    // 32 rows of W at a time are dequantized KC columns at a time into an L1-resident buffer and multiplied right
+    // away, so the weight loads overlap the tile products (the same columns of the next block are prefetched
+    // meanwhile) and the A tiles come from L1. With at most 32 x rows the C tiles stay in tile registers for the
+    // whole block; with more, each block of 32 x rows keeps its C tiles in yT (L1) between column chunks.
+    const int64_t KC = std::max<int64_t>(gs, 256 / gs * gs), KB = Kp / 32;
+    const bool small = Mp <= 32;
+    wb.resize(size_t(32 * KC));
+    for (int64_t blk = 0; blk < rows; blk += 32) {
+        const int64_t nr = std::min<int64_t>(32, rows - blk), r0 = n0 + blk;
+        if (nr < 32) std::fill(wb.data() + nr * KC, wb.data() + 32 * KC, uint16_t(0));
+        if (small) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            const int64_t kc = std::min(KC, K - k0);
+            for (int64_t r = 0; r < nr; ++r) {
+                const uint8_t* row = W + (r0 + r) * row_bytes;
+                const uint8_t* nxt = row + 32 * row_bytes + k0 * bits / 8;
+                for (int64_t o = 0; o < kc * bits / 8; o += 64) _mm_prefetch((const char*)(nxt + o), _MM_HINT_T0);
+                deq_groups(row, scales + (r0 + r) * ng, biases + (r0 + r) * ng, k0 / gs, (k0 + kc) / gs, bits, gs,
+                           wb.data() + r * KC);
+            }
+            for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
+                const bool two = m0 + 32 <= Mp;
+                const uint16_t* b0p = px.data + (m0 / 16) * KB * 512;
+                const uint16_t* b1p = b0p + KB * 512;
+                float* c = yT.data() + m0;
+                if (!small) {
+                    if (k0 == 0) {
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_zero(2);
+                        _tile_zero(3);
+                    } else {
+                        _tile_loadd(0, c, Mp * 4);
+                        _tile_loadd(2, c + 16 * Mp, Mp * 4);
+                        if (two) {
+                            _tile_loadd(1, c + 16, Mp * 4);
+                            _tile_loadd(3, c + 16 * Mp + 16, Mp * 4);
+                        }
+                    }
+                }
+                for (int64_t kb = 0; kb < kc / 32; ++kb) {
+                    const int64_t kx = k0 / 32 + kb;
+                    _tile_loadd(4, wb.data() + kb * 32, KC * 2);
+                    _tile_loadd(5, wb.data() + 16 * KC + kb * 32, KC * 2);
+                    _tile_loadd(6, b0p + kx * 512, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(2, 5, 6);
+                    if (two) {
+                        _tile_loadd(7, b1p + kx * 512, 64);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
+                }
+                if (!small || k0 + kc >= K) {
+                    _tile_stored(0, c, Mp * 4);
+                    _tile_stored(2, c + 16 * Mp, Mp * 4);
+                    if (two) {
+                        _tile_stored(1, c + 16, Mp * 4);
+                        _tile_stored(3, c + 16 * Mp + 16, Mp * 4);
+                    }
+                }
             }
         }
+        transpose_out(yT.data(), Mp, px.M, nr, y + blk, ldy);
     }
 }
 
@@ -93,14 +323,14 @@ void amx_f32_to_bf16(const float* in, uint16_t* out, size_t n) {
 }
 
 size_t amx_packed_x_size(int64_t M, int64_t K) {
-    const int64_t Mp = (M + 31) / 32 * 32, Kp = (K + 31) / 32 * 32;
+    const int64_t Mp = (M + 15) / 16 * 16, Kp = (K + 31) / 32 * 32;
     return size_t(Mp * Kp);
 }
 
 // Layout: tile (mb, kb) at ((mb * KB) + kb) * 512 uint16; inside, row r (k pair) × 16 m × 2. x is rounded to
 // bf16 row by row (vector), then each tile is a 16×16 transpose of 32-bit (k-pair) units.
 void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX& px) {
-    const int64_t Mp = (M + 31) / 32 * 32, Kp = (K + 31) / 32 * 32, KB = Kp / 32;
+    const int64_t Mp = (M + 15) / 16 * 16, Kp = (K + 31) / 32 * 32, KB = Kp / 32;
     px = {out, M, Mp, Kp};
     thread_local std::vector<uint32_t> rows; // bf16 rows of x as k-pairs, [Mp, Kp/2]
     rows.resize(size_t(Mp * Kp / 2));
@@ -124,45 +354,11 @@ void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX&
 void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const AmxPackedX& px, float* y,
                    int64_t ldy) {
     load_config();
-    const int64_t KB = px.Kp / 32, Mp = px.Mp;
     // C tiles (yᵀ blocks) are stored straight into yT [nb, Mp]; one transpose at the end.
     thread_local std::vector<float> yT;
-    yT.resize(size_t(nb * Mp));
-    for (int64_t n0 = 0; n0 < nb; n0 += 32) {
-        const uint16_t* a0 = Wt + n0 * ldw;
-        const uint16_t* a1 = Wt + (n0 + 16) * ldw;
-        for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
-            const uint16_t* b0 = px.data + (m0 / 16) * KB * 512;
-            const uint16_t* b1 = px.data + (m0 / 16 + 1) * KB * 512;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t kb = 0; kb < KB; ++kb) {
-                _tile_loadd(4, a0 + kb * 32, ldw * 2);
-                _tile_loadd(5, a1 + kb * 32, ldw * 2);
-                _tile_loadd(6, b0 + kb * 512, 64);
-                _tile_loadd(7, b1 + kb * 512, 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
-            }
-            float* c = yT.data() + n0 * Mp + m0;
-            _tile_stored(0, c, Mp * 4);
-            _tile_stored(1, c + 16, Mp * 4);
-            _tile_stored(2, c + 16 * Mp, Mp * 4);
-            _tile_stored(3, c + 16 * Mp + 16, Mp * 4);
-        }
-    }
-    // y[m, n] = yT[n, m] in 16×16 blocks.
-    const int64_t M = px.M;
-    for (int64_t n0 = 0; n0 < n_valid; n0 += 16)
-        for (int64_t m0 = 0; m0 < M; m0 += 16) {
-            const int64_t n1 = std::min(n_valid, n0 + 16), m1 = std::min(M, m0 + 16);
-            for (int64_t m = m0; m < m1; ++m)
-                for (int64_t n = n0; n < n1; ++n) y[m * ldy + n] = yT[size_t(n * Mp + m)];
-        }
+    yT.resize(size_t(nb * px.Mp));
+    for (int64_t n0 = 0; n0 < nb; n0 += 32) tile_block(Wt + n0 * ldw, ldw, px, yT.data() + n0 * px.Mp);
+    transpose_out(yT.data(), px.Mp, px.M, n_valid, y, ldy);
 }
 
 } // namespace qasr::cpu

@@ -10,7 +10,8 @@ namespace qasr::cpu {
 // True when the CPU has AMX-BF16 and the kernel granted this process the tile state (arch_prctl).
 bool amx_available();
 
-// x packed once per product for amx_gemm_rows: bf16 in the tile layout (see amx_gemm.cpp).
+// x packed once per product for amx_gemm_rows: bf16 in the tile layout (see amx_gemm.cpp), M padded to Mp (a
+// multiple of 16) with zero rows.
 struct AmxPackedX {
     uint16_t* data = nullptr;
     int64_t M = 0, Mp = 0, Kp = 0;
@@ -23,7 +24,14 @@ void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX&
 void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const AmxPackedX& px, float* y,
                    int64_t ldy);
 
-// Rows [r0, r1) of an MLX affine matrix (gs a multiple of 32) dequantized straight to bf16, row stride ldo.
+// Rows [n0, n0 + rows) of an MLX affine matrix (gs a multiple of 32) times packed x → y[m, r] (row stride ldy)
+// for r < rows, m < px.M: 32 rows at a time are dequantized to bf16 (as amx_q_to_bf16) into a per-thread buffer
+// and multiplied while it is in L2.
+void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                     int64_t n0, int64_t rows, const AmxPackedX& px, float* y, int64_t ldy);
+
+// Rows [r0, r1) of an MLX affine matrix (gs a multiple of 32) dequantized straight to bf16, row stride ldo
+// (float32 s·q + b rounded to nearest even; vectorized for 8 and 4 bits).
 void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                    uint16_t* out, int64_t ldo, int64_t r0, int64_t r1);
 

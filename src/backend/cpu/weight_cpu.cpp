@@ -241,6 +241,11 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
             cpu::amx_gemm_rows(static_cast<const uint16_t*>(W.data) + n0 * K, K, nb, rows, px, y + n0, N);
             continue;
         }
+        if (W.fmt == WFormat::Q) { // dequantized 32 rows at a time, inside the kernel
+            cpu::amx_q_gemm_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, n0,
+                                 rows, px, y + n0, N);
+            continue;
+        }
         thread_local std::vector<uint16_t> wb;
         wb.resize(size_t(nb * Kp));
         if (Kp != K)
@@ -249,9 +254,6 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
         if (W.fmt == WFormat::BF16) {
             for (int64_t r = 0; r < rows; ++r)
                 std::memcpy(wb.data() + r * Kp, static_cast<const uint16_t*>(W.data) + (n0 + r) * K, size_t(K) * 2);
-        } else if (W.fmt == WFormat::Q) {
-            cpu::amx_q_to_bf16(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size,
-                               wb.data(), Kp, n0, n0 + rows);
         } else {
             const float* src = static_cast<const float*>(W.data) + n0 * K;
             for (int64_t r = 0; r < rows; ++r) cpu::amx_f32_to_bf16(src + r * K, wb.data() + r * Kp, size_t(K));

@@ -1,0 +1,78 @@
+// Matrix-matrix products of a checkpoint's decoder at small row counts (the streaming draft rows, prefill):
+//   gemm_bench MODEL_DIR [THREADS] [M...]
+// For each M: all decoder matrices once (ops::linear, as a decoder pass runs them), the LM head, and a whole
+// Decoder::forward of M positions after a 150-position cache. Best of 5 after one warm-up (ms).
+#include "model/decoder.hpp"
+#include "model/model.hpp"
+#include "ops/ops.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+using namespace qasr;
+
+namespace {
+double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+template <typename F> double best_of(int n, F f) {
+    f();
+    double best = 1e30;
+    for (int i = 0; i < n; ++i) {
+        const double t0 = now_ms();
+        f();
+        best = std::min(best, now_ms() - t0);
+    }
+    return best;
+}
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: gemm_bench MODEL_DIR [THREADS] [M...]\n");
+        return 2;
+    }
+    const int threads = argc > 2 ? std::atoi(argv[2]) : 2;
+    std::vector<int64_t> Ms;
+    for (int i = 3; i < argc; ++i) Ms.push_back(std::atoll(argv[i]));
+    if (Ms.empty()) Ms = {1, 2, 4, 8, 16, 32, 128};
+    ops::set_num_threads(threads);
+    auto model = Model::load(argv[1]);
+    const DecoderW& dw = model->weights.dec;
+    const TextHParams& hp = model->hp.text;
+    const WeightMatrix& head = dw.lm_head.empty() ? dw.embed : dw.lm_head;
+    Decoder dec(dw, hp);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::printf("%6s %12s %10s %12s\n", "M", "matrices_ms", "head_ms", "forward_ms");
+    for (int64_t M : Ms) {
+        const int64_t D = hp.hidden, I = dw.layers[0].gate.w.rows, Q = dw.layers[0].q.w.rows;
+        std::vector<float> x(size_t(M * std::max({D, I, Q}))), y(size_t(M * std::max({D, I, Q})));
+        for (auto& v : x) v = nd(rng);
+        ops::Bf16GemmScope scope(dw.bf16_compute);
+        const bool only_fw = std::getenv("GEMM_BENCH_FORWARD_ONLY") != nullptr; // for profiling the pass
+        const double mats = only_fw ? 0 : best_of(5, [&] {
+            for (const auto& L : dw.layers)
+                for (const Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
+                    ops::linear(x.data(), M, l->w, nullptr, y.data());
+        });
+        std::vector<float> logits(size_t(M * head.rows));
+        const double hd = only_fw ? 0 : best_of(5, [&] { ops::linear(x.data(), M, head, nullptr, logits.data()); });
+        Tensor prompt({150, D});
+        for (auto& v : prompt.data) v = 0.1f * nd(rng);
+        KvCache base;
+        base.reset(dw.layers.size());
+        dec.forward(prompt, base);
+        Tensor in({M, D});
+        for (auto& v : in.data) v = 0.1f * nd(rng);
+        const int64_t kv_row = int64_t(hp.n_kv_heads) * hp.head_dim;
+        const double fw = std::getenv("GEMM_BENCH_NO_FORWARD") ? 0 : best_of(5, [&] {
+            dec.forward(in, base);
+            base.truncate(150, kv_row);
+        });
+        std::printf("%6lld %12.1f %10.1f %12.1f\n", (long long)M, mats, hd, fw);
+    }
+}

@@ -1,0 +1,104 @@
+// The fused quantized AMX product (amx_q_gemm_rows: MLX affine codes dequantized to bf16 inside the kernel, 32
+// rows at a time, column chunks in L1) and its dequantization (amx_q_to_bf16, vectorized per width) against their
+// definitions on awkward sizes: odd M on both sides of the 16/32-row tile blocks, N not a multiple of 32, K with
+// a tail after the 256-column chunks, every width and group size, partial row ranges. Also the 16 × 16 register
+// transpose of the output through amx_gemm_rows.
+#include "backend/cpu/amx_gemm.hpp"
+#include "core/dtype.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace qasr;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+    std::mt19937 r(seed);
+    std::normal_distribution<float> d(0, 1);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(r);
+    return v;
+}
+
+struct Q {
+    int64_t N, K;
+    int bits, gs;
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> s, b;
+    Q(int64_t n, int64_t k, int bits_, int gs_, uint32_t seed) : N(n), K(k), bits(bits_), gs(gs_) {
+        std::mt19937 r(seed);
+        codes.resize(size_t(n * k * bits / 8));
+        for (auto& c : codes) c = uint8_t(r());
+        const auto fs = randn(size_t(n * k / gs), seed + 1), fb = randn(size_t(n * k / gs), seed + 2);
+        for (size_t i = 0; i < fs.size(); ++i) {
+            s.push_back(f32_to_bf16(0.01f * fs[i]));
+            b.push_back(f32_to_bf16(0.1f * fb[i]));
+        }
+    }
+    uint32_t code(int64_t r, int64_t k) const { // MLX packing: little-endian bit stream per row
+        const uint8_t* row = codes.data() + r * K * bits / 8;
+        const int64_t o = k * bits;
+        uint32_t v = 0;
+        for (int i = 0; i < bits; ++i) v |= uint32_t((row[(o + i) >> 3] >> ((o + i) & 7)) & 1u) << i;
+        return v;
+    }
+    // The definition: float32 fma(s, q, b) rounded to bf16 (nearest even).
+    uint16_t w_bf16(int64_t r, int64_t k) const {
+        const int64_t g = r * (K / gs) + k / gs;
+        return f32_to_bf16(std::fma(bf16_to_f32(s[size_t(g)]), float(code(r, k)), bf16_to_f32(b[size_t(g)])));
+    }
+};
+
+} // namespace
+
+TEST(AmxQuantGemm, DequantToBf16IsBitExact) {
+    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    for (int bits : {4, 6, 8})
+        for (int gs : {32, 64, 128}) {
+            const Q q(7, 384, bits, gs, 21);
+            const int64_t r0 = 2, r1 = 7, ldo = 384 + 32;
+            std::vector<uint16_t> out(size_t((r1 - r0) * ldo), 0xdead);
+            cpu::amx_q_to_bf16(q.codes.data(), q.s.data(), q.b.data(), q.K, bits, gs, out.data(), ldo, r0, r1);
+            for (int64_t r = r0; r < r1; ++r)
+                for (int64_t k = 0; k < q.K; ++k)
+                    ASSERT_EQ(out[size_t((r - r0) * ldo + k)], q.w_bf16(r, k)) << bits << "-bit gs " << gs << " r " << r << " k " << k;
+        }
+}
+
+TEST(AmxQuantGemm, MatchesDefinitionOnAwkwardSizes) {
+    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    for (int bits : {4, 6, 8})
+        for (int gs : {32, 64, 128})
+            for (int64_t K : {128, 384, 640}) // 640 = 2 chunks of 256 + a 128 tail
+                for (int64_t M : {1, 2, 3, 15, 16, 17, 31, 32, 33, 47, 70}) {
+                    if (K % gs) continue;
+                    const int64_t N = 77, n0 = 5, rows = 67; // blocks of 32, 32, 3 rows, starting mid-matrix
+                    const Q q(N, K, bits, gs, uint32_t(100 + bits + gs + M));
+                    const auto x = randn(size_t(M * K), uint32_t(7 + M));
+                    std::vector<uint16_t> xb(cpu::amx_packed_x_size(M, K));
+                    cpu::AmxPackedX px;
+                    cpu::amx_pack_x(x.data(), M, K, xb.data(), px);
+                    const int64_t ldy = rows + 3;
+                    std::vector<float> y(size_t(M * ldy), -7.0f);
+                    cpu::amx_q_gemm_rows(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, n0, rows, px, y.data(), ldy);
+                    for (int64_t m = 0; m < M; ++m) {
+                        for (int64_t r = 0; r < rows; ++r) {
+                            double acc = 0, sc = 0;
+                            for (int64_t k = 0; k < K; ++k) {
+                                const double t = double(bf16_to_f32(f32_to_bf16(x[size_t(m * K + k)]))) *
+                                                 bf16_to_f32(q.w_bf16(n0 + r, k));
+                                acc += t;
+                                sc += std::fabs(t);
+                            }
+                            ASSERT_NEAR(y[size_t(m * ldy + r)], acc, 1e-5 * sc + 1e-6)
+                                << bits << "-bit gs " << gs << " K " << K << " M " << M << " m " << m << " r " << r;
+                        }
+                        for (int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y[size_t(m * ldy + r)], -7.0f) << "wrote past the rows";
+                    }
+                }
+}
