@@ -233,7 +233,8 @@ int cmd_bench(int argc, char** argv) {
     const double dec_ms = median(dec), ms_tok = dec_ms / steps;
     const double dec_gbps = double(bytes_tok) / (ms_tok / 1000.0) / 1e9;
     const TextHParams& t = model->hp.text;
-    const double kv_bytes_tok = 2.0 * t.n_layers * (n_prompt + steps / 2.0) * t.n_kv_heads * t.head_dim * 4.0;
+    const double kv_elem = kv_cache_bf16(D.bf16_compute) ? 2.0 : 4.0; // bf16 cache for quantized checkpoints
+    const double kv_bytes_tok = 2.0 * t.n_layers * (n_prompt + steps / 2.0) * t.n_kv_heads * t.head_dim * kv_elem;
     // Peak RSS of the model runs (mapped weight pages included), taken before the probe allocates its buffer.
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);

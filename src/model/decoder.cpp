@@ -1,19 +1,113 @@
 // Decoder forward over n new positions with a KV cache (prefill: n = prompt length; step: n = 1).
 #include "model/decoder.hpp"
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace qasr {
 
+bool kv_cache_bf16(bool model_bf16_compute) {
+    static const int mode = [] {
+        const char* e = std::getenv("QASR_KV");
+        if (!e || !*e) return 0;
+        if (!std::strcmp(e, "f32")) return -1;
+        if (!std::strcmp(e, "bf16")) return 1;
+        fail("decoder", std::string("QASR_KV=") + e + ": expected f32 or bf16");
+    }();
+    return mode == 0 ? model_bf16_compute : mode > 0;
+}
+
+void KvArenaUnmap::operator()(void*) const {
+    if (base) ::munmap(base, bytes);
+}
+
+void KvCache::reset(size_t n_layers) {
+    if (k.size() != n_layers) {
+        arena_.reset();
+        cap = 0;
+    }
+    k.assign(n_layers, nullptr);
+    v.assign(n_layers, nullptr);
+    len = 0;
+    if (arena_) reserve(0, heads, head_dim, bf16); // re-point k, v into the kept arena
+}
+
 void KvCache::truncate(int64_t n, int64_t row) {
     if (n >= len) return;
-    for (auto& x : k) x.resize(size_t(n * row));
-    for (auto& x : v) x.resize(size_t(n * row));
+    if (row != heads * head_dim && len > 0) fail("decoder", "KV cache truncated with a different row width");
     len = n;
+}
+
+void KvCache::reserve(int64_t need, int64_t h, int64_t hd, bool b16) {
+    const size_t L = k.size();
+    if (len > 0 && (h != heads || hd != head_dim || b16 != bf16))
+        fail("decoder", "KV cache holds positions of another layout or element type");
+    const size_t es = b16 ? 2 : 4;
+    const bool same = arena_ && h == heads && hd == head_dim && b16 == bf16;
+    if (same && need <= cap) {
+        const size_t region = size_t(heads * cap * head_dim) * es;
+        char* base = static_cast<char*>(arena_.get());
+        for (size_t l = 0; l < L; ++l) {
+            k[l] = base + (2 * l) * region;
+            v[l] = base + (2 * l + 1) * region;
+        }
+        return;
+    }
+    // A new arena: 128 positions of headroom (64-aligned), at least twice the old capacity.
+    const int64_t ncap = (std::max(need + 128, same ? 2 * cap : int64_t(0)) + 63) / 64 * 64;
+    const size_t region = size_t(h * ncap * hd) * es, bytes = std::max<size_t>(1, 2 * L * region);
+    const size_t H = size_t(2) << 20, mapped = (bytes + H - 1) / H * H + H;
+    void* raw = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        fail("decoder", "cannot map " + std::to_string(mapped >> 20) + " MiB for the KV cache");
+    char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + H - 1) & ~uintptr_t(H - 1));
+    ::madvise(base, mapped - size_t(base - static_cast<char*>(raw)), MADV_HUGEPAGE);
+    std::unique_ptr<void, KvArenaUnmap> fresh(base, KvArenaUnmap{raw, mapped});
+    for (size_t l = 0; l < L; ++l) {
+        char* nk = base + (2 * l) * region;
+        char* nv = base + (2 * l + 1) * region;
+        if (len > 0)
+            for (int64_t c = 0; c < heads; ++c) {
+                const size_t off_old = size_t(c * cap * head_dim) * es, off_new = size_t(c * ncap * head_dim) * es;
+                std::memcpy(nk + off_new, static_cast<const char*>(k[l]) + off_old, size_t(len * head_dim) * es);
+                std::memcpy(nv + off_new, static_cast<const char*>(v[l]) + off_old, size_t(len * head_dim) * es);
+            }
+        k[l] = nk;
+        v[l] = nv;
+    }
+    arena_ = std::move(fresh);
+    cap = ncap;
+    heads = h;
+    head_dim = hd;
+    bf16 = b16;
+}
+
+void KvCache::write(size_t layer, const float* kx, const float* vx, int64_t pos, int64_t n) {
+    if (pos + n > cap) fail("decoder", "KV cache write past its capacity");
+    const int64_t row = heads * head_dim;
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t c = 0; c < heads; ++c) {
+            const size_t dst = size_t((c * cap + pos + t) * head_dim), src = size_t(t * row + c * head_dim);
+            if (bf16) {
+                uint16_t* kd = static_cast<uint16_t*>(k[layer]) + dst;
+                uint16_t* vd = static_cast<uint16_t*>(v[layer]) + dst;
+                for (int64_t i = 0; i < head_dim; ++i) {
+                    kd[i] = f32_to_bf16(kx[src + size_t(i)]);
+                    vd[i] = f32_to_bf16(vx[src + size_t(i)]);
+                }
+            } else {
+                std::memcpy(static_cast<float*>(k[layer]) + dst, kx + src, size_t(head_dim) * 4);
+                std::memcpy(static_cast<float*>(v[layer]) + dst, vx + src, size_t(head_dim) * 4);
+            }
+        }
 }
 
 Decoder::Decoder(const DecoderW& w, const TextHParams& hp) : w_(w), hp_(hp) {
@@ -37,9 +131,12 @@ Tensor Decoder::embed(const std::vector<int>& ids) const {
 
 Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
     const int64_t n = x.rows(), D = hp_.hidden, hd = hp_.head_dim, Hq = hp_.n_heads, Hkv = hp_.n_kv_heads;
-    const int64_t past = cache.len, kv_row = Hkv * hd;
+    const int64_t past = cache.len;
     ops::Bf16GemmScope precision(w_.bf16_compute);
     if (cache.k.size() != w_.layers.size()) cache.reset(w_.layers.size());
+    cache.reserve(past + n, Hkv, hd, kv_cache_bf16(w_.bf16_compute));
+    std::vector<float> cs(size_t(n * hd)); // RoPE angles of these positions, shared by every layer
+    ops::rope_table(n, hd, past, inv_freq_.data(), cs.data());
     for (size_t li = 0; li < w_.layers.size(); ++li) {
         const DecoderLayerW& l = w_.layers[li];
         Tensor u = x;
@@ -48,15 +145,17 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         ops::linear_multi(u, {&l.q.w, &l.k.w, &l.v.w}, {&q, &k, &v});
         ops::rms_norm(q.ptr(), n * Hq, hd, l.q_norm.ptr(), hp_.rms_eps);
         ops::rms_norm(k.ptr(), n * Hkv, hd, l.k_norm.ptr(), hp_.rms_eps);
-        ops::rope(q.ptr(), n, Hq, hd, past, inv_freq_.data());
-        ops::rope(k.ptr(), n, Hkv, hd, past, inv_freq_.data());
-        auto& kc = cache.k[li];
-        auto& vc = cache.v[li];
-        kc.insert(kc.end(), k.data.begin(), k.data.end());
-        vc.insert(vc.end(), v.data.begin(), v.data.end());
-        if (int64_t(kc.size()) != (past + n) * kv_row) fail("decoder", "KV cache out of step");
+        ops::rope_cs(q.ptr(), n, Hq, hd, cs.data());
+        ops::rope_cs(k.ptr(), n, Hkv, hd, cs.data());
+        cache.write(li, k.ptr(), v.ptr(), past, n);
+        ops::KvView kv;
+        kv.k = cache.k[li];
+        kv.v = cache.v[li];
+        kv.head_stride = cache.cap * hd;
+        kv.pos_stride = hd;
+        kv.bf16 = cache.bf16;
         Tensor o({n, Hq * hd});
-        ops::causal_attention(q.ptr(), kc.data(), vc.data(), o.ptr(), n, past, Hq, Hkv, hd);
+        ops::causal_attention(q.ptr(), kv, o.ptr(), n, past, Hq, Hkv, hd);
         Tensor a = ops::linear(o, l.o.w);
         ops::add(x.ptr(), a.ptr(), x.size());
         Tensor m = x;

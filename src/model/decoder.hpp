@@ -6,19 +6,42 @@
 #include "model/encoder.hpp"
 #include "model/weights.hpp"
 
+#include <memory>
 #include <vector>
 
 namespace qasr {
 
+// Whether the KV cache holds bf16 for a model with the given DecoderW::bf16_compute (QASR_KV=f32|bf16 overrides).
+bool kv_cache_bf16(bool model_bf16_compute);
+
+struct KvArenaUnmap { // unmaps the KV cache arena (the aligned pointer lies inside [base, base + bytes))
+    void* base = nullptr;
+    size_t bytes = 0;
+    void operator()(void* p) const;
+};
+
+// Keys and values of every decoder layer for positions [0, len), owned by the caller (a Session). One arena on
+// transparent huge pages holds all layers, head-major per layer and kind (KV head c, position j at element
+// (c·cap + j)·head_dim of k[layer] / v[layer]): a decode step appends without allocating, and the decode attention
+// streams each head's positions as one contiguous range. The arena grows by doubling (copying the positions held).
+// Elements are float32, or bf16 (rounded to nearest even when appended) where the model computes in bf16
+// (quantized checkpoints, DecoderW::bf16_compute; QASR_KV=f32|bf16 overrides).
 struct KvCache {
-    std::vector<std::vector<float>> k, v; // per layer: [len, Hkv*hd]
+    std::vector<void*> k, v; // per layer: base of its keys / values in the arena (empty before reset())
     int64_t len = 0;
-    void reset(size_t n_layers) {
-        k.assign(n_layers, {});
-        v.assign(n_layers, {});
-        len = 0;
-    }
-    void truncate(int64_t n, int64_t row); // keep the first n positions (row = Hkv*hd floats)
+    int64_t cap = 0; // positions per layer the arena holds
+    int64_t heads = 0, head_dim = 0;
+    bool bf16 = false;
+
+    void reset(size_t n_layers); // no positions (an arena of the right size is kept for reuse)
+    void truncate(int64_t n, int64_t row); // keep the first n positions (row = Hkv*hd, as the caller sees it)
+    // Room for `need` positions of heads × head_dim elements of the given type; positions [0, len) are kept.
+    void reserve(int64_t need, int64_t heads, int64_t head_dim, bool bf16);
+    // Writes rows [0, n) of k and v ([n, heads·head_dim] float32) at positions pos … pos+n-1 of `layer`.
+    void write(size_t layer, const float* k, const float* v, int64_t pos, int64_t n);
+
+private:
+    std::unique_ptr<void, KvArenaUnmap> arena_;
 };
 
 class Decoder {

@@ -65,7 +65,25 @@ void windowed_attention(const float* q, const float* k, const float* v, float* o
 void causal_attention(const float* q, const float* kc, const float* vc, float* o, int64_t n, int64_t past,
                       int64_t Hq, int64_t Hkv, int64_t hd);
 
+// A KV cache in any layout: key (value) of KV head c at position j at k + c·head_stride + j·pos_stride (v …),
+// counted in elements; float32 or bf16 elements (widened exactly before use).
+struct KvView {
+    const void* k = nullptr;
+    const void* v = nullptr;
+    int64_t head_stride = 0, pos_stride = 0;
+    bool bf16 = false;
+};
+// causal_attention over such a cache (holding past+n positions); same arithmetic as the overload above on the
+// same (widened) values.
+void causal_attention(const float* q, const KvView& kv, float* o, int64_t n, int64_t past, int64_t Hq, int64_t Hkv,
+                      int64_t hd);
+
 // Rotate-half RoPE on `heads` head vectors of x [n, heads*hd] at positions pos0..pos0+n-1 (inv_freq [hd/2]).
 void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0, const float* inv_freq);
+// The angles' cosines and sines of rope() for positions pos0 … pos0+n-1: cs [n, hd] (per position hd/2 cosines,
+// then hd/2 sines), computed as rope() does; rope_cs applies them (bit-identical to rope()). For several tensors
+// at the same positions (q and k of every decoder layer) the table is computed once.
+void rope_table(int64_t n, int64_t hd, int64_t pos0, const float* inv_freq, float* cs);
+void rope_cs(float* x, int64_t n, int64_t heads, int64_t hd, const float* cs);
 
 } // namespace qasr::ops

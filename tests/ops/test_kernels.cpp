@@ -4,6 +4,7 @@
 #include "backend/cpu/amx_gemm.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/dtype.hpp"
+#include "model/decoder.hpp"
 #include "ops/ops.hpp"
 #include "ops/weight.hpp"
 
@@ -227,6 +228,158 @@ TEST(Kernels, DecodeAttentionLoopsMatchDotAxpy) {
                         cpu::portable_kernels().attn_wsum(p.data(), v.data(), ld, n, nkv, group, hd, o_p.data());
                         for (size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o[i], o_p[i], 1e-5 * (1 + std::fabs(o_p[i]))) << what;
                     }
+}
+
+// The bf16-cache attention loops of every table against the same table's float loops on the widened values: bit
+// for bit (widening is exact), including hd > 256 and hd not a multiple of 16 (the fallback loops).
+TEST(Kernels, DecodeAttentionBf16MatchesFloatOnWidenedValues) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    std::vector<const cpu::KernelTable*> tables = simd_tables();
+    tables.push_back(&cpu::portable_kernels());
+    for (const cpu::KernelTable* T : tables)
+        for (int64_t hd : {8, 16, 40, 64, 128, 264})
+            for (int64_t nkv : {1, 3})
+                for (int64_t group : {1, 2})
+                    for (int64_t n : {1, 3, 4, 17, 33, 70}) {
+                        const int64_t ld = (nkv + 1) * hd + 5, nh = nkv * group;
+                        const auto kb = rand_bf16(size_t(n * ld), uint32_t(7 * hd + n), 1.0f);
+                        const auto vb = rand_bf16(size_t(n * ld), uint32_t(7 * hd + n + 1), 1.0f);
+                        std::vector<float> kf(kb.size()), vf(vb.size());
+                        for (size_t i = 0; i < kb.size(); ++i) kf[i] = bf16_to_f32(kb[i]), vf[i] = bf16_to_f32(vb[i]);
+                        const auto q = randn(size_t(nh * hd), uint32_t(hd + n + 2));
+                        const auto p = randn(size_t(nh * n), uint32_t(hd + n + 3), 0.3f);
+                        const float scale = 0.0883883f;
+                        std::vector<float> s(size_t(nh * n)), s_f(size_t(nh * n)), o(size_t(nh * hd), 3.0f),
+                            o_f(size_t(nh * hd), -3.0f);
+                        T->attn_scores_bf16(q.data(), kb.data(), ld, n, nkv, group, hd, scale, s.data());
+                        T->attn_scores(q.data(), kf.data(), ld, n, nkv, group, hd, scale, s_f.data());
+                        T->attn_wsum_bf16(p.data(), vb.data(), ld, n, nkv, group, hd, o.data());
+                        T->attn_wsum(p.data(), vf.data(), ld, n, nkv, group, hd, o_f.data());
+                        const std::string what = std::string(T->name) + " hd" + std::to_string(hd) + " nkv" +
+                                                 std::to_string(nkv) + " group" + std::to_string(group) + " n" + std::to_string(n);
+                        EXPECT_EQ(s, s_f) << what;
+                        EXPECT_EQ(o, o_f) << what;
+                    }
+}
+
+// ops::causal_attention over a KvView: a head-major float32 cache gives what the position-major overload gives
+// (bit for bit for one query, the decode step; within rounding for several, where sgemm sees another leading
+// dimension), and a bf16 cache what the float32 one gives on the widened values (bit for bit), on 1 and 2 threads.
+TEST(Kernels, CausalAttentionOnKvViews) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    const int64_t Hq = 6, Hkv = 3, hd = 40, cap = 37;
+    for (const int threads : {1, 2})
+        for (const int64_t n : {1, 5})
+            for (const int64_t past : {0, 1, 19, 31}) {
+                ops::set_num_threads(threads);
+                const int64_t total = past + n;
+                const auto kb = rand_bf16(size_t(Hkv * cap * hd), uint32_t(total), 1.0f);
+                const auto vb = rand_bf16(size_t(Hkv * cap * hd), uint32_t(total + 100), 1.0f);
+                std::vector<float> kh(kb.size()), vh(vb.size()); // head-major [Hkv][cap][hd]
+                for (size_t i = 0; i < kb.size(); ++i) kh[i] = bf16_to_f32(kb[i]), vh[i] = bf16_to_f32(vb[i]);
+                std::vector<float> kp(size_t(total * Hkv * hd)), vp(kp.size()); // position-major [total][Hkv*hd]
+                for (int64_t c = 0; c < Hkv; ++c)
+                    for (int64_t j = 0; j < total; ++j)
+                        for (int64_t i = 0; i < hd; ++i) {
+                            kp[size_t((j * Hkv + c) * hd + i)] = kh[size_t((c * cap + j) * hd + i)];
+                            vp[size_t((j * Hkv + c) * hd + i)] = vh[size_t((c * cap + j) * hd + i)];
+                        }
+                const auto q = randn(size_t(n * Hq * hd), uint32_t(total + 200));
+                std::vector<float> o_ref(size_t(n * Hq * hd)), o_f(o_ref.size()), o_b(o_ref.size());
+                ops::causal_attention(q.data(), kp.data(), vp.data(), o_ref.data(), n, past, Hq, Hkv, hd);
+                ops::KvView kv;
+                kv.k = kh.data();
+                kv.v = vh.data();
+                kv.head_stride = cap * hd;
+                kv.pos_stride = hd;
+                ops::causal_attention(q.data(), kv, o_f.data(), n, past, Hq, Hkv, hd);
+                kv.k = kb.data();
+                kv.v = vb.data();
+                kv.bf16 = true;
+                ops::causal_attention(q.data(), kv, o_b.data(), n, past, Hq, Hkv, hd);
+                const std::string what = "threads " + std::to_string(threads) + " n " + std::to_string(n) + " past " +
+                                         std::to_string(past);
+                if (n == 1) {
+                    EXPECT_EQ(o_f, o_ref) << what;
+                }
+                for (size_t i = 0; i < o_ref.size(); ++i)
+                    EXPECT_NEAR(o_f[i], o_ref[i], 1e-5 * (1 + std::fabs(o_ref[i]))) << what << " at " << i;
+                EXPECT_EQ(o_b, o_f) << what;
+            }
+    ops::set_num_threads(0);
+}
+
+// RoPE through a table of the positions' cosines and sines (computed once per decoder step for every layer) is
+// bit-identical to ops::rope.
+TEST(Kernels, RopeTableMatchesRope) {
+    for (const int64_t hd : {2, 6, 64, 128})
+        for (const int64_t n : {1, 4})
+            for (const int64_t pos0 : {0, 7, 4099}) {
+                const int64_t heads = 3;
+                std::vector<float> inv(size_t(hd / 2));
+                for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(1e6, double(2 * i) / double(hd)));
+                const auto x = randn(size_t(n * heads * hd), uint32_t(hd + n + pos0));
+                std::vector<float> a = x, b = x, cs(size_t(n * hd));
+                ops::rope(a.data(), n, heads, hd, pos0, inv.data());
+                ops::rope_table(n, hd, pos0, inv.data(), cs.data());
+                ops::rope_cs(b.data(), n, heads, hd, cs.data());
+                EXPECT_EQ(a, b) << "hd " << hd << " n " << n << " pos0 " << pos0;
+            }
+}
+
+// The decoder's KV cache: positions written, kept across growth (reallocation) and truncation, rounded to bf16
+// (nearest even) in a bf16 cache.
+TEST(Kernels, KvCacheKeepsPositionsAcrossGrowth) {
+    for (const bool bf16 : {false, true}) {
+        const int64_t H = 3, hd = 24, row = H * hd;
+        KvCache c;
+        c.reset(2);
+        std::vector<std::vector<float>> kref(2), vref(2); // position-major copies of what was written
+        auto append = [&](int64_t n, uint32_t seed) {
+            c.reserve(c.len + n, H, hd, bf16);
+            for (size_t l = 0; l < 2; ++l) {
+                const auto k = randn(size_t(n * row), seed + uint32_t(l)), v = randn(size_t(n * row), seed + 7 + uint32_t(l));
+                c.write(l, k.data(), v.data(), c.len, n);
+                kref[l].insert(kref[l].end(), k.begin(), k.end());
+                vref[l].insert(vref[l].end(), v.begin(), v.end());
+            }
+            c.len += n;
+        };
+        auto check = [&](const std::string& what) {
+            for (size_t l = 0; l < 2; ++l)
+                for (int64_t j = 0; j < c.len; ++j)
+                    for (int64_t h = 0; h < H; ++h)
+                        for (int64_t i = 0; i < hd; ++i) {
+                            const size_t at = size_t((h * c.cap + j) * hd + i), ref = size_t(j * row + h * hd + i);
+                            const float want_k = bf16 ? bf16_to_f32(f32_to_bf16(kref[l][ref])) : kref[l][ref];
+                            const float want_v = bf16 ? bf16_to_f32(f32_to_bf16(vref[l][ref])) : vref[l][ref];
+                            const float got_k = bf16 ? bf16_to_f32(static_cast<const uint16_t*>(c.k[l])[at])
+                                                     : static_cast<const float*>(c.k[l])[at];
+                            const float got_v = bf16 ? bf16_to_f32(static_cast<const uint16_t*>(c.v[l])[at])
+                                                     : static_cast<const float*>(c.v[l])[at];
+                            ASSERT_EQ(got_k, want_k) << what << " layer " << l << " pos " << j;
+                            ASSERT_EQ(got_v, want_v) << what << " layer " << l << " pos " << j;
+                        }
+        };
+        append(50, 1);
+        const int64_t cap0 = c.cap;
+        check("prefill");
+        for (int i = 0; c.cap == cap0; ++i) append(1, uint32_t(100 + 10 * i)); // steps until the arena grows
+        EXPECT_GT(c.cap, cap0);
+        check("after growth");
+        c.truncate(20, row);
+        for (auto* r : {&kref, &vref})
+            for (auto& x : *r) x.resize(size_t(20 * row));
+        EXPECT_EQ(c.len, 20);
+        append(3, 999);
+        check("after truncation");
+        c.reset(2);
+        EXPECT_EQ(c.len, 0);
+        for (auto* r : {&kref, &vref})
+            for (auto& x : *r) x.clear();
+        append(4, 555);
+        check("after reset");
+    }
 }
 
 // Matrix-vector products large enough to be split over the threads (contiguous shares, blocks stolen from the

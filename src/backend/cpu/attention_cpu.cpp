@@ -88,37 +88,89 @@ void windowed_attention(const float* q, const float* k, const float* v, float* o
 
 void causal_attention(const float* q, const float* kc, const float* vc, float* o, int64_t n, int64_t past,
                       int64_t Hq, int64_t Hkv, int64_t hd) {
-    const int64_t group = Hq / Hkv, Dq = Hq * hd, Dk = Hkv * hd, total = past + n;
+    KvView kv;
+    kv.k = kc;
+    kv.v = vc;
+    kv.head_stride = hd;
+    kv.pos_stride = Hkv * hd;
+    causal_attention(q, kv, o, n, past, Hq, Hkv, hd);
+}
+
+void causal_attention(const float* q, const KvView& kv, float* o, int64_t n, int64_t past, int64_t Hq, int64_t Hkv,
+                      int64_t hd) {
+    const int64_t group = Hq / Hkv, Dq = Hq * hd, total = past + n;
+    const int64_t hs = kv.head_stride, ps = kv.pos_stride;
     const float scale = 1.0f / std::sqrt(float(hd));
+    const auto* kf = static_cast<const float*>(kv.k);
+    const auto* vf = static_cast<const float*>(kv.v);
+    const auto* kb = static_cast<const uint16_t*>(kv.k);
+    const auto* vb = static_cast<const uint16_t*>(kv.v);
 #ifdef QASR_HAVE_OPENBLAS
     if (n > 1) {
+        const cpu::KernelTable& K = cpu::kernels();
 #pragma omp parallel
         {
             std::vector<float> sc(static_cast<size_t>(n * total));
+            std::vector<float> kw, vw; // a bf16 head widened to float32
+            if (kv.bf16) {
+                kw.resize(size_t(total * hd));
+                vw.resize(size_t(total * hd));
+            }
+            int64_t widened = -1;
 #pragma omp for schedule(dynamic, 1)
             for (int64_t h = 0; h < Hq; ++h) {
                 const int64_t kvh = h / group;
-                head_block(q + h * hd, Dq, kc + kvh * hd, vc + kvh * hd, Dk, o + h * hd, Dq, n, total, hd, scale,
-                           sc.data(), [&](int64_t i) { return past + i + 1; });
+                const float *kh, *vh;
+                int64_t ld = ps;
+                if (kv.bf16) {
+                    if (widened != kvh) {
+                        for (int64_t j = 0; j < total; ++j) {
+                            K.bf16_to_f32(kb + kvh * hs + j * ps, kw.data() + j * hd, size_t(hd));
+                            K.bf16_to_f32(vb + kvh * hs + j * ps, vw.data() + j * hd, size_t(hd));
+                        }
+                        widened = kvh;
+                    }
+                    kh = kw.data();
+                    vh = vw.data();
+                    ld = hd;
+                } else {
+                    kh = kf + kvh * hs;
+                    vh = vf + kvh * hs;
+                }
+                head_block(q + h * hd, Dq, kh, vh, ld, o + h * hd, Dq, n, total, hd, scale, sc.data(),
+                           [&](int64_t i) { return past + i + 1; });
             }
         }
         return;
     }
 #endif
     // Each thread takes a contiguous range of KV heads (with the query heads sharing them) and walks the cached
-    // positions once for all of them: the kernels read one contiguous slice of each cache row.
+    // positions of them: in one call over the range where the heads of a position are adjacent (head_stride ==
+    // hd: the kernels read one contiguous slice of each cache row), else one call per KV head (head-major cache:
+    // each head's positions are one contiguous stream).
     const cpu::KernelTable& K = cpu::kernels();
     const int nt = int(std::min<int64_t>(num_threads(), Hkv));
-#pragma omp parallel num_threads(nt)
+    const bool joint = hs == hd;
+#pragma omp parallel num_threads(nt) if (nt > 1)
     {
         const int t = omp_get_thread_num();
         const int64_t c0 = Hkv * t / nt, c1 = Hkv * (t + 1) / nt, nh = (c1 - c0) * group;
         std::vector<float> s(static_cast<size_t>(nh * total));
         for (int64_t i = 0; i < n; ++i) {
             const int64_t len = past + i + 1;
-            K.attn_scores(q + i * Dq + c0 * group * hd, kc + c0 * hd, Dk, len, c1 - c0, group, hd, scale, s.data());
+            const float* qi = q + i * Dq + c0 * group * hd;
+            float* oi = o + i * Dq + c0 * group * hd;
+            for (int64_t c = c0; c < c1; c = joint ? c1 : c + 1) {
+                const int64_t cn = joint ? c1 - c0 : 1, off = (c - c0) * group;
+                if (kv.bf16) K.attn_scores_bf16(qi + off * hd, kb + c * hs, ps, len, cn, group, hd, scale, s.data() + off * len);
+                else K.attn_scores(qi + off * hd, kf + c * hs, ps, len, cn, group, hd, scale, s.data() + off * len);
+            }
             for (int64_t h = 0; h < nh; ++h) softmax_row(s.data() + h * len, len);
-            K.attn_wsum(s.data(), vc + c0 * hd, Dk, len, c1 - c0, group, hd, o + i * Dq + c0 * group * hd);
+            for (int64_t c = c0; c < c1; c = joint ? c1 : c + 1) {
+                const int64_t cn = joint ? c1 - c0 : 1, off = (c - c0) * group;
+                if (kv.bf16) K.attn_wsum_bf16(s.data() + off * len, vb + c * hs, ps, len, cn, group, hd, oi + off * hd);
+                else K.attn_wsum(s.data() + off * len, vf + c * hs, ps, len, cn, group, hd, oi + off * hd);
+            }
         }
     }
 }

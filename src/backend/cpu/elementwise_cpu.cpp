@@ -114,4 +114,32 @@ void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t pos0, const fl
     }
 }
 
+void rope_table(int64_t n, int64_t hd, int64_t pos0, const float* inv_freq, float* cs) {
+    const int64_t half = hd / 2;
+    for (int64_t t = 0; t < n; ++t) {
+        const float p = float(pos0 + t);
+        for (int64_t i = 0; i < half; ++i) {
+            const float ang = p * inv_freq[i];
+            cs[t * hd + i] = std::cos(ang);
+            cs[t * hd + half + i] = std::sin(ang);
+        }
+    }
+}
+
+void rope_cs(float* x, int64_t n, int64_t heads, int64_t hd, const float* cs) {
+    const int64_t half = hd / 2;
+    for (int64_t t = 0; t < n; ++t) {
+        const float* c = cs + t * hd;
+        const float* s = c + half;
+        for (int64_t h = 0; h < heads; ++h) {
+            float* v = x + (t * heads + h) * hd;
+            for (int64_t i = 0; i < half; ++i) {
+                const float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
+
 } // namespace qasr::ops

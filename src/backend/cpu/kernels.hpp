@@ -39,6 +39,12 @@ struct KernelTable {
                       float* o);
     // Sum of n floats, streaming (the DRAM read-bandwidth probe of qasr bench).
     float (*sum)(const float* x, int64_t n);
+    // attn_scores / attn_wsum over a bf16 cache (k, v: bf16 values at the same element offsets): bit-identical
+    // to attn_scores / attn_wsum of the same table on the values widened to float32 (widening is exact).
+    void (*attn_scores_bf16)(const float* q, const uint16_t* k, int64_t ld, int64_t n, int64_t nkv, int64_t group,
+                             int64_t hd, float scale, float* s);
+    void (*attn_wsum_bf16)(const float* p, const uint16_t* v, int64_t ld, int64_t n, int64_t nkv, int64_t group,
+                           int64_t hd, float* o);
 };
 
 const KernelTable& portable_kernels();

@@ -354,29 +354,55 @@ void a5_axpy(float a, const float* x, float* y, int64_t n) {
     }
 }
 
-// Decode attention. The cache holds one row of all KV heads per position (4 KiB at 0.6B), so walking one head's
-// keys touches one page per position, beyond the hardware prefetchers and with a TLB miss each. Here the
-// positions go in blocks of kAttnBlock rows: all heads of this call (a contiguous slice of each row) are done on a
-// block before the next, whose slices are prefetched meanwhile. q (resp. o) stays in registers for hd ≤ 256 and
-// four keys run as independent chains; per (head, key) the operations and their order are those of a5_dot /
-// a5_axpy.
+// Decode attention. With a position-major cache (one row of all KV heads per position, 4 KiB at 0.6B) walking one
+// head's keys touches one page per position; the positions therefore go in blocks of kAttnBlock rows: all heads of
+// this call (a contiguous slice of each row) are done on a block before the next, whose slices are prefetched
+// meanwhile. (The decoder's KvCache is head-major: it calls with one KV head and ld = hd, one contiguous stream.)
+// q (resp. o) stays in registers for hd ≤ 256 and four keys run as independent chains; per (head, key) the
+// operations and their order are those of a5_dot / a5_axpy, for float32 and bf16 (widened exactly) caches alike.
 constexpr int64_t kAttnBlock = 16;
-inline void prefetch_floats(const float* p, int64_t n) {
-    for (int64_t b = 0; b < n * 4; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + b, _MM_HINT_T0);
+template <typename T> inline void prefetch_row(const T* p, int64_t n) {
+    for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + b, _MM_HINT_T0);
+}
+// 16 cache values as float32: loaded, or bf16 widened (exact).
+inline __m512 ld16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 ld16(const uint16_t* p) { return bf16x16(p); }
+inline __m512 ld16_tail(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 ld16_tail(const uint16_t* p, __mmask16 m) { return bf16x16_tail(p, m); }
+// a5_dot / a5_axpy with the cache operand of type T (the same operations in the same order).
+template <typename T> float dot_t(const float* a, const T* b, int64_t n) {
+    __m512 a0 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), ld16(b + i), a0);
+    if (i < n) {
+        const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), ld16_tail(b + i, m), a0);
+    }
+    return _mm512_reduce_add_ps(a0);
+}
+template <typename T> void axpy_t(float a, const T* x, float* y, int64_t n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, ld16(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, ld16_tail(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
+    }
 }
 
-void a5_attn_scores(const float* q, const float* k, int64_t ld, int64_t n, int64_t nkv, int64_t group, int64_t hd,
-                    float scale, float* s) {
+template <typename T>
+void attn_scores_t(const float* q, const T* k, int64_t ld, int64_t n, int64_t nkv, int64_t group, int64_t hd,
+                   float scale, float* s) {
     if (hd % 16 != 0 || hd > 256) {
         for (int64_t h = 0; h < nkv * group; ++h)
-            for (int64_t j = 0; j < n; ++j) s[h * n + j] = a5_dot(q + h * hd, k + j * ld + (h / group) * hd, hd) * scale;
+            for (int64_t j = 0; j < n; ++j) s[h * n + j] = dot_t(q + h * hd, k + j * ld + (h / group) * hd, hd) * scale;
         return;
     }
     const int64_t nv = hd / 16;
     for (int64_t j0 = 0; j0 < n; j0 += kAttnBlock) {
         const int64_t j1 = std::min(n, j0 + kAttnBlock);
         for (int64_t h = 0; h < nkv * group; ++h) {
-            const float* kh = k + (h / group) * hd;
+            const T* kh = k + (h / group) * hd;
             const bool pf_k = h % group == 0;
             __m512 qv[16];
             for (int64_t c = 0; c < nv; ++c) qv[c] = _mm512_loadu_ps(q + h * hd + 16 * c);
@@ -384,15 +410,15 @@ void a5_attn_scores(const float* q, const float* k, int64_t ld, int64_t n, int64
             int64_t j = j0;
             for (; j + 4 <= j1; j += 4) {
                 if (pf_k)
-                    for (int64_t t = j + kAttnBlock; t < std::min(n, j + kAttnBlock + 4); ++t) prefetch_floats(kh + t * ld, hd);
-                const float* k0 = kh + j * ld;
+                    for (int64_t t = j + kAttnBlock; t < std::min(n, j + kAttnBlock + 4); ++t) prefetch_row(kh + t * ld, hd);
+                const T* k0 = kh + j * ld;
                 __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
                        a3 = _mm512_setzero_ps();
                 for (int64_t c = 0; c < nv; ++c) {
-                    a0 = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k0 + 16 * c), a0);
-                    a1 = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k0 + ld + 16 * c), a1);
-                    a2 = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k0 + 2 * ld + 16 * c), a2);
-                    a3 = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k0 + 3 * ld + 16 * c), a3);
+                    a0 = _mm512_fmadd_ps(qv[c], ld16(k0 + 16 * c), a0);
+                    a1 = _mm512_fmadd_ps(qv[c], ld16(k0 + ld + 16 * c), a1);
+                    a2 = _mm512_fmadd_ps(qv[c], ld16(k0 + 2 * ld + 16 * c), a2);
+                    a3 = _mm512_fmadd_ps(qv[c], ld16(k0 + 3 * ld + 16 * c), a3);
                 }
                 sh[j] = _mm512_reduce_add_ps(a0) * scale;
                 sh[j + 1] = _mm512_reduce_add_ps(a1) * scale;
@@ -400,42 +426,59 @@ void a5_attn_scores(const float* q, const float* k, int64_t ld, int64_t n, int64
                 sh[j + 3] = _mm512_reduce_add_ps(a3) * scale;
             }
             for (; j < j1; ++j) {
-                if (pf_k && j + kAttnBlock < n) prefetch_floats(kh + (j + kAttnBlock) * ld, hd);
+                if (pf_k && j + kAttnBlock < n) prefetch_row(kh + (j + kAttnBlock) * ld, hd);
                 __m512 a0 = _mm512_setzero_ps();
-                for (int64_t c = 0; c < nv; ++c) a0 = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kh + j * ld + 16 * c), a0);
+                for (int64_t c = 0; c < nv; ++c) a0 = _mm512_fmadd_ps(qv[c], ld16(kh + j * ld + 16 * c), a0);
                 sh[j] = _mm512_reduce_add_ps(a0) * scale;
             }
         }
     }
 }
 
-void a5_attn_wsum(const float* p, const float* v, int64_t ld, int64_t n, int64_t nkv, int64_t group, int64_t hd,
-                  float* o) {
+template <typename T>
+void attn_wsum_t(const float* p, const T* v, int64_t ld, int64_t n, int64_t nkv, int64_t group, int64_t hd, float* o) {
     for (int64_t c = 0; c < nkv * group * hd; ++c) o[c] = 0;
     if (hd % 16 != 0 || hd > 256) {
         for (int64_t h = 0; h < nkv * group; ++h)
-            for (int64_t j = 0; j < n; ++j) a5_axpy(p[h * n + j], v + j * ld + (h / group) * hd, o + h * hd, hd);
+            for (int64_t j = 0; j < n; ++j) axpy_t(p[h * n + j], v + j * ld + (h / group) * hd, o + h * hd, hd);
         return;
     }
     const int64_t nv = hd / 16;
     for (int64_t j0 = 0; j0 < n; j0 += kAttnBlock) {
         const int64_t j1 = std::min(n, j0 + kAttnBlock);
         for (int64_t h = 0; h < nkv * group; ++h) {
-            const float* vh = v + (h / group) * hd;
+            const T* vh = v + (h / group) * hd;
             const bool pf_v = h % group == 0;
             __m512 ov[16];
             float* oh = o + h * hd;
             for (int64_t c = 0; c < nv; ++c) ov[c] = _mm512_loadu_ps(oh + 16 * c);
             const float* ph = p + h * n;
             for (int64_t j = j0; j < j1; ++j) {
-                if (pf_v && j + kAttnBlock < n) prefetch_floats(vh + (j + kAttnBlock) * ld, hd);
+                if (pf_v && j + kAttnBlock < n) prefetch_row(vh + (j + kAttnBlock) * ld, hd);
                 const __m512 pj = _mm512_set1_ps(ph[j]);
-                const float* vj = vh + j * ld;
-                for (int64_t c = 0; c < nv; ++c) ov[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * c), ov[c]);
+                const T* vj = vh + j * ld;
+                for (int64_t c = 0; c < nv; ++c) ov[c] = _mm512_fmadd_ps(pj, ld16(vj + 16 * c), ov[c]);
             }
             for (int64_t c = 0; c < nv; ++c) _mm512_storeu_ps(oh + 16 * c, ov[c]);
         }
     }
+}
+
+void a5_attn_scores(const float* q, const float* k, int64_t ld, int64_t n, int64_t nkv, int64_t group, int64_t hd,
+                    float scale, float* s) {
+    attn_scores_t(q, k, ld, n, nkv, group, hd, scale, s);
+}
+void a5_attn_wsum(const float* p, const float* v, int64_t ld, int64_t n, int64_t nkv, int64_t group, int64_t hd,
+                  float* o) {
+    attn_wsum_t(p, v, ld, n, nkv, group, hd, o);
+}
+void a5_attn_scores_bf16(const float* q, const uint16_t* k, int64_t ld, int64_t n, int64_t nkv, int64_t group,
+                         int64_t hd, float scale, float* s) {
+    attn_scores_t(q, k, ld, n, nkv, group, hd, scale, s);
+}
+void a5_attn_wsum_bf16(const float* p, const uint16_t* v, int64_t ld, int64_t n, int64_t nkv, int64_t group,
+                       int64_t hd, float* o) {
+    attn_wsum_t(p, v, ld, n, nkv, group, hd, o);
 }
 
 float a5_sum(const float* x, int64_t n) {
@@ -454,7 +497,8 @@ float a5_sum(const float* x, int64_t n) {
 
 const KernelTable kAvx512{Isa::Avx512, "avx512",          a5_q_prep,           a5_q_gemv, a5_bf16_gemv,
                           a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a5_dot,    a5_axpy,
-                          a5_attn_scores,      a5_attn_wsum,      a5_sum};
+                          a5_attn_scores,      a5_attn_wsum,      a5_sum,
+                          a5_attn_scores_bf16, a5_attn_wsum_bf16};
 
 } // namespace
 

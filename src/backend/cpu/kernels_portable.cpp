@@ -75,7 +75,8 @@ float p_sum(const float* x, int64_t n) {
 
 const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,          p_q_gemv, p_bf16_gemv,
                             p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32, p_dot,  p_axpy,
-                            generic_attn_scores<p_dot>, generic_attn_wsum<p_axpy>, p_sum};
+                            generic_attn_scores<p_dot>, generic_attn_wsum<p_axpy>, p_sum,
+                            generic_attn_scores_bf16<p_dot>, generic_attn_wsum_bf16<p_axpy>};
 
 const KernelTable* g_active = nullptr;
 
