@@ -30,6 +30,29 @@ size_t stable_frame_count(size_t n_samples) { // frames whose STFT support lies 
 
 int argmax(const float* x, int64_t n) { return int(std::max_element(x, x + n) - x); }
 
+constexpr int kLookupMax = 8; // lookup draft tokens verified with a sequential pass (a pass of 9 rows)
+
+// Prompt-lookup draft of what may follow `gen` (at most max_len tokens), or none:
+//  (a) the previous hypothesis `old`, after the latest occurrence of gen's last 3, 2 or 1 tokens (a new hypothesis
+//      that left the old one often joins it again, e.g. after one changed word);
+//  (b) gen itself, after an earlier occurrence of its last two tokens, continued with that period (a repetition).
+// Only a guess: the tokens are kept where greedy argmax reproduces them, so the result is unchanged.
+std::vector<int> lookup_draft(const std::vector<int>& old, const std::vector<int>& gen, size_t max_len) {
+    if (gen.empty() || max_len == 0) return {};
+    for (size_t n = std::min<size_t>(3, gen.size()); n >= 1; --n)
+        for (size_t e = old.size(); e-- > n;) // occurrence old[e − n, e), continuation from old[e]
+            if (std::equal(old.begin() + long(e - n), old.begin() + long(e), gen.end() - long(n)))
+                return {old.begin() + long(e), old.begin() + long(std::min(old.size(), e + max_len))};
+    const size_t g = gen.size();
+    for (size_t e = g - 1; g >= 3 && e >= 2; --e) // gen[e − 2, e) == gen[g − 2, g), period g − e
+        if (gen[e - 2] == gen[g - 2] && gen[e - 1] == gen[g - 1]) {
+            std::vector<int> d;
+            for (size_t i = 0; i < max_len; ++i) d.push_back(i < g - e ? gen[e + i] : d[i - (g - e)]);
+            return d;
+        }
+    return {};
+}
+
 } // namespace
 
 int StreamSession::emulated_length(double seconds) const {
@@ -53,6 +76,7 @@ StreamSession::StreamSession(std::shared_ptr<const Model> model, StreamOptions o
     chunk_samples_ = size_t(std::lround(opts_.chunk_seconds * kSampleRate));
     pause_blocks_ = int(std::lround(opts_.pause_seconds * kSampleRate / double(kPauseBlock)));
     next_step_at_ = chunk_samples_;
+    plan_early_stem();
 }
 
 void StreamSession::push_s16le(const uint8_t* bytes, size_t n) {
@@ -68,7 +92,8 @@ void StreamSession::push(const float* pcm, size_t n) {
         if (!std::isfinite(pcm[i])) fail("stream", "samples must be finite");
     size_t done = 0;
     while (done < n) { // append up to the next step or pause check, so both happen at fixed sample counts
-        const size_t next = std::min(next_step_at_, next_check_at_);
+        size_t next = std::min(next_step_at_, next_check_at_);
+        if (next_stem_at_ > audio_.size()) next = std::min(next, next_stem_at_);
         const size_t take = std::min(n - done, next - audio_.size());
         for (size_t i = 0; i < take; ++i) audio_.push_back(std::clamp(pcm[done + i], -1.0f, 1.0f));
         done += take;
@@ -77,6 +102,7 @@ void StreamSession::push(const float* pcm, size_t n) {
             stepped = check_pause();
             next_check_at_ += kPauseBlock;
         }
+        if (audio_.size() == next_stem_at_ && audio_.size() != next_step_at_ && !stepped) early_stem();
         if (audio_.size() == next_step_at_) {
             if (!stepped) step(false); // a pause step at the same sample count already covers this chunk
             next_step_at_ += chunk_samples_;
@@ -84,6 +110,58 @@ void StreamSession::push(const float* pcm, size_t n) {
             if (audio_.size() >= boundary + 200) end_segment(boundary);
         }
     }
+}
+
+Tensor StreamSession::stem_of(const std::vector<float>& lm, size_t frames, float clip_max) const {
+    const AudioHParams& ahp = model_->hp.audio;
+    const Tensor in = MelFrontend::normalize(lm, ahp.n_mels, frames, clip_max);
+    return encode_stem_chunk(model_->weights.enc, ahp, in.ptr(), int64_t(frames), int64_t(frames));
+}
+
+void StreamSession::plan_early_stem() {
+    // The next chunk to keep ends at frame c1; its last frame is final once the samples cover its STFT support.
+    const size_t cf = size_t(model_->hp.audio.chunk_frames());
+    const size_t c1 = stem_from_ + (stem_.size() + 1) * cf;
+    next_stem_at_ = std::max((c1 - 1) * kHop + 200, audio_.size() + 1);
+}
+
+void StreamSession::early_stem() {
+    // Between steps: the log-mel of the frames that became final (the next step recomputes only the frames after
+    // them) and the conv stem of every chunk whose frames are now all final, with the clamp floor of the final
+    // frames so far. A step checks each kept chunk against its own floor (exact, as for the step's own chunks).
+    Stopwatch sw;
+    const int n_mels = model_->hp.audio.n_mels;
+    const size_t cf = size_t(model_->hp.audio.chunk_frames());
+    const size_t now_stable = stable_frame_count(audio_.size());
+    if (now_stable > stable_frames_) {
+        const std::vector<float> fresh = model_->mel.log10_frames(audio_, audio_.size(), stable_frames_, now_stable);
+        const size_t nf = now_stable - stable_frames_;
+        logmel_.resize(stable_frames_ * size_t(n_mels));
+        for (size_t t = 0; t < nf; ++t)
+            for (int m = 0; m < n_mels; ++m) {
+                logmel_.push_back(fresh[size_t(m) * nf + t]);
+                max_stable_ = std::max(max_stable_, fresh[size_t(m) * nf + t]);
+            }
+        stable_frames_ = now_stable;
+    }
+    for (;;) {
+        const size_t c0 = stem_from_ + stem_.size() * cf;
+        if (c0 + cf > stable_frames_) break;
+        std::vector<float> lm(size_t(n_mels) * cf);
+        float mn = 1e30f;
+        for (size_t t = 0; t < cf; ++t)
+            for (int m = 0; m < n_mels; ++m) {
+                const float v = logmel_[(c0 + t) * size_t(n_mels) + size_t(m)];
+                lm[size_t(m) * cf + t] = v;
+                mn = std::min(mn, v);
+            }
+        stem_.push_back(stem_of(lm, cf, max_stable_));
+        stem_min_.push_back(mn);
+        stem_floor_.push_back(max_stable_ - 8.0f);
+        ++early_chunks_;
+    }
+    early_ms_ += sw.ms();
+    plan_early_stem();
 }
 
 bool StreamSession::check_pause() {
@@ -160,24 +238,24 @@ void StreamSession::step(bool final, bool pause) {
             for (int m = 0; m < n_mels; ++m) mn = std::min(mn, frame(t)[m]);
         return mn;
     };
-    // Rows computed with floor_used_ are exact under `floor` when no value lies under either floor alone.
-    auto unchanged = [&](float mn) { return floor == floor_used_ || (floor <= mn && floor_used_ <= mn); };
+    // Rows computed with floor f are exact under `floor` when no value lies under either floor alone.
+    auto unchanged_from = [&](float mn, float f) { return floor == f || (floor <= mn && f <= mn); };
+    auto unchanged = [&](float mn) { return unchanged_from(mn, floor_used_); };
     auto stem = [&](size_t t0, size_t t1) { // conv-stem rows of the chunk [t0, t1)
         std::vector<float> lm(size_t(n_mels) * (t1 - t0));
         for (size_t t = t0; t < t1; ++t)
             for (int m = 0; m < n_mels; ++m) lm[size_t(m) * (t1 - t0) + (t - t0)] = frame(t)[m];
-        const Tensor in = MelFrontend::normalize(lm, n_mels, t1 - t0, clip_max);
         st.stem_chunks += 1;
-        return encode_stem_chunk(model_->weights.enc, ahp, in.ptr(), int64_t(t1 - t0), int64_t(t1 - t0));
+        return stem_of(lm, t1 - t0, clip_max);
     };
-    // Encoder rows of the window [t0, t1): each chunk's stem rows (from stem_ for the window it belongs to, which
+    // Encoder rows of the window [t0, t1): each chunk's stem rows (from stem_ for chunks from stem_from_ on, which
     // also keeps new completed chunks), then the Transformer layers over all of them.
     auto encode_window = [&](size_t t0, size_t t1) {
-        const bool cached = t0 == stem_from_;
+        const bool cached = t0 >= stem_from_;
         const int64_t d = ahp.d_model;
         Tensor x({audio_token_count(int64_t(t1 - t0), ahp), d});
         int64_t row = 0;
-        for (size_t c0 = t0, k = 0; c0 < t1; c0 += cf, ++k) {
+        for (size_t c0 = t0, k = cached ? (t0 - stem_from_) / cf : 0; c0 < t1; c0 += cf, ++k) {
             const size_t c1 = std::min(c0 + cf, t1);
             Tensor own;
             if (!(cached && k < stem_.size())) {
@@ -185,6 +263,7 @@ void StreamSession::step(bool final, bool pause) {
                 if (cached && k == stem_.size() && c1 - c0 == cf && c1 <= stable_frames_) { // final frames only
                     stem_.push_back(own);
                     stem_min_.push_back(min_of(c0, c1));
+                    stem_floor_.push_back(floor);
                 }
             }
             const Tensor& r = own.size() ? own : stem_[k];
@@ -200,6 +279,7 @@ void StreamSession::step(bool final, bool pause) {
     if (stem_from_ != windows_.size() * FW) {
         stem_.clear();
         stem_min_.clear();
+        stem_floor_.clear();
         stem_from_ = windows_.size() * FW;
     }
     size_t valid_rows = 0, first_changed = windows_.size();
@@ -212,15 +292,20 @@ void StreamSession::step(bool final, bool pause) {
     while (!stem_.empty() && stem_from_ + stem_.size() * cf > stable_frames_) { // frames provisional again
         stem_.pop_back();
         stem_min_.pop_back();
+        stem_floor_.pop_back();
     }
-    for (size_t k = 0; k < stem_.size(); ++k)
-        if (!unchanged(stem_min_[k])) stem_[k] = stem(stem_from_ + k * cf, stem_from_ + (k + 1) * cf);
+    for (size_t k = 0; k < stem_.size(); ++k) {
+        if (!unchanged_from(stem_min_[k], stem_floor_[k])) stem_[k] = stem(stem_from_ + k * cf, stem_from_ + (k + 1) * cf);
+        stem_floor_[k] = floor;
+    }
     while ((windows_.size() + 1) * FW <= stable_frames_ && (windows_.size() + 1) * FW <= T) {
         const size_t w = windows_.size();
         windows_.push_back(encode_window(w * FW, (w + 1) * FW));
         window_min_.push_back(min_of(w * FW, (w + 1) * FW));
-        stem_.clear();
-        stem_min_.clear();
+        const long drop = long(std::min(stem_.size(), FW / cf)); // the window's chunks; later ones stay
+        stem_.erase(stem_.begin(), stem_.begin() + drop);
+        stem_min_.erase(stem_min_.begin(), stem_min_.begin() + drop);
+        stem_floor_.erase(stem_floor_.begin(), stem_floor_.begin() + drop);
         stem_from_ = (w + 1) * FW;
     }
     floor_used_ = floor;
@@ -275,9 +360,9 @@ void StreamSession::step(bool final, bool pause) {
     st.prefilled_tokens = int(run_ids.size());
     st.draft_tokens = int(draft.size());
     Tensor h = decoder_.forward(std::move(x), cache_);
-    // Logits of the last prompt position alone (one matrix-vector pass over the head); those of the draft positions
+    // Logits of the last fed position alone (one matrix-vector pass over the head); those of the draft positions
     // in one batch, only once the first draft token is confirmed (a batch has a fixed cost of a few such passes).
-    const int64_t h0 = h.rows() - int64_t(draft.size()) - 1;
+    int64_t h0 = h.rows() - int64_t(draft.size()) - 1;
     auto head_rows = [&](int64_t r0, int64_t n) {
         Tensor hr({n, D});
         std::memcpy(hr.ptr(), h.row(h0 + r0), size_t(n * D) * sizeof(float));
@@ -288,10 +373,12 @@ void StreamSession::step(bool final, bool pause) {
     phase.reset();
     const int64_t V = logits.cols();
     const float* cur = logits.ptr();
-    Tensor step_logits;
     std::vector<int> gen;
-    size_t accepted = 0;
-    bool on_draft = true; // the cache holds the draft's rows after the accepted ones
+    // The draft whose KV rows follow position `base` in the cache: first the previous hypothesis (verified in the
+    // prefill pass), later lookup drafts (verified in a sequential pass together with the token before them).
+    size_t base = P, accepted = 0, lookup_accepted = 0;
+    bool lookup = false; // the current draft is a lookup draft
+    const bool lookups = opts_.speculative && !(final && opts_.exact_final);
     int run_len = 0;
     for (int n = 0; n < cap; ++n) {
         const int tok = argmax(cur, V);
@@ -299,23 +386,36 @@ void StreamSession::step(bool final, bool pause) {
         run_len = (!gen.empty() && gen.back() == tok) ? run_len + 1 : 1;
         if (run_len > DecodeOptions{}.repetition_limit) break; // the offline guard's default
         gen.push_back(tok);
-        if (on_draft && accepted < draft.size() && tok == draft[accepted]) { // its row is already in the cache
+        if (accepted < draft.size() && tok == draft[accepted]) { // its row is already in the cache
             ++accepted;
+            if (lookup) ++lookup_accepted;
+            else ++st.accepted_tokens;
             if (draft_logits.rows() == 0) draft_logits = head_rows(1, int64_t(draft.size()));
             cur = draft_logits.row(int64_t(accepted) - 1);
             continue;
         }
-        if (on_draft) {
-            on_draft = false;
-            cache_.truncate(int64_t(P + accepted), kv_row);
-        }
+        cache_.truncate(int64_t(base + accepted), kv_row); // rows of the rejected draft tokens
+        draft.clear();
+        draft_logits = Tensor();
+        accepted = 0;
         if (n + 1 == cap) break; // no logits needed after the last token
-        step_logits = decoder_.logits(decoder_.forward(decoder_.embed({tok}), cache_));
-        cur = step_logits.ptr();
+        // Next pass: the token, plus a lookup draft of what may follow it when the tokens so far suggest one.
+        std::vector<int> run = {tok};
+        if (lookups) {
+            draft = lookup_draft(hyp_, gen, size_t(std::min(kLookupMax, cap - n - 2)));
+            run.insert(run.end(), draft.begin(), draft.end());
+            st.lookup_tokens += int(draft.size());
+        }
+        lookup = true;
+        base = size_t(cache_.len) + 1;
+        h = decoder_.forward(decoder_.embed(run), cache_);
+        h0 = 0;
+        logits = head_rows(0, 1);
+        cur = logits.ptr();
         ++st.decode_steps;
     }
-    if (on_draft) cache_.truncate(int64_t(P + accepted), kv_row);
-    st.accepted_tokens = int(accepted);
+    cache_.truncate(int64_t(base + accepted), kv_row);
+    st.lookup_accepted = int(lookup_accepted);
     st.generated_tokens = int(gen.size());
     st.decode_ms = phase.ms();
     cached_ids_ = ids;
@@ -334,7 +434,12 @@ void StreamSession::step(bool final, bool pause) {
     std::string stable = full.text.rfind(keep, 0) == 0 ? keep : "";
     stable_ = stable;
     st.ms = sw.ms();
+    st.early_stem_chunks = early_chunks_;
+    st.early_ms = early_ms_;
+    early_chunks_ = 0;
+    early_ms_ = 0;
     stats_.push_back(st);
+    plan_early_stem();
     if (!final) emit(StreamEvent::Kind::Partial, committed_raw_text_ + stable, full.text.substr(stable.size()));
 }
 
@@ -367,6 +472,7 @@ void StreamSession::end_segment(size_t boundary) {
     window_min_.clear();
     stem_.clear();
     stem_min_.clear();
+    stem_floor_.clear();
     stem_from_ = 0;
     floor_used_ = -1e30f;
     cache_ = KvCache();
@@ -378,6 +484,7 @@ void StreamSession::end_segment(size_t boundary) {
     next_check_at_ = kPauseBlock;
     quiet_blocks_ = 0;
     endpoint_ok_ = false;
+    plan_early_stem();
     if (!rest.empty()) push(rest.data(), rest.size());
 }
 

@@ -4,11 +4,16 @@
 //  - encoder rows of completed 8-second attention windows are reused (recomputed only if the clip-max clamp
 //    floor moved above one of their values, which keeps them exact, spec §4.6);
 //  - in the open window, the conv-stem rows of each completed 100-frame chunk are kept (the stem is per chunk,
-//    spec §4.1–4.4; same exactness rule): a step runs the stem on new chunks only, then the Transformer layers;
+//    spec §4.1–4.4; same exactness rule); push() computes them as soon as a chunk's 100 frames are final, between
+//    steps, so a step (and finish()) runs the stem only on the chunk holding its provisional last frames, then the
+//    Transformer layers;
 //  - the decoder keeps the KV cache of the unchanged prompt prefix (system part + completed windows) and
 //    re-runs only the tail: the open window's rows, the prompt suffix and the rolled-back text prefix;
 //  - the previous hypothesis after the prefix is verified as a draft in the same prefill pass (speculative): the
 //    accepted tokens cost no single-token decoder step; the final decodes without a forced prefix this way;
+//  - where the hypothesis leaves that draft, a sequential pass also verifies a prompt-lookup draft (the previous
+//    hypothesis after the last tokens generated, or a repetition of them), so a run of predictable tokens costs
+//    one pass instead of one pass per token; tokens are kept only where greedy argmax reproduces them;
 //  - audio is processed in segments of at most `max_segment_windows` windows; a full segment is finalized at a
 //    window boundary and its text committed (the encoder output stays exact across the cut).
 // Chunk steps (and pause checks) happen at fixed sample counts, so results do not depend on how the PCM was split
@@ -30,12 +35,16 @@ struct StreamChunkStats {
     int encoder_windows = 0;    // windows encoded in this step
     int encoder_frames = 0;     // mel frames fed to the encoder
     int stem_chunks = 0;        // conv-stem chunks (100 frames) computed in this step; cached ones not counted
+    int early_stem_chunks = 0;  // conv-stem chunks computed by push() since the previous step (final frames only)
+    double early_ms = 0;        // time push() spent on them (log-mel of their frames + stem), not part of ms
     int mel_frames = 0;         // mel frames (re)computed
     int prefilled_tokens = 0;   // decoder positions run in prefill (after KV reuse)
     int generated_tokens = 0;
     int draft_tokens = 0;       // previous-hypothesis tokens verified in the prefill pass
     int accepted_tokens = 0;    // of those, reproduced by greedy argmax (no sequential step needed)
-    int decode_steps = 0;       // sequential single-token decoder passes
+    int decode_steps = 0;       // sequential decoder passes (one token, plus any lookup draft after it)
+    int lookup_tokens = 0;      // prompt-lookup draft tokens verified in those passes
+    int lookup_accepted = 0;    // of those, reproduced by greedy argmax
     bool pause = false;         // an extra step triggered by a pause after speech
     double ms = 0;
     double mel_ms = 0, encoder_ms = 0, prefill_ms = 0, decode_ms = 0; // breakdown of ms
@@ -56,6 +65,9 @@ public:
 private:
     void step(bool final, bool pause = false);
     bool check_pause(); // at each 100 ms of segment samples; returns whether a pause step ran
+    void early_stem();  // when the next open-window chunk's frames are all final: its log-mel and conv stem
+    void plan_early_stem();
+    Tensor stem_of(const std::vector<float>& lm, size_t frames, float clip_max) const; // lm: [n_mels, frames]
     void end_segment(size_t keep_from);
     void emit(StreamEvent::Kind kind, const std::string& stable, const std::string& unstable);
     std::vector<int> rollback_prefix(bool final) const;
@@ -78,9 +90,13 @@ private:
     float max_stable_ = -1e30f;
     std::vector<Tensor> windows_;    // encoder rows of completed windows
     std::vector<float> window_min_;  // min unclamped log-mel value inside each completed window
-    std::vector<Tensor> stem_;       // conv-stem rows of the open window's completed chunks, in order
+    std::vector<Tensor> stem_;       // conv-stem rows of the completed chunks from stem_from_ on, in order
     std::vector<float> stem_min_;    // min unclamped log-mel value inside each of those chunks
-    size_t stem_from_ = 0;           // first frame of the window that stem_ belongs to
+    std::vector<float> stem_floor_;  // clamp floor each of them was computed with
+    size_t stem_from_ = 0;           // first frame of the open window (stem_[0] is its first chunk)
+    size_t next_stem_at_ = 0;        // segment sample count at which push() runs early_stem() (0: none planned)
+    int early_chunks_ = 0;           // early_stem() work since the last step, for its stats
+    double early_ms_ = 0;
     float floor_used_ = -1e30f;      // clamp floor the completed windows and stem_ were computed with
     KvCache cache_;
     std::vector<int> cached_ids_;    // input ids behind the cache rows (audio rows: pad id)

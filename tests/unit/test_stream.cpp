@@ -350,13 +350,20 @@ TEST(Stream, PauseStepsKeepPerChunkWorkBounded) {
 
 namespace {
 
-// Final text of a streamed clip, with the conv-stem chunks computed by each step (the last one: finish()).
-std::string stream_stem_chunks(const std::vector<float>& audio, std::vector<int>& chunks, int& final_frames) {
+// Final text of a streamed clip, with the conv-stem chunks computed by each step (the last one: finish()) and by
+// push() between steps (before each step).
+std::string stream_stem_chunks(const std::vector<float>& audio, std::vector<int>& chunks, int& final_frames,
+                               std::vector<int>* early = nullptr, size_t block = 0) {
     StreamSession s(tiny(), small_opts());
-    s.push(audio.data(), audio.size());
+    if (!block) block = audio.size();
+    for (size_t i = 0; i < audio.size(); i += block) s.push(audio.data() + i, std::min(block, audio.size() - i));
     const std::string fin = s.finish().raw_text;
     chunks.clear();
-    for (const auto& c : s.stats()) chunks.push_back(c.stem_chunks);
+    if (early) early->clear();
+    for (const auto& c : s.stats()) {
+        chunks.push_back(c.stem_chunks);
+        if (early) early->push_back(c.early_stem_chunks);
+    }
     final_frames = s.stats().back().encoder_frames;
     return fin;
 }
@@ -372,25 +379,62 @@ std::string offline_text(const std::vector<float>& audio) {
 
 TEST(Stream, FinishRunsTheConvStemOnNewChunksOnly) {
     NEED_TOKENIZER();
-    // 7.3 s whose loud first 0.2 s sets the clip maximum, so the clamp floor never moves. Steps at 2, 4 and 6 s keep
-    // the conv-stem rows of every open-window chunk whose 100 frames are final; each step and finish() compute only
-    // the chunks not kept yet (the last frame of a step is provisional): 0–1, 1–3, 3–5, then 5–7 at finish, where
+    // 7.3 s whose loud first 0.2 s sets the clip maximum, so the clamp floor never moves. push() runs the conv stem
+    // of each open-window chunk as soon as its 100 frames are final (chunk c at 160·(100c + 99) + 200 samples):
+    // chunk 0 before the step at 2 s, 1–2 before 4 s, 3–4 before 6 s, 5–6 before finish(). Each step then computes
+    // only the chunk holding its provisional last frames, and finish() only the 30-frame tail chunk, where
     // re-encoding the open window would run the stem on all 8. The Transformer still sees the whole window.
     auto audio = speechlike(16000 * 7 + 4800, 51);
     for (size_t i = 0; i < 3200; ++i) audio[i] *= 5.0f;
-    std::vector<int> chunks;
+    std::vector<int> chunks, early;
     int frames = 0;
-    const std::string fin = stream_stem_chunks(audio, chunks, frames);
-    EXPECT_EQ(chunks, (std::vector<int>{2, 3, 3, 3}));
+    const std::string fin = stream_stem_chunks(audio, chunks, frames, &early);
+    EXPECT_EQ(chunks, (std::vector<int>{1, 1, 1, 1}));
+    EXPECT_EQ(early, (std::vector<int>{1, 2, 2, 2}));
     EXPECT_EQ(frames, 730);
     EXPECT_EQ(fin, offline_text(audio));
+    // The same counts for any split of the PCM into pushes (the chunk boundaries are fixed sample counts).
+    std::vector<int> chunks2, early2;
+    EXPECT_EQ(stream_stem_chunks(audio, chunks2, frames, &early2, 1234), fin);
+    EXPECT_EQ(chunks2, chunks);
+    EXPECT_EQ(early2, early);
     // A louder tail after the last step raises the clip maximum: the floor moves above values of the quiet second
-    // chunk (kept at 6 s), which finish() must recompute, and the final still equals the offline transcript.
+    // chunk (kept since 4 s), which finish() must recompute besides the tail chunk, and the final still equals the
+    // offline transcript. (Chunk 6, computed by push() after the loud frames arrived, already has the new floor.)
     for (size_t i = 16000; i < 24000; ++i) audio[i] *= 7e-4f;
     for (size_t i = 16000 * 7 - 3200; i < audio.size(); ++i) audio[i] *= 15.0f;
     const std::string loud = stream_stem_chunks(audio, chunks, frames);
     ASSERT_EQ(chunks.size(), 4u);
-    EXPECT_GT(chunks.back(), 3);
+    EXPECT_GT(chunks.back(), 1);
     EXPECT_LE(chunks.back(), 8);
     EXPECT_EQ(loud, offline_text(audio));
+}
+
+TEST(Stream, LookupDraftsKeepTheGreedyTranscript) {
+    NEED_TOKENIZER();
+    // Where a step's hypothesis leaves the previous one, each sequential pass also verifies a prompt-lookup draft
+    // (the random tiny model repeats tokens, so some are kept). Kept tokens must be exactly the greedy ones: the
+    // final equals that of an exact_final session (token by token, no drafts) and the offline transcript.
+    const auto audio = speechlike(16000 * 9 + 700, 77);
+    StreamOptions o = small_opts();
+    o.max_new_tokens_per_chunk = 24;
+    StreamSession s(tiny(), o);
+    s.push(audio.data(), audio.size());
+    const auto fin = s.finish();
+    int looked = 0, kept = 0;
+    for (const auto& c : s.stats()) {
+        looked += c.lookup_tokens;
+        kept += c.lookup_accepted;
+        EXPECT_LE(c.lookup_accepted, c.lookup_tokens);
+        EXPECT_LE(c.decode_steps + c.accepted_tokens + c.lookup_accepted, c.generated_tokens);
+    }
+    EXPECT_GT(looked, 0);
+    EXPECT_GT(kept, 0) << "the random tiny model repeats tokens: lookup drafts should be accepted";
+    StreamOptions e = o;
+    e.exact_final = true;
+    StreamSession x(tiny(), e);
+    x.push(audio.data(), audio.size());
+    EXPECT_EQ(x.finish().raw_text, fin.raw_text);
+    EXPECT_EQ(x.stats().back().lookup_tokens, 0);
+    EXPECT_EQ(parse_asr_output(fin.raw_text, "").text, offline_text(audio));
 }
