@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <unistd.h>
 
 using namespace qasr;
 namespace fs = std::filesystem;
@@ -54,7 +55,7 @@ LogitStats compare(const Tensor& ref, const Tensor& q) {
 
 TEST(QuantModel, TinyCheckpointQuantizesLoadsAndStaysClose) {
     if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
-    const std::string base = testing::TempDir() + "/qasr_quant_model";
+    const std::string base = testing::TempDir() + "/qasr_quant_model_" + std::to_string(::getpid());
     fs::remove_all(base);
     write_random_checkpoint(base + "/bf16", "tiny", "hf", 3, QASR_TOKENIZER_DIR);
     const std::vector<float> audio = load_audio_file(std::string(QASR_SOURCE_DIR) + "/tests/data/audio/t1p3s.wav");

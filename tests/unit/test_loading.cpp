@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <unistd.h>
 
 using namespace qasr;
 namespace fs = std::filesystem;
@@ -117,7 +118,7 @@ TEST(Config, WrongConfigsListEveryProblem) {
 }
 
 TEST(Weights, TableReportsMissingAndMisshapedTogether) {
-    const std::string dir = testing::TempDir() + "/qasr_weights_test";
+    const std::string dir = testing::TempDir() + "/qasr_weights_test_" + std::to_string(::getpid());
     fs::remove_all(dir);
     write_random_checkpoint(dir, "tiny", "hf", 1, "");
     const HParams hp = load_config(dir);
@@ -153,7 +154,8 @@ TEST(Weights, TableReportsMissingAndMisshapedTogether) {
 }
 
 TEST(Weights, OriginalLayoutHasSameValues) {
-    const std::string a = testing::TempDir() + "/qasr_w_hf", b = testing::TempDir() + "/qasr_w_orig";
+    const std::string a = testing::TempDir() + "/qasr_w_hf_" + std::to_string(::getpid()),
+                      b = testing::TempDir() + "/qasr_w_orig_" + std::to_string(::getpid());
     write_random_checkpoint(a, "tiny", "hf", 5, "");
     write_random_checkpoint(b, "tiny", "original", 5, "");
     TensorStore sa = TensorStore::open_dir(a), sb = TensorStore::open_dir(b);
@@ -259,19 +261,19 @@ void rewrite(const std::string& src, const std::string& dst, int n_shards, DType
 } // namespace
 
 TEST(Weights, ShardedF32AndF16CheckpointsLoad) {
-    const std::string base = testing::TempDir() + "/qasr_shard_base";
+    const std::string base = testing::TempDir() + "/qasr_shard_base_" + std::to_string(::getpid());
     write_random_checkpoint(base, "tiny", "original", 3, "");
     const HParams hp = load_config(base);
     TensorStore sb = TensorStore::open_dir(base);
     const ModelWeights ref = load_weights(sb, hp);
-    const std::string f32 = testing::TempDir() + "/qasr_shard_f32";
+    const std::string f32 = testing::TempDir() + "/qasr_shard_f32_" + std::to_string(::getpid());
     rewrite(base, f32, 3, DType::F32);
     TensorStore s32 = TensorStore::open_dir(f32);
     EXPECT_EQ(s32.tensors().size(), sb.tensors().size());
     const ModelWeights w32 = load_weights(s32, hp);
     EXPECT_EQ(w32.dec.layers[1].gate.w.to_f32(), ref.dec.layers[1].gate.w.to_f32()); // bf16 → f32 is exact
     EXPECT_EQ(w32.enc.conv2_w.data, ref.enc.conv2_w.data);
-    const std::string f16 = testing::TempDir() + "/qasr_shard_f16";
+    const std::string f16 = testing::TempDir() + "/qasr_shard_f16_" + std::to_string(::getpid());
     rewrite(base, f16, 2, DType::F16);
     TensorStore s16 = TensorStore::open_dir(f16);
     const ModelWeights w16 = load_weights(s16, hp);
