@@ -1,7 +1,6 @@
 // Decoder forward over n new positions with a KV cache (prefill: n = prompt length; step: n = 1).
 #include "model/decoder.hpp"
 
-#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 
@@ -90,6 +89,20 @@ void KvCache::reserve(int64_t need, int64_t h, int64_t hd, bool b16) {
     bf16 = b16;
 }
 
+namespace {
+
+// f32_to_bf16 (nearest even, NaN kept quiet) in a form the compiler vectorizes.
+void to_bf16(const float* x, uint16_t* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t b;
+        std::memcpy(&b, x + i, 4);
+        const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16, quiet = (b >> 16) | 0x40u;
+        y[i] = uint16_t(int32_t(b & 0x7fffffffu) > int32_t(0x7f800000u) ? quiet : rounded);
+    }
+}
+
+} // namespace
+
 void KvCache::write(size_t layer, const float* kx, const float* vx, int64_t pos, int64_t n) {
     if (pos + n > cap) fail("decoder", "KV cache write past its capacity");
     const int64_t row = heads * head_dim;
@@ -99,10 +112,8 @@ void KvCache::write(size_t layer, const float* kx, const float* vx, int64_t pos,
             if (bf16) {
                 uint16_t* kd = static_cast<uint16_t*>(k[layer]) + dst;
                 uint16_t* vd = static_cast<uint16_t*>(v[layer]) + dst;
-                for (int64_t i = 0; i < head_dim; ++i) {
-                    kd[i] = f32_to_bf16(kx[src + size_t(i)]);
-                    vd[i] = f32_to_bf16(vx[src + size_t(i)]);
-                }
+                to_bf16(kx + src, kd, head_dim);
+                to_bf16(vx + src, vd, head_dim);
             } else {
                 std::memcpy(static_cast<float*>(k[layer]) + dst, kx + src, size_t(head_dim) * 4);
                 std::memcpy(static_cast<float*>(v[layer]) + dst, vx + src, size_t(head_dim) * 4);
@@ -160,9 +171,8 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         ops::add(x.ptr(), a.ptr(), x.size());
         Tensor m = x;
         ops::rms_norm(m.ptr(), n, D, l.post_norm.ptr(), hp_.rms_eps);
-        Tensor g, up;
-        ops::linear_multi(m, {&l.gate.w, &l.up.w}, {&g, &up});
-        ops::silu_mul(g.ptr(), up.ptr(), g.size());
+        Tensor g;
+        ops::swiglu(m, l.gate.w, l.up.w, g);
         Tensor dn = ops::linear(g, l.down.w);
         ops::add(x.ptr(), dn.ptr(), x.size());
         if (tap) (*tap)("dec_layer." + std::to_string(li), x);

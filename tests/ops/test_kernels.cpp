@@ -309,6 +309,70 @@ TEST(Kernels, CausalAttentionOnKvViews) {
     ops::set_num_threads(0);
 }
 
+// ops::swiglu (the decode's gate/up pass with silu_mul applied per row block on the team) against linear_multi +
+// silu_mul: bit for bit, every format, 1 and 2 threads, row counts that split into uneven blocks; M > 1 too.
+TEST(Kernels, SwigluMatchesLinearMultiAndSiluMul) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    for (const int threads : {1, 2})
+        for (const int64_t N : {45, 1000, 3001})
+            for (const char* fmt : {"f32", "bf16", "q4", "q8"})
+                for (const int64_t M : {1, 3}) {
+                    ops::set_num_threads(threads);
+                    const int64_t K = 256;
+                    std::vector<QMat> qs;
+                    std::vector<std::vector<float>> fs;
+                    std::vector<std::vector<uint16_t>> hs;
+                    auto make = [&](uint32_t seed) {
+                        WeightMatrix w;
+                        const std::string f = fmt;
+                        if (f == "f32") {
+                            fs.push_back(randn(size_t(N * K), seed, 0.05f));
+                            w = WeightMatrix::from_f32(fs.back(), N, K);
+                        } else if (f == "bf16") {
+                            hs.push_back(rand_bf16(size_t(N * K), seed, 0.05f));
+                            w.fmt = WFormat::BF16;
+                            w.rows = N;
+                            w.cols = K;
+                            w.data = hs.back().data();
+                        } else {
+                            qs.emplace_back(N, K, f == "q4" ? 4 : 8, 64, seed);
+                        }
+                        return w;
+                    };
+                    qs.reserve(2);
+                    fs.reserve(2);
+                    hs.reserve(2);
+                    WeightMatrix G = make(uint32_t(N) + 1), U = make(uint32_t(N) + 2);
+                    if (!qs.empty()) G = qs[0].view(), U = qs[1].view();
+                    Tensor x({M, K});
+                    x.data = randn(size_t(M * K), uint32_t(N + M));
+                    Tensor out, g, up;
+                    ops::swiglu(x, G, U, out);
+                    ops::linear_multi(x, {&G, &U}, {&g, &up});
+                    ops::silu_mul(g.ptr(), up.ptr(), g.size());
+                    EXPECT_EQ(out.shape, g.shape);
+                    EXPECT_EQ(out.data, g.data) << fmt << " N " << N << " M " << M << " threads " << threads;
+                }
+    ops::set_num_threads(0);
+}
+
+// The exp-sum of the greedy choice's log-softmax: every table against the portable one (std::exp summed in index
+// order) on awkward lengths and on values down to where exp underflows.
+TEST(Kernels, SumExpMatchesPortable) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    for (const cpu::KernelTable* T : simd_tables())
+        for (const int64_t n : {1, 15, 16, 17, 1000, 75968})
+            for (const float sd : {1.0f, 30.0f}) {
+                auto x = randn(size_t(n), uint32_t(n) + uint32_t(sd), sd);
+                float m = x[0];
+                for (float v : x) m = std::max(m, v);
+                x[size_t(n / 2)] = m - 120.0f; // exp underflows to 0 in float
+                const double ref = cpu::portable_kernels().sum_exp(x.data(), n, m);
+                const double got = T->sum_exp(x.data(), n, m);
+                EXPECT_NEAR(got, ref, 1e-6 * ref) << T->name << " n " << n << " sd " << sd;
+            }
+}
+
 // RoPE through a table of the positions' cosines and sines (computed once per decoder step for every layer) is
 // bit-identical to ops::rope.
 TEST(Kernels, RopeTableMatchesRope) {
@@ -380,6 +444,16 @@ TEST(Kernels, KvCacheKeepsPositionsAcrossGrowth) {
         append(4, 555);
         check("after reset");
     }
+    // special values round as f32_to_bf16 does (NaN stays NaN, ties to even, overflow to infinity)
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.4028235e38f, 1e-40f, -1e-45f,
+                              1.00390625f, 1.01171875f, -2.0078125f, 65504.0f};
+    const int64_t m = int64_t(std::size(specials));
+    KvCache c;
+    c.reset(1);
+    c.reserve(1, 1, m, true);
+    c.write(0, specials, specials, 0, 1);
+    for (int64_t i = 0; i < m; ++i)
+        EXPECT_EQ(static_cast<const uint16_t*>(c.k[0])[i], f32_to_bf16(specials[i])) << specials[i];
 }
 
 // Matrix-vector products large enough to be split over the threads (contiguous shares, blocks stolen from the

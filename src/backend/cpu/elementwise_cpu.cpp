@@ -1,4 +1,5 @@
 // CPU norms and activations (fp32, with double accumulation for the norms' statistics).
+#include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
 
 #include <cmath>
@@ -24,7 +25,9 @@ void layer_norm(float* x, int64_t rows, int64_t d, const float* w, const float* 
 }
 
 void rms_norm(float* x, int64_t rows, int64_t d, const float* w, float eps) {
-#pragma omp parallel for if (rows > 8)
+    // per row the same arithmetic on any thread; a team only where there is enough work to pay for the fork/join
+    // (not the per-head q/k norms of a decode step: 16 × 128 values)
+#pragma omp parallel for if (rows > 8 && rows * d >= 16384)
     for (int64_t r = 0; r < rows; ++r) {
         float* v = x + r * d;
         double ss = 0;
@@ -62,7 +65,9 @@ void softmax_row(float* x, int64_t n) {
 
 int64_t argmax_logprob(const float* x, int64_t n, int64_t at, float& logprob) {
     // One parallel region: each thread scans a contiguous slice (its first maximum is its lowest index), the
-    // slices are merged in thread order, then the exp-sum is reduced in double.
+    // slices are merged in thread order, then each thread sums exp(x − max) over its slice with the kernel table's
+    // sum_exp (in double) and the partial sums are added in thread order.
+    const cpu::KernelTable& K = cpu::kernels();
     const int nt = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / 16384)));
     std::vector<float> tmax(size_t(nt), -std::numeric_limits<float>::infinity());
     std::vector<int64_t> tidx(size_t(nt), 0);
@@ -87,9 +92,7 @@ int64_t argmax_logprob(const float* x, int64_t n, int64_t at, float& logprob) {
             mx = tmax[size_t(best)];
             if (at < 0) at = tidx[size_t(best)];
         }
-        double sum = 0;
-        for (int64_t i = lo; i < hi; ++i) sum += double(std::exp(x[i] - mx));
-        tsum[size_t(t)] = sum;
+        tsum[size_t(t)] = K.sum_exp(x + lo, hi - lo, mx);
     }
     double s = 0;
     for (double v : tsum) s += v;

@@ -45,6 +45,10 @@ struct KernelTable {
                              int64_t hd, float scale, float* s);
     void (*attn_wsum_bf16)(const float* p, const uint16_t* v, int64_t ld, int64_t n, int64_t nkv, int64_t group,
                            int64_t hd, float* o);
+    // Σ exp(x[i] − m) over n values, accumulated in double (the log-softmax denominator of the greedy choice). The
+    // portable table sums std::exp in index order; SIMD tables may use a vector exp (≤ 2 ulp) and several partial
+    // sums.
+    double (*sum_exp)(const float* x, int64_t n, float m);
 };
 
 const KernelTable& portable_kernels();

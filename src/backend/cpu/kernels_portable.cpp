@@ -5,6 +5,7 @@
 
 #include <cpuid.h>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -73,10 +74,16 @@ float p_sum(const float* x, int64_t n) {
     return acc;
 }
 
+double p_sum_exp(const float* x, int64_t n, float m) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += double(std::exp(x[i] - m));
+    return sum;
+}
+
 const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,          p_q_gemv, p_bf16_gemv,
                             p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32, p_dot,  p_axpy,
                             generic_attn_scores<p_dot>, generic_attn_wsum<p_axpy>, p_sum,
-                            generic_attn_scores_bf16<p_dot>, generic_attn_wsum_bf16<p_axpy>};
+                            generic_attn_scores_bf16<p_dot>, generic_attn_wsum_bf16<p_axpy>, p_sum_exp};
 
 const KernelTable* g_active = nullptr;
 
