@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <random>
+#include <unistd.h>
 
 using namespace qasr;
 using namespace qasr::cuda;
@@ -235,6 +236,55 @@ TEST(Cuda, QkNormRopeAndAttentionMatchCpu) {
     EXPECT_LT(rel_l2(host(deo, eo.size()), eo), 1e-5);
 }
 
+// The fused decode kernel (q/k norm + RoPE + KV write + split-key attention + merge) against the CPU ops, for
+// several GQA ratios, head sizes, context lengths (empty splits, several key tiles) and split counts; each case
+// runs twice to show the merge counter is left at zero for the next call.
+TEST(Cuda, FusedDecodeAttentionMatchesCpu) {
+    NEED_GPU();
+    struct Case { int Hq, Hkv, hd, n, splits; };
+    for (const Case c : {Case{4, 2, 64, 1, 16}, Case{4, 2, 64, 5, 16}, Case{16, 8, 128, 37, 16},
+                         Case{8, 2, 128, 300, 4}, Case{4, 4, 64, 77, 1}, Case{16, 2, 128, 130, 3}}) {
+        SCOPED_TRACE("Hq " + std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) + " hd " + std::to_string(c.hd) +
+                     " n " + std::to_string(c.n) + " splits " + std::to_string(c.splits));
+        ASSERT_TRUE(decode_attention_supported(c.Hq, c.Hkv, c.hd));
+        const int hd = c.hd, W = (c.Hq + 2 * c.Hkv) * hd, row = c.Hkv * hd, p = c.n - 1;
+        const uint32_t sd = uint32_t(c.n * 131 + c.hd + c.Hq);
+        const std::vector<float> qkv = randv(size_t(W), sd), qn = randv(size_t(hd), sd + 1), kn = randv(size_t(hd), sd + 2);
+        std::vector<float> kc = randv(size_t(c.n * row), sd + 3), vc = randv(size_t(c.n * row), sd + 4);
+        std::vector<float> inv(size_t(hd / 2));
+        for (int i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(1e6, 2.0 * i / hd));
+        Dev dqkv(qkv), dqn(qn), dkn(kn), dinv(inv), dkc(kc), dvc(vc), dpos(std::vector<int>{p});
+        Dev dpart(size_t(c.Hq) * c.splits * (hd + 2) * 4), dcnt(size_t(c.Hkv) * 4), dout(size_t(c.Hq * hd) * 4);
+        std::vector<float> q(qkv.begin(), qkv.begin() + c.Hq * hd), k(qkv.begin() + c.Hq * hd, qkv.begin() + (c.Hq + c.Hkv) * hd);
+        ops::rms_norm(q.data(), c.Hq, hd, qn.data(), 1e-6f);
+        ops::rms_norm(k.data(), c.Hkv, hd, kn.data(), 1e-6f);
+        ops::rope(q.data(), 1, c.Hq, hd, p, inv.data());
+        ops::rope(k.data(), 1, c.Hkv, hd, p, inv.data());
+        std::copy(k.begin(), k.end(), kc.begin() + size_t(p) * row);
+        std::copy(qkv.begin() + (c.Hq + c.Hkv) * hd, qkv.end(), vc.begin() + size_t(p) * row);
+        std::vector<float> o(size_t(c.Hq * hd));
+        ops::causal_attention(q.data(), kc.data(), vc.data(), o.data(), 1, p, c.Hq, c.Hkv, hd);
+        DecAttnArgs a;
+        a.qkv = dqkv.p<float>(), a.pos = dpos.p<int>(), a.Hq = c.Hq, a.Hkv = c.Hkv, a.hd = hd;
+        a.qn = dqn.p<float>(), a.kn = dkn.p<float>(), a.eps = 1e-6f, a.inv_freq = dinv.p<float>();
+        a.kc = dkc.p<float>(), a.vc = dvc.p<float>(), a.o = dout.p<float>();
+        a.splits = c.splits, a.part = dpart.p<float>(), a.counter = dcnt.p<unsigned>();
+        decode_attention(a, nullptr);
+        const std::vector<float> o1 = host(dout, o.size());
+        EXPECT_LT(rel_l2(o1, o), 1e-5);
+        EXPECT_LT(rel_l2(host(dkc, kc.size()), kc), 1e-6); // only row p changed, to the normalised, rotated k
+        EXPECT_EQ(host(dvc, vc.size()), vc);
+        QASR_CUDA(cudaMemset(dout.p<float>(), 0, o.size() * 4));
+        decode_attention(a, nullptr);
+        EXPECT_EQ(host(dout, o.size()), o1);
+        std::vector<unsigned> cnt(size_t(c.Hkv), 1u);
+        QASR_CUDA(cudaMemcpy(cnt.data(), dcnt.p<unsigned>(), cnt.size() * 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(cnt, std::vector<unsigned>(size_t(c.Hkv), 0u));
+    }
+    EXPECT_FALSE(decode_attention_supported(4, 2, 96));
+    EXPECT_FALSE(decode_attention_supported(32, 2, 128));
+}
+
 TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {
     NEED_GPU();
     std::vector<float> x = randv(151936, 14);
@@ -328,7 +378,7 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     NEED_GPU();
     if (!std::filesystem::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))
         GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh)";
-    const std::string dir = (std::filesystem::temp_directory_path() / "qasr_cuda_tiny").string();
+    const std::string dir = (std::filesystem::temp_directory_path() / ("qasr_cuda_tiny_" + std::to_string(::getpid()))).string();
     if (!std::filesystem::exists(dir + "/model.safetensors"))
         write_random_checkpoint(dir, "tiny", "hf", 1, QASR_TOKENIZER_DIR);
     const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");

@@ -65,6 +65,10 @@ public:
         h1_.alloc(size_t(I_) * 4);
         logits1_.alloc(size_t(V_) * 4);
         part_.alloc(size_t(Hq_) * kDecodeSplits * (hd_ + 2) * 4);
+        counter_.alloc(size_t(Hkv_) * sizeof(unsigned));
+        QASR_CUDA(cudaMemset(counter_.get(), 0, size_t(Hkv_) * sizeof(unsigned)));
+        const char* fa = std::getenv("QASR_CUDA_FUSED_ATTN");
+        fused_attn_ = decode_attention_supported(Hq_, Hkv_, hd_) && !(fa && std::string(fa) == "0");
         argpart_.alloc(3 * 256 * 4);
         const char* pe = std::getenv("QASR_CUDA_PROFILE");
         profile_ = pe && *pe && std::string(pe) != "0";
@@ -157,7 +161,9 @@ private:
     Buffer kv_;
     int64_t cap_ = 0, len_ = 0; // len_: positions filled (host view)
     // step scratch
-    Buffer x1_, qkv1_, q1_, o1_, h1_, logits1_, part_;
+    Buffer x1_, qkv1_, q1_, o1_, h1_, logits1_, part_, counter_;
+    bool fused_attn_ = true; // decode_attention (q/k-norm + RoPE + KV write + attention + merge in one kernel);
+                             // QASR_CUDA_FUSED_ATTN=0: qk_norm_rope_kv + attention (+ merge), three kernels
     // prefill / encoder scratch
     Buffer px_, pbf_, pqkv_, pq_, po_, pgu_, plog_, deq_;
     Buffer emel_, ecols_, ea_, eb_, eflat_, eco_, ex_, ebf_, eqkv_, eatt_, eu_, eout_;
@@ -367,14 +373,23 @@ void CudaSession::enqueue_step() {
         const DevDecLayer& l = w_.dec[li];
         matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
         mark("qkv");
-        qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
-                        q1_.as<float>(), kc(li), vc(li), s_);
-        mark("qk_norm_rope");
-        AttnArgs at = dec_attn(li, q1_.as<float>(), o1_.as<float>(), 1);
-        at.past = d_pos();
-        at.splits = kDecodeSplits;
-        at.part = part_.as<float>();
-        attention(at, s_);
+        if (fused_attn_) {
+            DecAttnArgs da;
+            da.qkv = qkv1_.as<float>(), da.pos = d_pos(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
+            da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
+            da.kc = kc(li), da.vc = vc(li), da.o = o1_.as<float>();
+            da.splits = kDecodeSplits, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
+            decode_attention(da, s_);
+        } else {
+            qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
+                            q1_.as<float>(), kc(li), vc(li), s_);
+            mark("qk_norm_rope");
+            AttnArgs at = dec_attn(li, q1_.as<float>(), o1_.as<float>(), 1);
+            at.past = d_pos();
+            at.splits = kDecodeSplits;
+            at.part = part_.as<float>();
+            attention(at, s_);
+        }
         mark("attention");
         matvec(l.o, o1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
         mark("o_proj");

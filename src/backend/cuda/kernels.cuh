@@ -67,6 +67,28 @@ struct AttnArgs {
 };
 void attention(const AttnArgs& a, cudaStream_t s);
 
+// Decode attention of the one new token at *pos fused with qk_norm_rope_kv: qkv [(Hq + 2·Hkv)·hd] → q/k RMSNorm
+// + RoPE, k and v written into the caches kc/vc [cap, Hkv·hd] at *pos, o [Hq·hd] = causal attention over 0..*pos.
+// splits > 1: part ≥ Hq·splits·(hd + 2) floats and counter ≥ Hkv unsigned, zero before the first call (the
+// kernel leaves them zero again). Supported: hd 64/128/256, Hq/Hkv ≤ 8 (decode_attention_supported).
+struct DecAttnArgs {
+    const float* qkv = nullptr;
+    const int* pos = nullptr;
+    int Hq = 0, Hkv = 0, hd = 0;
+    const float* qn = nullptr;
+    const float* kn = nullptr;
+    float eps = 1e-6f;
+    const float* inv_freq = nullptr;
+    float* kc = nullptr;
+    float* vc = nullptr;
+    float* o = nullptr;
+    int splits = 1;
+    float* part = nullptr;
+    unsigned* counter = nullptr;
+};
+bool decode_attention_supported(int Hq, int Hkv, int hd);
+void decode_attention(const DecAttnArgs& a, cudaStream_t s);
+
 // Greedy choice: argmax (ties → lowest id) and its log-softmax; writes *tok, ring[*count % ring_size] =
 // {id, logprob bits}, ++*count, and ++*pos when advance.
 // scratch: ≥ 3·132 floats. Two kernels (per-slice reductions, then the merge).
