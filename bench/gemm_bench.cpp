@@ -1,6 +1,7 @@
 // Matrix-matrix products of a checkpoint's decoder at small row counts (the streaming draft rows, prefill):
 //   gemm_bench MODEL_DIR [THREADS] [M...]
-// For each M: all decoder matrices once (ops::linear, as a decoder pass runs them), the LM head, and a whole
+// For each M: all decoder matrices once (ops::linear, as a decoder pass runs them), the LM head (in the decoder's
+// precision scope, and as Decoder::logits runs it: float32 path), and a whole
 // Decoder::forward of M positions after a 150-position cache. Best of 5 after one warm-up (ms).
 #include "model/decoder.hpp"
 #include "model/model.hpp"
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
     Decoder dec(dw, hp);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.f, 1.f);
-    std::printf("%6s %12s %10s %12s\n", "M", "matrices_ms", "head_ms", "forward_ms");
+    std::printf("%6s %12s %10s %12s %12s\n", "M", "matrices_ms", "head_ms", "head_f32_ms", "forward_ms");
     for (int64_t M : Ms) {
         const int64_t D = hp.hidden, I = dw.layers[0].gate.w.rows, Q = dw.layers[0].q.w.rows;
         std::vector<float> x(size_t(M * std::max({D, I, Q}))), y(size_t(M * std::max({D, I, Q})));
@@ -61,6 +62,11 @@ int main(int argc, char** argv) {
         });
         std::vector<float> logits(size_t(M * head.rows));
         const double hd = only_fw ? 0 : best_of(5, [&] { ops::linear(x.data(), M, head, nullptr, logits.data()); });
+        double hd32 = 0; // as Decoder::logits runs it: outside the decoder's bf16 scope (float32 path)
+        if (!only_fw) {
+            ops::Bf16GemmScope f32(false);
+            hd32 = best_of(5, [&] { ops::linear(x.data(), M, head, nullptr, logits.data()); });
+        }
         Tensor prompt({150, D});
         for (auto& v : prompt.data) v = 0.1f * nd(rng);
         KvCache base;
@@ -73,6 +79,6 @@ int main(int argc, char** argv) {
             dec.forward(in, base);
             base.truncate(150, kv_row);
         });
-        std::printf("%6lld %12.1f %10.1f %12.1f\n", (long long)M, mats, hd, fw);
+        std::printf("%6lld %12.1f %10.1f %12.1f %12.1f\n", (long long)M, mats, hd, hd32, fw);
     }
 }

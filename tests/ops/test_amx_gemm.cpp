@@ -102,3 +102,31 @@ TEST(AmxQuantGemm, MatchesDefinitionOnAwkwardSizes) {
                     }
                 }
 }
+
+TEST(AmxQuantGemm, SmallRowsFloat32MatchesDefinition) {
+    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    for (int bits : {4, 6, 8})
+        for (int gs : {32, 64, 128})
+            for (int64_t M : {1, 2, 3, 7, 8, 9, 17, 33}) {
+                const int64_t K = 384, N = 41, n0 = 3, n1 = 38; // odd row range: a last single row
+                const Q q(N, K, bits, gs, uint32_t(300 + bits + gs + M));
+                const auto x = randn(size_t(M * K), uint32_t(9 + M));
+                const int64_t ldy = 40;
+                std::vector<float> y(size_t(M * ldy), -7.0f);
+                cpu::q_gemm_f32_rows(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, n0, n1, x.data(), M, y.data(), ldy);
+                for (int64_t m = 0; m < M; ++m) {
+                    for (int64_t r = n0; r < n1; ++r) {
+                        double acc = 0, sc = 0;
+                        for (int64_t k = 0; k < K; ++k) {
+                            const int64_t g = r * (K / gs) + k / gs;
+                            const float w = std::fma(bf16_to_f32(q.s[size_t(g)]), float(q.code(r, k)), bf16_to_f32(q.b[size_t(g)]));
+                            acc += double(x[size_t(m * K + k)]) * w;
+                            sc += std::fabs(double(x[size_t(m * K + k)]) * w);
+                        }
+                        ASSERT_NEAR(y[size_t(m * ldy + r - n0)], acc, 2e-6 * sc + 1e-6)
+                            << bits << "-bit gs " << gs << " M " << M << " m " << m << " r " << r;
+                    }
+                    for (int64_t r = n1 - n0; r < ldy; ++r) ASSERT_EQ(y[size_t(m * ldy + r)], -7.0f) << "wrote past the rows";
+                }
+            }
+}

@@ -308,6 +308,80 @@ void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* b
     }
 }
 
+namespace {
+
+// Rows [0, MB) of x (row stride K) times two float32 rows w0, w1 of length K → y[m, 0..1] (row stride ldy).
+template <int MB>
+inline void f32_rows2(const float* x, int64_t K, const float* w0, const float* w1, float* y, int64_t ldy, bool two) {
+    __m512 a0[MB], a1[MB];
+    for (int i = 0; i < MB; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+        const __m512 v0 = _mm512_load_ps(w0 + k), v1 = _mm512_load_ps(w1 + k);
+        for (int i = 0; i < MB; ++i) {
+            const __m512 xv = _mm512_loadu_ps(x + i * K + k);
+            a0[i] = _mm512_fmadd_ps(v0, xv, a0[i]);
+            a1[i] = _mm512_fmadd_ps(v1, xv, a1[i]);
+        }
+    }
+    for (int i = 0; i < MB; ++i) {
+        y[i * ldy] = _mm512_reduce_add_ps(a0[i]);
+        if (two) y[i * ldy + 1] = _mm512_reduce_add_ps(a1[i]);
+    }
+}
+
+} // namespace
+
+void q_gemm_f32_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                     int64_t n0, int64_t n1, const float* x, int64_t M, float* y, int64_t ldy) {
+    const int64_t ng = K / gs, row_bytes = K * bits / 8;
+    // 64 rows of W at a time are dequantized into a buffer that stays in L2 (256 KiB for K = 1024); then every block
+    // of 8 x rows (in L1) runs over them two rows at a time.
+    constexpr int64_t RB = 64;
+    thread_local std::vector<float> buf;
+    buf.resize(size_t((RB + 1) * K + 16));
+    float* wbuf = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+    alignas(64) float q[1024];
+    auto deq_f32 = [&](int64_t r, float* o) { // s·q + b in float32 (FMA), the values the float32 path uses
+        const uint8_t* row = W + r * row_bytes;
+        for (int64_t g = 0; g < ng; ++g) {
+            const __m512 sv = _mm512_set1_ps(bf16f(scales[r * ng + g])), bv = _mm512_set1_ps(bf16f(biases[r * ng + g]));
+            if (bits == 8) {
+                for (int j = 0; j < gs; j += 16)
+                    _mm512_store_ps(o + g * gs + j,
+                                    _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                                            (const __m128i*)(row + g * gs + j)))), bv));
+            } else {
+                unpack_group(row + g * gs * bits / 8, bits, gs, q);
+                for (int j = 0; j < gs; j += 16)
+                    _mm512_store_ps(o + g * gs + j, _mm512_fmadd_ps(sv, _mm512_load_ps(q + j), bv));
+            }
+        }
+    };
+    for (int64_t c0 = n0; c0 < n1; c0 += RB) {
+        const int64_t nr = std::min(RB, n1 - c0);
+        for (int64_t r = 0; r < nr; ++r) deq_f32(c0 + r, wbuf + r * K); // K is a multiple of 16: rows stay aligned
+        if (nr % 2) std::memcpy(wbuf + nr * K, wbuf + (nr - 1) * K, size_t(K) * 4); // partner of a last odd row
+        for (int64_t m0 = 0; m0 < M; m0 += 8) {
+            const float* xm = x + m0 * K;
+            for (int64_t r = 0; r < nr; r += 2) {
+                const float *w0 = wbuf + r * K, *w1 = w0 + K;
+                float* ym = y + m0 * ldy + (c0 - n0 + r);
+                const bool two = r + 1 < nr;
+                switch (std::min<int64_t>(8, M - m0)) {
+                case 1: f32_rows2<1>(xm, K, w0, w1, ym, ldy, two); break;
+                case 2: f32_rows2<2>(xm, K, w0, w1, ym, ldy, two); break;
+                case 3: f32_rows2<3>(xm, K, w0, w1, ym, ldy, two); break;
+                case 4: f32_rows2<4>(xm, K, w0, w1, ym, ldy, two); break;
+                case 5: f32_rows2<5>(xm, K, w0, w1, ym, ldy, two); break;
+                case 6: f32_rows2<6>(xm, K, w0, w1, ym, ldy, two); break;
+                case 7: f32_rows2<7>(xm, K, w0, w1, ym, ldy, two); break;
+                default: f32_rows2<8>(xm, K, w0, w1, ym, ldy, two); break;
+                }
+            }
+        }
+    }
+}
+
 bool amx_available() {
     static const bool ok = request_amx();
     return ok;

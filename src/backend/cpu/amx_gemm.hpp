@@ -35,6 +35,13 @@ void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* b
 void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                    uint16_t* out, int64_t ldo, int64_t r0, int64_t r1);
 
+// float32 product with an MLX affine matrix (gs a multiple of 16), for few x rows: rows [n0, n1) of W are
+// dequantized two at a time to float32 (s·q + b, as the float32 path does) into an L1 buffer and multiplied with
+// every x row in registers (AVX-512 FMA, 8 x rows × 2 W rows per pass) → y[m, n − n0] (row stride ldy). Needs only
+// AVX-512F (compiled here with the AMX flags).
+void q_gemm_f32_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                     int64_t n0, int64_t n1, const float* x, int64_t M, float* y, int64_t ldy);
+
 // float32 → bf16 (round to nearest even) for n values.
 void amx_f32_to_bf16(const float* in, uint16_t* out, size_t n);
 

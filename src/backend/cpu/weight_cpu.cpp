@@ -291,6 +291,10 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
 
 } // namespace
 
+constexpr int64_t kSmallRowsF32 = 32;  // up to this many x rows: q_gemm_f32_rows (crossover with sgemm ~24–40 rows for
+                                        // the 0.6B head, bench/gemm_bench head_f32_ms with QASR_ISA=avx512 vs avx2)
+constexpr int64_t kSmallRowsTile = 256; // W rows per task
+
 bool bf16_gemm_enabled() {
     const int e = env_gemm_mode();
     return e > 0 || (e == 0 && t_bf16);
@@ -304,10 +308,26 @@ void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
 #ifdef QASR_HAVE_AMX
     if (bf16_gemm_enabled() && cpu::amx_available()) return amx_gemm(x, M, W, y);
 #endif
+    const cpu::KernelTable& k = cpu::kernels();
+#ifdef QASR_HAVE_AMX
+    // Few rows of x against a quantized matrix (e.g. the LM head over draft rows): dequantize each row of W once
+    // and multiply it with every x row in registers, instead of expanding tiles for sgemm (a fixed cost of several
+    // weight reads). Same float32 values; the AVX-512 table only (QASR_ISA=portable|avx2 keep sgemm).
+    if (W.fmt == WFormat::Q && M <= kSmallRowsF32 && k.isa == cpu::Isa::Avx512 && W.group_size % 16 == 0) {
+        const int64_t tiles = (N + kSmallRowsTile - 1) / kSmallRowsTile;
+        const int nt = int(std::min<int64_t>(num_threads(), tiles));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int64_t t = 0; t < tiles; ++t) {
+            const int64_t n0 = t * kSmallRowsTile, n1 = std::min(N, n0 + kSmallRowsTile);
+            cpu::q_gemm_f32_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, n0,
+                                 n1, x, M, y + n0, N);
+        }
+        return;
+    }
+#endif
     const int64_t nb = std::max<int64_t>(16, std::min<int64_t>((N + 15) / 16 * 16, (int64_t(1) << 17) / K / 16 * 16));
     const int64_t tiles = (N + nb - 1) / nb;
     const int nt = int(std::min<int64_t>(num_threads(), tiles));
-    const cpu::KernelTable& k = cpu::kernels();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int64_t t = 0; t < tiles; ++t) {
         const int64_t n0 = t * nb, n1 = std::min(N, n0 + nb);
