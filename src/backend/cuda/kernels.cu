@@ -573,23 +573,18 @@ __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a)
         __syncthreads();
     }
     constexpr int PS = HD + 2; // partial record: acc[hd], max, sum
-    if (a.splits == 1) {
 #pragma unroll
-        for (int j = 0; j < DPT; ++j) {
-            const int d = threadIdx.x + j * kDecThreads;
-            if (HD % kDecThreads != 0 && d >= HD) break;
-            for (int gg = 0; gg < G; ++gg) a.o[(g * G + gg) * HD + d] = acc[gg][j] / Ls[gg];
-        }
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < DPT; ++j) {
+    for (int j = 0; j < DPT; ++j) { // one split: the result; else this split's partial
         const int d = threadIdx.x + j * kDecThreads;
         if (HD % kDecThreads != 0 && d >= HD) break;
 #pragma unroll
-        for (int gg = 0; gg < kDecMaxG; ++gg)
-            if (gg < G) a.part[(int64_t(g * G + gg) * a.splits + sp) * PS + d] = acc[gg][j];
+        for (int gg = 0; gg < kDecMaxG; ++gg) {
+            if (gg >= G) break;
+            if (a.splits == 1) a.o[(g * G + gg) * HD + d] = acc[gg][j] / Ls[gg];
+            else a.part[(int64_t(g * G + gg) * a.splits + sp) * PS + d] = acc[gg][j];
+        }
     }
+    if (a.splits == 1) return;
     if (threadIdx.x < G) {
         float* rec = a.part + (int64_t(g * G + threadIdx.x) * a.splits + sp) * PS;
         rec[HD] = Ms[threadIdx.x];
