@@ -67,6 +67,30 @@ __device__ __forceinline__ uint32_t code_at(const uint8_t* row, int64_t j, int b
     return (v >> (bit & 7)) & ((1u << bits) - 1u);
 }
 
+// Dot product of a bf16 row [K] (K a multiple of 8, 16-byte aligned) with x in shared memory; one warp, sum in every lane.
+__device__ __forceinline__ float dot_bf16_row(const uint16_t* row, const float* xs, int K, int lane) {
+    float acc = 0.0f;
+    const uint4* r = reinterpret_cast<const uint4*>(row);
+    const int n8 = K / 8;
+    constexpr int B = 8; // loads in flight per lane
+    for (int c0 = lane; c0 < n8; c0 += B * kWarp) {
+        uint4 v[B];
+#pragma unroll
+        for (int b = 0; b < B; ++b)
+            if (c0 + b * kWarp < n8) v[b] = __ldg(r + c0 + b * kWarp);
+#pragma unroll
+        for (int b = 0; b < B; ++b) {
+            const int c = c0 + b * kWarp;
+            if (c >= n8) break;
+            const float* xp = xs + c * 8;
+            acc += bf(v[b].x & 0xffffu) * xp[0] + bf(v[b].x >> 16) * xp[1] + bf(v[b].y & 0xffffu) * xp[2] +
+                   bf(v[b].y >> 16) * xp[3] + bf(v[b].z & 0xffffu) * xp[4] + bf(v[b].z >> 16) * xp[5] +
+                   bf(v[b].w & 0xffffu) * xp[6] + bf(v[b].w >> 16) * xp[7];
+        }
+    }
+    return warp_sum(acc);
+}
+
 inline unsigned grid_for(int64_t n, int threads = 256) {
     const int64_t b = (n + threads - 1) / threads;
     return unsigned(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));

@@ -1,0 +1,203 @@
+// The decode-attention block body (one new token; q/k RMSNorm + RoPE + KV-cache write + split-key attention +
+// merge) as a device function, so that a kernel can run it for any block index (k_decode_attention in kernels.cu
+// runs it once per block). Block = kDecThreads threads; `block` = kv head · splits + split.
+#pragma once
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.cuh"
+
+#include <cmath>
+
+namespace qasr::cuda::detail {
+
+// Decode attention of one new token at position *pos, fused with the q/k RMSNorm + RoPE and the KV-cache write.
+// Block (kv head g, split sp), 128 threads: the G = Hq/Hkv query heads of kv head g over the keys of split sp of
+// 0..pos, in tiles of kDecTile keys with an online softmax. Every block normalises and rotates its q heads and the
+// new k itself (G + 1 rows of hd: cheap); the block whose range holds pos writes the new k, v into the caches and
+// reads that key from shared memory. Splits write partials; the last block of a kv head to finish (atomic counter,
+// reset by that block for the next step) merges them into o.
+constexpr int kDecMaxG = 8;
+constexpr int kDecTile = 32;
+constexpr int kDecThreads = 128;
+
+template <int HD>
+__device__ void decode_attention_block(const DecAttnArgs& a, int block) {
+    constexpr int NW = kDecThreads / kWarp, PER = HD / kWarp, KPW = kDecTile / NW;
+    constexpr int DPT = (HD + kDecThreads - 1) / kDecThreads;
+    __shared__ __align__(16) float qs[kDecMaxG][HD];
+    __shared__ __align__(16) float kn_s[HD];
+    __shared__ __align__(16) float vn_s[HD];
+    __shared__ float ps[kDecMaxG][kDecTile];
+    __shared__ float Ms[kDecMaxG], Ls[kDecMaxG], resc[kDecMaxG];
+    __shared__ bool last_block;
+    const int G = a.Hq / a.Hkv;
+    const int g = block / a.splits, sp = block % a.splits;
+    const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
+    const int p = *a.pos;
+    // q heads g·G … g·G+G-1 (scaled by 1/√hd) and k head g: RMSNorm + rotate-half RoPE at position p
+    for (int h = w; h <= G; h += NW) {
+        const bool isk = h == G;
+        const float* src = a.qkv + (isk ? a.Hq + g : g * G + h) * HD;
+        const float* nw = isk ? a.kn : a.qn;
+        float v[PER];
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            v[i] = src[lane + i * kWarp];
+            ss += v[i] * v[i];
+        }
+        ss = warp_sum(ss);
+        const float inv = rsqrtf(ss / float(HD) + a.eps);
+        const float scl = isk ? 1.0f : rsqrtf(float(HD));
+        float* dst = isk ? kn_s : qs[h];
+#pragma unroll
+        for (int i = 0; i < PER / 2; ++i) {
+            const int idx = lane + i * kWarp;
+            const float x1 = v[i] * inv * nw[idx], x2 = v[i + PER / 2] * inv * nw[idx + HD / 2];
+            const float ang = float(p) * a.inv_freq[idx];
+            const float c = cosf(ang), sn = sinf(ang);
+            dst[idx] = (x1 * c - x2 * sn) * scl;
+            dst[idx + HD / 2] = (x2 * c + x1 * sn) * scl;
+        }
+    }
+    for (int i = threadIdx.x; i < HD; i += kDecThreads) vn_s[i] = a.qkv[(a.Hq + a.Hkv + g) * HD + i];
+    if (threadIdx.x < kDecMaxG) Ms[threadIdx.x] = -INFINITY, Ls[threadIdx.x] = 0.0f;
+    __syncthreads();
+    const int len = p + 1, chunk = (len + a.splits - 1) / a.splits;
+    const int s0 = min(len, sp * chunk), s1 = min(len, s0 + chunk);
+    const int64_t row = int64_t(a.Hkv) * HD;
+    const float* kb = a.kc + int64_t(g) * HD;
+    const float* vb = a.vc + int64_t(g) * HD;
+    if (s0 <= p && p < s1)
+        for (int i = threadIdx.x; i < HD; i += kDecThreads) {
+            a.kc[int64_t(p) * row + g * HD + i] = kn_s[i];
+            a.vc[int64_t(p) * row + g * HD + i] = vn_s[i];
+        }
+    float acc[kDecMaxG][DPT];
+#pragma unroll
+    for (int gg = 0; gg < kDecMaxG; ++gg)
+#pragma unroll
+        for (int j = 0; j < DPT; ++j) acc[gg][j] = 0.0f;
+    for (int t0 = s0; t0 < s1; t0 += kDecTile) {
+        const int nt = min(kDecTile, s1 - t0);
+        { // scores: warp w takes keys w, w + NW, …; lane holds elements lane·PER … +PER-1 of the row
+            float kk[KPW][PER];
+#pragma unroll
+            for (int u = 0; u < KPW; ++u) {
+                const int t = w + u * NW;
+                if (t < nt) {
+                    const int j = t0 + t;
+                    const float* kr = j == p ? kn_s : kb + int64_t(j) * row;
+                    if constexpr (PER % 4 == 0) {
+#pragma unroll
+                        for (int i = 0; i < PER; i += 4) {
+                            const float4 f = *reinterpret_cast<const float4*>(kr + lane * PER + i);
+                            kk[u][i] = f.x, kk[u][i + 1] = f.y, kk[u][i + 2] = f.z, kk[u][i + 3] = f.w;
+                        }
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < PER; i += 2) {
+                            const float2 f = *reinterpret_cast<const float2*>(kr + lane * PER + i);
+                            kk[u][i] = f.x, kk[u][i + 1] = f.y;
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < KPW; ++u) {
+                const int t = w + u * NW;
+                if (t >= nt) break;
+#pragma unroll
+                for (int gg = 0; gg < kDecMaxG; ++gg) {
+                    if (gg >= G) break;
+                    float d = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < PER; ++i) d += kk[u][i] * qs[gg][lane * PER + i];
+                    d = warp_sum(d);
+                    if (lane == 0) ps[gg][t] = d;
+                }
+            }
+        }
+        __syncthreads();
+        for (int gg = w; gg < G; gg += NW) { // online softmax update of head gg over this tile
+            const float sc = lane < nt ? ps[gg][lane] : -INFINITY;
+            const float Mo = Ms[gg], Mn = fmaxf(Mo, warp_max(sc));
+            const float pe = lane < nt ? expf(sc - Mn) : 0.0f;
+            if (lane < kDecTile) ps[gg][lane] = pe;
+            const float sum = warp_sum(pe);
+            if (lane == 0) {
+                const float r = expf(Mo - Mn);
+                resc[gg] = r;
+                Ls[gg] = Ls[gg] * r + sum;
+                Ms[gg] = Mn;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < DPT; ++j) {
+            const int d = threadIdx.x + j * kDecThreads;
+            if (HD % kDecThreads != 0 && d >= HD) break;
+#pragma unroll
+            for (int gg = 0; gg < kDecMaxG; ++gg)
+                if (gg < G) acc[gg][j] *= resc[gg];
+            for (int t = 0; t < nt; t += 8) {
+                float vv[8];
+#pragma unroll
+                for (int u = 0; u < 8; ++u) {
+                    const int jj = t0 + t + u;
+                    vv[u] = t + u < nt ? (jj == p ? vn_s[d] : vb[int64_t(jj) * row + d]) : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u)
+#pragma unroll
+                    for (int gg = 0; gg < kDecMaxG; ++gg)
+                        if (gg < G && t + u < nt) acc[gg][j] += ps[gg][t + u] * vv[u];
+            }
+        }
+        __syncthreads();
+    }
+    constexpr int PS = HD + 2; // partial record: acc[hd], max, sum
+#pragma unroll
+    for (int j = 0; j < DPT; ++j) { // one split: the result; else this split's partial
+        const int d = threadIdx.x + j * kDecThreads;
+        if (HD % kDecThreads != 0 && d >= HD) break;
+#pragma unroll
+        for (int gg = 0; gg < kDecMaxG; ++gg) {
+            if (gg >= G) break;
+            if (a.splits == 1) a.o[(g * G + gg) * HD + d] = acc[gg][j] / Ls[gg];
+            else a.part[(int64_t(g * G + gg) * a.splits + sp) * PS + d] = acc[gg][j];
+        }
+    }
+    if (a.splits == 1) return;
+    if (threadIdx.x < G) {
+        float* rec = a.part + (int64_t(g * G + threadIdx.x) * a.splits + sp) * PS;
+        rec[HD] = Ms[threadIdx.x];
+        rec[HD + 1] = Ls[threadIdx.x];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_block = atomicAdd(a.counter + g, 1u) == unsigned(a.splits - 1);
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    for (int gg = 0; gg < G; ++gg) {
+        const float* rec = a.part + int64_t(g * G + gg) * a.splits * PS;
+        float M = -INFINITY;
+        for (int s = 0; s < a.splits; ++s) M = fmaxf(M, __ldcg(rec + s * PS + HD));
+        float L = 0.0f;
+        for (int s = 0; s < a.splits; ++s) {
+            const float ms = __ldcg(rec + s * PS + HD);
+            if (ms > -INFINITY) L += __ldcg(rec + s * PS + HD + 1) * expf(ms - M);
+        }
+        for (int d = threadIdx.x; d < HD; d += kDecThreads) {
+            float o = 0.0f;
+            for (int s = 0; s < a.splits; ++s) {
+                const float ms = __ldcg(rec + s * PS + HD);
+                if (ms > -INFINITY) o += __ldcg(rec + s * PS + d) * expf(ms - M);
+            }
+            a.o[(g * G + gg) * HD + d] = o / L;
+        }
+    }
+    if (threadIdx.x == 0) a.counter[g] = 0;
+}
+
+} // namespace qasr::cuda::detail
