@@ -165,7 +165,12 @@ void causal_attention(const float* q, const KvView& kv, float* o, int64_t n, int
                 if (kv.bf16) K.attn_scores_bf16(qi + off * hd, kb + c * hs, ps, len, cn, group, hd, scale, s.data() + off * len);
                 else K.attn_scores(qi + off * hd, kf + c * hs, ps, len, cn, group, hd, scale, s.data() + off * len);
             }
-            for (int64_t h = 0; h < nh; ++h) softmax_row(s.data() + h * len, len);
+            // a float32 cache keeps ops::softmax_row (the reference arithmetic); a bf16 cache is the approximate
+            // path of quantized checkpoints and takes the table's (vectorized) softmax
+            for (int64_t h = 0; h < nh; ++h) {
+                if (kv.bf16) K.softmax(s.data() + h * len, len);
+                else softmax_row(s.data() + h * len, len);
+            }
             for (int64_t c = c0; c < c1; c = joint ? c1 : c + 1) {
                 const int64_t cn = joint ? c1 - c0 : 1, off = (c - c0) * group;
                 if (kv.bf16) K.attn_wsum_bf16(s.data() + off * len, vb + c * hs, ps, len, cn, group, hd, oi + off * hd);

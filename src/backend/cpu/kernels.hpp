@@ -49,6 +49,9 @@ struct KernelTable {
     // portable table sums std::exp in index order; SIMD tables may use a vector exp (≤ 2 ulp) and several partial
     // sums.
     double (*sum_exp)(const float* x, int64_t n, float m);
+    // In-place softmax of one row (the decode attention over a bf16 cache). The portable table computes it as
+    // ops::softmax_row (std::exp, double sum); SIMD tables may use the vector exp of sum_exp.
+    void (*softmax)(float* x, int64_t n);
 };
 
 const KernelTable& portable_kernels();

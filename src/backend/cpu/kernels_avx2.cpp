@@ -197,11 +197,13 @@ float a2_sum(const float* x, int64_t n) {
 }
 
 double a2_sum_exp(const float* x, int64_t n, float m) { return portable_kernels().sum_exp(x, n, m); }
+void a2_softmax(float* x, int64_t n) { portable_kernels().softmax(x, n); }
 
 const KernelTable kAvx2{Isa::Avx2,  "avx2",            a2_q_prep,           a2_q_gemv, a2_bf16_gemv,
                         a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a2_dot,    a2_axpy,
                         generic_attn_scores<a2_dot>, generic_attn_wsum<a2_axpy>, a2_sum,
-                        generic_attn_scores_bf16<a2_dot>, generic_attn_wsum_bf16<a2_axpy>, a2_sum_exp};
+                        generic_attn_scores_bf16<a2_dot>, generic_attn_wsum_bf16<a2_axpy>, a2_sum_exp,
+                        a2_softmax};
 
 } // namespace
 

@@ -532,10 +532,31 @@ double a5_sum_exp(const float* x, int64_t n, float m) {
     return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
 }
 
+void a5_softmax(float* x, int64_t n) {
+    __m512 vmx = _mm512_set1_ps(x[0]);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(x + i));
+    if (i < n) vmx = _mm512_mask_max_ps(vmx, __mmask16((1u << (n - i)) - 1u), vmx, _mm512_maskz_loadu_ps(__mmask16((1u << (n - i)) - 1u), x + i));
+    const __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
+        const __m512 e = _mm512_maskz_mov_ps(k, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    const __m512 inv = _mm512_set1_ps(float(1.0 / _mm512_reduce_add_pd(_mm512_add_pd(s0, s1))));
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+    }
+}
+
 const KernelTable kAvx512{Isa::Avx512, "avx512",          a5_q_prep,           a5_q_gemv, a5_bf16_gemv,
                           a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a5_dot,    a5_axpy,
                           a5_attn_scores,      a5_attn_wsum,      a5_sum,
-                          a5_attn_scores_bf16, a5_attn_wsum_bf16, a5_sum_exp};
+                          a5_attn_scores_bf16, a5_attn_wsum_bf16, a5_sum_exp, a5_softmax};
 
 } // namespace
 

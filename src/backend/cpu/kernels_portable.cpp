@@ -4,6 +4,8 @@
 #include "core/error.hpp"
 
 #include <cpuid.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
@@ -80,10 +82,22 @@ double p_sum_exp(const float* x, int64_t n, float m) {
     return sum;
 }
 
+void p_softmax(float* x, int64_t n) {
+    float mx = x[0];
+    for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = float(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
 const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,          p_q_gemv, p_bf16_gemv,
                             p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32, p_dot,  p_axpy,
                             generic_attn_scores<p_dot>, generic_attn_wsum<p_axpy>, p_sum,
-                            generic_attn_scores_bf16<p_dot>, generic_attn_wsum_bf16<p_axpy>, p_sum_exp};
+                            generic_attn_scores_bf16<p_dot>, generic_attn_wsum_bf16<p_axpy>, p_sum_exp, p_softmax};
 
 const KernelTable* g_active = nullptr;
 
