@@ -35,7 +35,8 @@ constexpr int kLookupMax = 8; // lookup draft tokens verified with a sequential 
 // Prompt-lookup draft of what may follow `gen` (at most max_len tokens), or none:
 //  (a) the previous hypothesis `old`, after the latest occurrence of gen's last 3, 2 or 1 tokens (a new hypothesis
 //      that left the old one often joins it again, e.g. after one changed word);
-//  (b) gen itself, after an earlier occurrence of its last two tokens, continued with that period (a repetition).
+//  (b) gen itself: its last token again when it just repeated, else after an earlier occurrence of its last two
+//      tokens, continued with that period (a repetition).
 // Only a guess: the tokens are kept where greedy argmax reproduces them, so the result is unchanged.
 std::vector<int> lookup_draft(const std::vector<int>& old, const std::vector<int>& gen, size_t max_len) {
     if (gen.empty() || max_len == 0) return {};
@@ -44,6 +45,7 @@ std::vector<int> lookup_draft(const std::vector<int>& old, const std::vector<int
             if (std::equal(old.begin() + long(e - n), old.begin() + long(e), gen.end() - long(n)))
                 return {old.begin() + long(e), old.begin() + long(std::min(old.size(), e + max_len))};
     const size_t g = gen.size();
+    if (g >= 2 && gen[g - 1] == gen[g - 2]) return std::vector<int>(max_len, gen[g - 1]); // a token repeating
     for (size_t e = g - 1; g >= 3 && e >= 2; --e) // gen[e − 2, e) == gen[g − 2, g), period g − e
         if (gen[e - 2] == gen[g - 2] && gen[e - 1] == gen[g - 1]) {
             std::vector<int> d;
