@@ -171,8 +171,9 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         ops::add(x.ptr(), a.ptr(), x.size());
         Tensor m = x;
         ops::rms_norm(m.ptr(), n, D, l.post_norm.ptr(), hp_.rms_eps);
-        Tensor g;
-        ops::swiglu(m, l.gate.w, l.up.w, g);
+        Tensor g, up;
+        ops::linear_multi(m, {&l.gate.w, &l.up.w}, {&g, &up});
+        ops::silu_mul(g.ptr(), up.ptr(), g.size());
         Tensor dn = ops::linear(g, l.down.w);
         ops::add(x.ptr(), dn.ptr(), x.size());
         if (tap) (*tap)("dec_layer." + std::to_string(li), x);

@@ -22,9 +22,6 @@ void linear(const float* x, int64_t M, const WeightMatrix& W, const float* bias,
 Tensor linear(const Tensor& x, const WeightMatrix& W, const Tensor* bias = nullptr);
 // *ys[i] = x · Ws[i]ᵀ for several matrices sharing x (no bias); one parallel region when x is one row.
 void linear_multi(const Tensor& x, const std::vector<const WeightMatrix*>& Ws, const std::vector<Tensor*>& ys);
-// out = silu(x · Gᵀ) ⊙ (x · Uᵀ) (the SwiGLU gate, no bias): the same values as linear_multi + silu_mul; for one row
-// one parallel pass whose row blocks also apply silu_mul to their rows.
-void swiglu(const Tensor& x, const WeightMatrix& G, const WeightMatrix& U, Tensor& out);
 // The portable kernel (no BLAS, no bias), kept as the reference for kernel tests.
 void linear_portable(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y);
 void linear_portable_serial(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y); // 1 thread

@@ -315,53 +315,6 @@ TEST(Kernels, CausalAttentionOnKvViews) {
     ops::set_num_threads(0);
 }
 
-// ops::swiglu (the decode's gate/up pass with silu_mul applied per row block on the team) against linear_multi +
-// silu_mul: bit for bit, every format, 1 and 2 threads, row counts that split into uneven blocks; M > 1 too.
-TEST(Kernels, SwigluMatchesLinearMultiAndSiluMul) {
-    SKIP_IF_FORCED_ISA_MISSING();
-    for (const int threads : {1, 2})
-        for (const int64_t N : {45, 1000, 3001})
-            for (const char* fmt : {"f32", "bf16", "q4", "q8"})
-                for (const int64_t M : {1, 3}) {
-                    ops::set_num_threads(threads);
-                    const int64_t K = 256;
-                    std::vector<QMat> qs;
-                    std::vector<std::vector<float>> fs;
-                    std::vector<std::vector<uint16_t>> hs;
-                    auto make = [&](uint32_t seed) {
-                        WeightMatrix w;
-                        const std::string f = fmt;
-                        if (f == "f32") {
-                            fs.push_back(randn(size_t(N * K), seed, 0.05f));
-                            w = WeightMatrix::from_f32(fs.back(), N, K);
-                        } else if (f == "bf16") {
-                            hs.push_back(rand_bf16(size_t(N * K), seed, 0.05f));
-                            w.fmt = WFormat::BF16;
-                            w.rows = N;
-                            w.cols = K;
-                            w.data = hs.back().data();
-                        } else {
-                            qs.emplace_back(N, K, f == "q4" ? 4 : 8, 64, seed);
-                        }
-                        return w;
-                    };
-                    qs.reserve(2);
-                    fs.reserve(2);
-                    hs.reserve(2);
-                    WeightMatrix G = make(uint32_t(N) + 1), U = make(uint32_t(N) + 2);
-                    if (!qs.empty()) G = qs[0].view(), U = qs[1].view();
-                    Tensor x({M, K});
-                    x.data = randn(size_t(M * K), uint32_t(N + M));
-                    Tensor out, g, up;
-                    ops::swiglu(x, G, U, out);
-                    ops::linear_multi(x, {&G, &U}, {&g, &up});
-                    ops::silu_mul(g.ptr(), up.ptr(), g.size());
-                    EXPECT_EQ(out.shape, g.shape);
-                    EXPECT_EQ(out.data, g.data) << fmt << " N " << N << " M " << M << " threads " << threads;
-                }
-    ops::set_num_threads(0);
-}
-
 // The exp-sum of the greedy choice's log-softmax: every table against the portable one (std::exp summed in index
 // order) on awkward lengths and on values down to where exp underflows.
 TEST(Kernels, SumExpMatchesPortable) {

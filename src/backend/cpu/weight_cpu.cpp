@@ -190,32 +190,6 @@ void gemv_multi(const float* x, const std::vector<std::pair<const WeightMatrix*,
 
 void gemv(const float* x, const WeightMatrix& W, float* y) { gemv_multi(x, {{&W, y}}); }
 
-// The SwiGLU gate of one row in one parallel pass: each row block computes its rows of x·Gᵀ, then the same rows
-// of x·Uᵀ, then silu(g)·u on them, so the elementwise product runs on the team instead of after the join.
-void gemv_swiglu(const float* x, const WeightMatrix& G, const WeightMatrix& U, float* g, float* u) {
-    const cpu::KernelTable& k = cpu::kernels();
-    const int64_t K = G.cols;
-    thread_local std::vector<float> xp_g, xs_g, xp_u, xs_u; // the calling thread's
-    auto prep = [&](const WeightMatrix& W, std::vector<float>& xp, std::vector<float>& xs) {
-        if (W.fmt != WFormat::Q) return;
-        xp.resize(size_t(K));
-        xs.resize(size_t(K / W.group_size));
-        k.q_prep(x, K, W.bits, W.group_size, xp.data(), xs.data());
-    };
-    prep(G, xp_g, xs_g);
-    const bool shared = G.fmt == WFormat::Q && U.fmt == WFormat::Q && G.bits == U.bits && G.group_size == U.group_size;
-    if (!shared) prep(U, xp_u, xs_u);
-    // plain pointers: inside the region a thread_local name would be the worker's own (empty) vector
-    const float *xpg = xp_g.data(), *xsg = xs_g.data();
-    const float* xpu = shared ? xpg : xp_u.data();
-    const float* xsu = shared ? xsg : xs_u.data();
-    parallel_rows(G.rows, 2 * K, [&](int64_t a, int64_t b) {
-        gemv_rows(k, x, xpg, xsg, G, g, a, b);
-        gemv_rows(k, x, xpu, xsu, U, u, a, b);
-        silu_mul(g + a, u + a, size_t(b - a));
-    });
-}
-
 // y[:, 0:nb] (row stride ldy) = x · T[nb, K]ᵀ on the calling thread.
 void gemm_tile(const float* x, int64_t M, int64_t K, const float* T, int64_t nb, float* y, int64_t ldy) {
 #ifdef QASR_HAVE_OPENBLAS
@@ -368,20 +342,6 @@ void linear_multi(const Tensor& x, const std::vector<const WeightMatrix*>& Ws, c
     }
     if (x.rows() == 1) return gemv_multi(x.ptr(), mats);
     for (const auto& [W, y] : mats) gemm(x.ptr(), x.rows(), *W, y);
-}
-
-void swiglu(const Tensor& x, const WeightMatrix& G, const WeightMatrix& U, Tensor& out) {
-    if (x.cols() != G.cols || x.cols() != U.cols || G.rows != U.rows)
-        fail("linear", "swiglu: input width " + std::to_string(x.cols()) + " against gate " + shape_str(G.shape()) +
-                           " and up " + shape_str(U.shape()));
-    if (x.rows() == 1) {
-        out = Tensor({1, G.rows});
-        std::vector<float> u(size_t(U.rows));
-        return gemv_swiglu(x.ptr(), G, U, out.ptr(), u.data());
-    }
-    Tensor up;
-    linear_multi(x, {&G, &U}, {&out, &up});
-    silu_mul(out.ptr(), up.ptr(), out.size());
 }
 
 Tensor linear(const Tensor& x, const WeightMatrix& W, const Tensor* bias) {
