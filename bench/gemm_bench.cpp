@@ -4,6 +4,7 @@
 // precision scope, and as Decoder::logits runs it: float32 path), and a whole
 // Decoder::forward of M positions after a 150-position cache. Best of 5 after one warm-up (ms).
 #include "model/decoder.hpp"
+#include "model/encoder.hpp"
 #include "model/model.hpp"
 #include "ops/ops.hpp"
 
@@ -49,6 +50,16 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.f, 1.f);
     std::printf("%6s %12s %10s %12s %12s\n", "M", "matrices_ms", "head_ms", "head_f32_ms", "forward_ms");
+    if (std::getenv("GEMM_BENCH_ENCODER")) { // encode_rows over M packed stem rows (one attention window)
+        const AudioHParams& ahp = model->hp.audio;
+        for (int64_t M : Ms) {
+            Tensor x({M, int64_t(ahp.d_model)});
+            for (auto& v : x.data) v = 0.1f * nd(rng);
+            const double ms = best_of(5, [&] { encode_rows(model->weights.enc, ahp, x, M); });
+            std::printf("encoder rows %lld: %.1f ms\n", (long long)M, ms);
+        }
+        return 0;
+    }
     for (int64_t M : Ms) {
         const int64_t D = hp.hidden, I = dw.layers[0].gate.w.rows, Q = dw.layers[0].q.w.rows;
         std::vector<float> x(size_t(M * std::max({D, I, Q}))), y(size_t(M * std::max({D, I, Q})));
