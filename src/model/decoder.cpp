@@ -148,12 +148,29 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
     cache.reserve(past + n, Hkv, hd, kv_cache_bf16(w_.bf16_compute));
     std::vector<float> cs(size_t(n * hd)); // RoPE angles of these positions, shared by every layer
     ops::rope_table(n, hd, past, inv_freq_.data(), cs.data());
+    // Activations allocated once per pass and reused by every layer (the products write their outputs whole).
+    const bool any = !w_.layers.empty();
+    const int64_t Nq = any ? w_.layers[0].q.w.rows : 0, Nkv = any ? w_.layers[0].k.w.rows : 0;
+    const int64_t I = any ? w_.layers[0].gate.w.rows : 0;
+    Tensor u({n, D}), q({n, Nq}), k({n, Nkv}), v({n, Nkv}), o({n, Hq * hd}), a({n, D}), g({n, I}), up({n, I});
+    // several matrices of one input: fused matrix-vector products for one row, one GEMM each otherwise
+    const auto products = [&](const Tensor& in, std::vector<const WeightMatrix*> Ws, std::vector<Tensor*> ys) {
+        if (n == 1) {
+            if (Ws.size() == 1) *ys[0] = ops::linear(in, *Ws[0]);
+            else ops::linear_multi(in, Ws, ys);
+            return;
+        }
+        for (size_t i = 0; i < Ws.size(); ++i) {
+            if (in.cols() != Ws[i]->cols || ys[i]->cols() != Ws[i]->rows)
+                fail("decoder", "layer matrices of different shapes");
+            ops::linear(in.ptr(), n, *Ws[i], nullptr, ys[i]->ptr());
+        }
+    };
     for (size_t li = 0; li < w_.layers.size(); ++li) {
         const DecoderLayerW& l = w_.layers[li];
-        Tensor u = x;
+        std::memcpy(u.ptr(), x.ptr(), size_t(n * D) * 4);
         ops::rms_norm(u.ptr(), n, D, l.in_norm.ptr(), hp_.rms_eps);
-        Tensor q, k, v;
-        ops::linear_multi(u, {&l.q.w, &l.k.w, &l.v.w}, {&q, &k, &v});
+        products(u, {&l.q.w, &l.k.w, &l.v.w}, {&q, &k, &v});
         ops::rms_norm(q.ptr(), n * Hq, hd, l.q_norm.ptr(), hp_.rms_eps);
         ops::rms_norm(k.ptr(), n * Hkv, hd, l.k_norm.ptr(), hp_.rms_eps);
         ops::rope_cs(q.ptr(), n, Hq, hd, cs.data());
@@ -165,17 +182,15 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         kv.head_stride = cache.cap * hd;
         kv.pos_stride = hd;
         kv.bf16 = cache.bf16;
-        Tensor o({n, Hq * hd});
         ops::causal_attention(q.ptr(), kv, o.ptr(), n, past, Hq, Hkv, hd);
-        Tensor a = ops::linear(o, l.o.w);
+        products(o, {&l.o.w}, {&a});
         ops::add(x.ptr(), a.ptr(), x.size());
-        Tensor m = x;
-        ops::rms_norm(m.ptr(), n, D, l.post_norm.ptr(), hp_.rms_eps);
-        Tensor g, up;
-        ops::linear_multi(m, {&l.gate.w, &l.up.w}, {&g, &up});
+        std::memcpy(u.ptr(), x.ptr(), size_t(n * D) * 4);
+        ops::rms_norm(u.ptr(), n, D, l.post_norm.ptr(), hp_.rms_eps);
+        products(u, {&l.gate.w, &l.up.w}, {&g, &up});
         ops::silu_mul(g.ptr(), up.ptr(), g.size());
-        Tensor dn = ops::linear(g, l.down.w);
-        ops::add(x.ptr(), dn.ptr(), x.size());
+        products(g, {&l.down.w}, {&a});
+        ops::add(x.ptr(), a.ptr(), x.size());
         if (tap) (*tap)("dec_layer." + std::to_string(li), x);
     }
     cache.len = past + n;

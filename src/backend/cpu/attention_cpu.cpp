@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #ifdef QASR_HAVE_OPENBLAS
@@ -24,13 +25,14 @@ namespace {
 // scale·q·kᵀ, rows limited to `visible(i)` keys) · v. s: scratch [nq, nk].
 template <typename Visible>
 void head_block(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldk, float* o, int64_t ldo,
-                int64_t nq, int64_t nk, int64_t hd, float scale, float* s, Visible visible) {
+                int64_t nq, int64_t nk, int64_t hd, float scale, float* s, Visible visible,
+                void (*softmax)(float*, int64_t) = softmax_row) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(nq), int(nk), int(hd), scale, q, int(ldq), k, int(ldk),
                 0.0f, s, int(nk));
     for (int64_t i = 0; i < nq; ++i) {
         float* row = s + i * nk;
         const int64_t len = visible(i);
-        softmax_row(row, len);
+        softmax(row, len);
         for (int64_t j = len; j < nk; ++j) row[j] = 0.0f;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(nq), int(hd), int(nk), 1.0f, s, int(nk), v, int(ldk),
@@ -107,38 +109,45 @@ void causal_attention(const float* q, const KvView& kv, float* o, int64_t n, int
     const auto* vb = static_cast<const uint16_t*>(kv.v);
 #ifdef QASR_HAVE_OPENBLAS
     if (n > 1) {
+        // One KV head per iteration with the query heads that share it (GQA): a bf16 head is widened once for
+        // them. Scratch without zero-fill (every value read is written first). A float32 cache keeps
+        // ops::softmax_row (the reference arithmetic); a bf16 cache (quantized checkpoints) takes the table's
+        // vectorized softmax, as the decode step does. With more threads than KV heads: one query head per
+        // iteration, each widening its own copy.
         const cpu::KernelTable& K = cpu::kernels();
+        const int64_t per_unit = num_threads() <= Hkv ? group : 1, units = Hq / per_unit;
 #pragma omp parallel
         {
-            std::vector<float> sc(static_cast<size_t>(n * total));
-            std::vector<float> kw, vw; // a bf16 head widened to float32
+            std::unique_ptr<float[]> sc(new float[size_t(n * total)]);
+            std::unique_ptr<float[]> kw, vw; // a bf16 head widened to float32
             if (kv.bf16) {
-                kw.resize(size_t(total * hd));
-                vw.resize(size_t(total * hd));
+                kw.reset(new float[size_t(total * hd)]);
+                vw.reset(new float[size_t(total * hd)]);
             }
-            int64_t widened = -1;
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t h = 0; h < Hq; ++h) {
-                const int64_t kvh = h / group;
+#pragma omp for schedule(static)
+            for (int64_t u = 0; u < units; ++u) {
+                const int64_t h0 = u * per_unit, kvh = h0 / group;
                 const float *kh, *vh;
                 int64_t ld = ps;
                 if (kv.bf16) {
-                    if (widened != kvh) {
+                    if (ps == hd) {
+                        K.bf16_to_f32(kb + kvh * hs, kw.get(), size_t(total * hd));
+                        K.bf16_to_f32(vb + kvh * hs, vw.get(), size_t(total * hd));
+                    } else
                         for (int64_t j = 0; j < total; ++j) {
-                            K.bf16_to_f32(kb + kvh * hs + j * ps, kw.data() + j * hd, size_t(hd));
-                            K.bf16_to_f32(vb + kvh * hs + j * ps, vw.data() + j * hd, size_t(hd));
+                            K.bf16_to_f32(kb + kvh * hs + j * ps, kw.get() + j * hd, size_t(hd));
+                            K.bf16_to_f32(vb + kvh * hs + j * ps, vw.get() + j * hd, size_t(hd));
                         }
-                        widened = kvh;
-                    }
-                    kh = kw.data();
-                    vh = vw.data();
+                    kh = kw.get();
+                    vh = vw.get();
                     ld = hd;
                 } else {
                     kh = kf + kvh * hs;
                     vh = vf + kvh * hs;
                 }
-                head_block(q + h * hd, Dq, kh, vh, ld, o + h * hd, Dq, n, total, hd, scale, sc.data(),
-                           [&](int64_t i) { return past + i + 1; });
+                for (int64_t h = h0; h < h0 + per_unit; ++h)
+                    head_block(q + h * hd, Dq, kh, vh, ld, o + h * hd, Dq, n, total, hd, scale, sc.get(),
+                               [&](int64_t i) { return past + i + 1; }, kv.bf16 ? K.softmax : softmax_row);
             }
         }
         return;
