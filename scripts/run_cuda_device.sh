@@ -11,7 +11,7 @@ out=${OUT:-/tmp/qasr_out}
 mkdir -p "$out"
 cub=$(find /usr/local/cuda*/ /opt/torch -name 'libcublas.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$PWD/build-carry/lib:${cub:+$(dirname "$cub"):}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONUNBUFFERED=1 GOMP_SPINCOUNT=10000
+export PYTHONUNBUFFERED=1 GOMP_SPINCOUNT=10000 QASR_TOKENIZER_DIR=$PWD/.cache/qasr/tokenizer
 log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
 nvidia-smi -L | tee -a "$out/summary.txt"
 ldd "$b/tools/qasr" | grep -i "not found\|cublas" | tee -a "$out/summary.txt"
