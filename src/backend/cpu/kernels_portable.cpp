@@ -2,6 +2,7 @@
 #include "backend/cpu/kernels.hpp"
 
 #include "core/error.hpp"
+#include "ops/ops.hpp"
 
 #include <cpuid.h>
 
@@ -82,17 +83,7 @@ double p_sum_exp(const float* x, int64_t n, float m) {
     return sum;
 }
 
-void p_softmax(float* x, int64_t n) {
-    float mx = x[0];
-    for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        x[i] = std::exp(x[i] - mx);
-        sum += x[i];
-    }
-    const float inv = float(1.0 / sum);
-    for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
+void p_softmax(float* x, int64_t n) { ops::softmax_row(x, n); } // the reference softmax, bit for bit
 
 const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,          p_q_gemv, p_bf16_gemv,
                             p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32, p_dot,  p_axpy,
