@@ -58,6 +58,16 @@ StreamOptions small_opts() {
     return o;
 }
 
+// Pushes the audio in blocks of `block` samples, collecting the text of every event polled after each push.
+std::vector<std::string> push_in_blocks(StreamSession& s, const std::vector<float>& audio, size_t block) {
+    std::vector<std::string> texts;
+    for (size_t i = 0; i < audio.size(); i += block) {
+        s.push(audio.data() + i, std::min(block, audio.size() - i));
+        for (const auto& e : s.poll()) texts.push_back(e.text());
+    }
+    return texts;
+}
+
 } // namespace
 
 TEST(Stream, FinalsDoNotDependOnBlockSize) {
@@ -67,11 +77,7 @@ TEST(Stream, FinalsDoNotDependOnBlockSize) {
     std::vector<std::string> first_partials;
     for (size_t block : {size_t(1), size_t(160), size_t(1600), size_t(32000)}) {
         StreamSession s(tiny(), small_opts());
-        std::vector<std::string> partials;
-        for (size_t i = 0; i < audio.size(); i += block) {
-            s.push(audio.data() + i, std::min(block, audio.size() - i));
-            for (const auto& e : s.poll()) partials.push_back(e.text());
-        }
+        const std::vector<std::string> partials = push_in_blocks(s, audio, block);
         const std::string fin = s.finish().raw_text;
         if (block == 1) {
             first = fin;
@@ -219,11 +225,7 @@ TEST(Stream, FinalsDoNotDependOnBlockSizeInAnyMode) {
             o.exact_final = mode == 2;
             o.endpoint_final = mode == 3;
             StreamSession s(tiny(), o);
-            std::vector<std::string> partials;
-            for (size_t i = 0; i < audio.size(); i += block) {
-                s.push(audio.data() + i, std::min(block, audio.size() - i));
-                for (const auto& e : s.poll()) partials.push_back(e.text());
-            }
+            const std::vector<std::string> partials = push_in_blocks(s, audio, block);
             const std::string fin = s.finish().raw_text;
             if (block == 1) {
                 first = fin;
@@ -356,7 +358,7 @@ std::string stream_stem_chunks(const std::vector<float>& audio, std::vector<int>
                                std::vector<int>* early = nullptr, size_t block = 0) {
     StreamSession s(tiny(), small_opts());
     if (!block) block = audio.size();
-    for (size_t i = 0; i < audio.size(); i += block) s.push(audio.data() + i, std::min(block, audio.size() - i));
+    push_in_blocks(s, audio, block);
     const std::string fin = s.finish().raw_text;
     chunks.clear();
     if (early) early->clear();
