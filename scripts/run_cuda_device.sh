@@ -52,6 +52,9 @@ for p in ${presets//,/ }; do
     [ "$p" = "${PROFILE_PRESET:-0.6b}" ] && QASR_CUDA_FUSED_ATTN=0 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos \
         --max-new-tokens "$tokens" --runs 10 --warmup 1 --json > "$out/bench_${p}_bf16_unfused.json" 2>> "$out/errors.log"
     [ "$p" = "${PROFILE_PRESET:-0.6b}" ] && log "$p bf16 with the unfused decode attention (QASR_CUDA_FUSED_ATTN=0): $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_unfused.json')); print('%.3f ms/tok, total %.1f ms' % (j['ms_per_token'], j['total_ms']))")"
+    QASR_CUDA_PERSISTENT=1 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
+        --runs 15 --warmup 0 --api-warmup --json > "$out/bench_${p}_bf16_persistent.json" 2>> "$out/errors.log"
+    log "$p bf16 persistent decode step (QASR_CUDA_PERSISTENT=1): rc=$? $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_persistent.json')); print('%.3f ms/tok, total %.1f ms' % (j['ms_per_token'], j['total_ms']))" 2>&1)"
     [ "$p" = "${PROFILE_PRESET:-0.6b}" ] && QASR_CUDA_PROFILE=1 "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
         --runs 2 --warmup 1 --json 2>&1 >/dev/null | grep -A14 "cuda profile" | tail -n 14 | tee -a "$out/summary.txt"
     log "$p bf16 without warm-up: first $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_nowarmup.json')); print('%.1f ms, median %.1f ms' % (j['first_total_ms'], j['total_ms']))")"

@@ -373,6 +373,46 @@ TEST(Cuda, OutOfMemoryIsAnErrorAndTheProcessGoesOn) {
     EXPECT_EQ(host(ok, 3)[2], 3.0f);
 }
 
+// The persistent decode step (one cooperative kernel per token, QASR_CUDA_PERSISTENT=1) against the per-layer
+// kernels on a random checkpoint with head_dim 64: same greedy tokens, same log-probabilities and step logits.
+TEST(Cuda, PersistentDecodeStepEqualsPerLayerKernels) {
+    NEED_GPU();
+    if (!std::filesystem::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))
+        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh)";
+    const std::string dir = (std::filesystem::temp_directory_path() / ("qasr_cuda_small_" + std::to_string(::getpid()))).string();
+    if (!std::filesystem::exists(dir + "/model.safetensors")) write_random_checkpoint(dir, "small", "hf", 3, QASR_TOKENIZER_DIR);
+    unsetenv("QASR_CUDA_PERSISTENT");
+    const auto ref_model = Model::load(dir, "cuda");
+    Session ref(ref_model);
+    setenv("QASR_CUDA_PERSISTENT", "1", 1);
+    const auto per_model = Model::load(dir, "cuda");
+    Session per(per_model);
+    unsetenv("QASR_CUDA_PERSISTENT");
+    const std::vector<float> audio = randv(16000 * 4, 23, 0.1f);
+    TranscribeOptions o;
+    o.decode.ignore_eos = true;
+    o.decode.max_new_tokens = 40;
+    o.itn = false;
+    const TranscriptionResult a = ref.run(audio, o), b = per.run(audio, o);
+    ASSERT_EQ(a.tokens.size(), 40u);
+    ASSERT_EQ(b.tokens.size(), 40u);
+    for (size_t n = 0; n < a.tokens.size(); ++n) {
+        EXPECT_EQ(a.tokens[n].id, b.tokens[n].id) << "token " << n;
+        EXPECT_NEAR(a.tokens[n].logprob, b.tokens[n].logprob, 1e-3) << "token " << n;
+    }
+    // host-driven steps: logits of every step
+    const Tensor mel = ref.mel(audio, 8000);
+    const Tensor rows = ref.encode(mel);
+    const Prompt p = ref.prompt(rows.rows(), o);
+    Tensor la = ref.prefill(p, rows), lb = per.prefill(p, rows);
+    for (int n = 0; n < 12; ++n) {
+        const int tok = int(std::max_element(la.ptr(), la.ptr() + la.cols()) - la.ptr());
+        la = ref.step(tok);
+        lb = per.step(tok);
+        EXPECT_LT(rel_l2(lb.data, la.data), 1e-4) << "step " << n;
+    }
+}
+
 // End to end on the tiny random checkpoint: the GPU path (bf16 products) against the CPU path (fp32).
 TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     NEED_GPU();

@@ -2,6 +2,7 @@
 // and one-step-behind readback) and the device context that owns the uploaded weights and a pool of sessions.
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/device_weights.hpp"
+#include "backend/cuda/decode_persistent.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/device.hpp"
 
@@ -69,7 +70,17 @@ public:
         QASR_CUDA(cudaMemset(counter_.get(), 0, size_t(Hkv_) * sizeof(unsigned)));
         const char* fa = std::getenv("QASR_CUDA_FUSED_ATTN");
         fused_attn_ = decode_attention_supported(Hq_, Hkv_, hd_) && !(fa && std::string(fa) == "0");
-        argpart_.alloc(3 * 256 * 4);
+        const char* pp = std::getenv("QASR_CUDA_PERSISTENT");
+        persistent_ = pp && std::string(pp) == "1" && persistent_step_supported(Hq_, Hkv_, hd_) &&
+                      w_.embed.bits == 16 && w_.head.bits == 16;
+        for (const DevDecLayer& l : w_.dec)
+            persistent_ = persistent_ && l.qkv.bits == 16 && l.o.bits == 16 && l.gateup.bits == 16 && l.down.bits == 16;
+        if (persistent_) {
+            psmem_ = persistent_step_smem(D_, Hq_, hd_, I_);
+            pgrid_ = persistent_step_grid(w.ordinal, hd_, psmem_);
+            players_.alloc(w_.dec.size() * sizeof(PersistLayer));
+        }
+        argpart_.alloc(size_t(3) * std::max(pgrid_, 256) * 4);
         const char* pe = std::getenv("QASR_CUDA_PROFILE");
         profile_ = pe && *pe && std::string(pe) != "0";
         if (profile_)
@@ -162,6 +173,12 @@ private:
     int64_t cap_ = 0, len_ = 0; // len_: positions filled (host view)
     // step scratch
     Buffer x1_, qkv1_, q1_, o1_, h1_, logits1_, part_, counter_;
+    bool persistent_ = false; // QASR_CUDA_PERSISTENT=1: the whole step as one cooperative kernel (bf16 weights)
+    int pgrid_ = 0;
+    size_t psmem_ = 0;
+    Buffer players_; // PersistLayer [L] on the device, for the KV cache players_kv_
+    const void* players_kv_ = nullptr;
+    void launch_persistent();
     bool fused_attn_ = true; // decode_attention (q/k-norm + RoPE + KV write + attention + merge in one kernel);
                              // QASR_CUDA_FUSED_ATTN=0: qk_norm_rope_kv + attention (+ merge), three kernels
     // prefill / encoder scratch
@@ -404,7 +421,32 @@ void CudaSession::enqueue_step() {
     mark("argmax");
 }
 
+void CudaSession::launch_persistent() {
+    if (players_kv_ != kv_.get()) {
+        std::vector<PersistLayer> hl(w_.dec.size());
+        for (size_t li = 0; li < w_.dec.size(); ++li) {
+            const DevDecLayer& l = w_.dec[li];
+            hl[li] = PersistLayer{static_cast<const uint16_t*>(l.qkv.data), static_cast<const uint16_t*>(l.o.data),
+                                  static_cast<const uint16_t*>(l.gateup.data), static_cast<const uint16_t*>(l.down.data),
+                                  l.in_norm, l.post_norm, l.q_norm, l.k_norm, kc(li), vc(li)};
+        }
+        QASR_CUDA(cudaMemcpyAsync(players_.get(), hl.data(), hl.size() * sizeof(PersistLayer), cudaMemcpyHostToDevice, s_));
+        QASR_CUDA(cudaStreamSynchronize(s_));
+        players_kv_ = kv_.get();
+    }
+    PersistArgs a;
+    a.layers = players_.as<PersistLayer>(), a.L = int(w_.dec.size()), a.D = D_, a.Hq = Hq_, a.Hkv = Hkv_, a.hd = hd_;
+    a.I = I_, a.V = V_, a.eps = m_.hp.text.rms_eps, a.inv_freq = w_.inv_freq;
+    a.embed = static_cast<const uint16_t*>(w_.embed.data), a.head = static_cast<const uint16_t*>(w_.head.data);
+    a.norm = w_.norm, a.tok = d_tok(), a.pos = d_pos(), a.count = d_count(), a.ring = ring_d_, a.ring_size = kRing;
+    a.x = x1_.as<float>(), a.qkv = qkv1_.as<float>(), a.attn = o1_.as<float>(), a.h = h1_.as<float>();
+    a.logits = logits1_.as<float>(), a.splits = kDecodeSplits, a.part = part_.as<float>();
+    a.counter = counter_.as<unsigned>(), a.argpart = argpart_.as<float>();
+    persistent_step(a, pgrid_, psmem_, s_);
+}
+
 void CudaSession::launch_step() {
+    if (persistent_ && !profile_) return launch_persistent();
     if (profile_) { // eager, with an event after each kernel group
         npev_ = 0;
         enqueue_step();

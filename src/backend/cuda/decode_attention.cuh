@@ -1,6 +1,7 @@
 // The decode-attention block body (one new token; q/k RMSNorm + RoPE + KV-cache write + split-key attention +
-// merge) as a device function, so that a kernel can run it for any block index (k_decode_attention in kernels.cu
-// runs it once per block). Block = kDecThreads threads; `block` = kv head · splits + split.
+// merge) as a device function, so that a kernel can run it for any block index: k_decode_attention (kernels.cu)
+// once per block, the persistent decode-step kernel (decode_persistent.cu) in its attention phase. Block =
+// kDecThreads threads; `block` = kv head · splits + split.
 #pragma once
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
