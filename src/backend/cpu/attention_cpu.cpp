@@ -2,6 +2,7 @@
 // Scores and softmax in float32. Several queries at once (encoder windows, prefill): per (head, window) two
 // single-threaded sgemm calls (S = Q·Kᵀ, O = P·V on strided head slices) over the OpenMP team; one query (decode
 // steps) or no BLAS: per-key dot/axpy kernels of the active ISA, parallel over (head, query).
+#include "backend/cpu/attention_decode.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
 
@@ -101,13 +102,13 @@ void causal_attention(const float* q, const float* kc, const float* vc, float* o
 void causal_attention(const float* q, const KvView& kv, float* o, int64_t n, int64_t past, int64_t Hq, int64_t Hkv,
                       int64_t hd) {
     const int64_t group = Hq / Hkv, Dq = Hq * hd, total = past + n;
-    const int64_t hs = kv.head_stride, ps = kv.pos_stride;
     const float scale = 1.0f / std::sqrt(float(hd));
+#ifdef QASR_HAVE_OPENBLAS
+    const int64_t hs = kv.head_stride, ps = kv.pos_stride;
     const auto* kf = static_cast<const float*>(kv.k);
     const auto* vf = static_cast<const float*>(kv.v);
     const auto* kb = static_cast<const uint16_t*>(kv.k);
     const auto* vb = static_cast<const uint16_t*>(kv.v);
-#ifdef QASR_HAVE_OPENBLAS
     if (n > 1) {
         // One KV head per iteration with the query heads that share it (GQA): a bf16 head is widened once for
         // them. Scratch without zero-fill (every value read is written first). A float32 cache keeps
@@ -153,39 +154,16 @@ void causal_attention(const float* q, const KvView& kv, float* o, int64_t n, int
         return;
     }
 #endif
-    // Each thread takes a contiguous range of KV heads (with the query heads sharing them) and walks the cached
-    // positions of them: in one call over the range where the heads of a position are adjacent (head_stride ==
-    // hd: the kernels read one contiguous slice of each cache row), else one call per KV head (head-major cache:
-    // each head's positions are one contiguous stream).
+    // Each thread takes a contiguous range of KV heads (with the query heads sharing them): cpu::attend_one.
     const cpu::KernelTable& K = cpu::kernels();
     const int nt = int(std::min<int64_t>(num_threads(), Hkv));
-    const bool joint = hs == hd;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         const int t = omp_get_thread_num();
-        const int64_t c0 = Hkv * t / nt, c1 = Hkv * (t + 1) / nt, nh = (c1 - c0) * group;
-        std::vector<float> s(static_cast<size_t>(nh * total));
-        for (int64_t i = 0; i < n; ++i) {
-            const int64_t len = past + i + 1;
-            const float* qi = q + i * Dq + c0 * group * hd;
-            float* oi = o + i * Dq + c0 * group * hd;
-            for (int64_t c = c0; c < c1; c = joint ? c1 : c + 1) {
-                const int64_t cn = joint ? c1 - c0 : 1, off = (c - c0) * group;
-                if (kv.bf16) K.attn_scores_bf16(qi + off * hd, kb + c * hs, ps, len, cn, group, hd, scale, s.data() + off * len);
-                else K.attn_scores(qi + off * hd, kf + c * hs, ps, len, cn, group, hd, scale, s.data() + off * len);
-            }
-            // a float32 cache keeps ops::softmax_row (the reference arithmetic); a bf16 cache is the approximate
-            // path of quantized checkpoints and takes the table's (vectorized) softmax
-            for (int64_t h = 0; h < nh; ++h) {
-                if (kv.bf16) K.softmax(s.data() + h * len, len);
-                else softmax_row(s.data() + h * len, len);
-            }
-            for (int64_t c = c0; c < c1; c = joint ? c1 : c + 1) {
-                const int64_t cn = joint ? c1 - c0 : 1, off = (c - c0) * group;
-                if (kv.bf16) K.attn_wsum_bf16(s.data() + off * len, vb + c * hs, ps, len, cn, group, hd, oi + off * hd);
-                else K.attn_wsum(s.data() + off * len, vf + c * hs, ps, len, cn, group, hd, oi + off * hd);
-            }
-        }
+        const int64_t c0 = Hkv * t / nt, c1 = Hkv * (t + 1) / nt;
+        std::vector<float> s(static_cast<size_t>((c1 - c0) * group * total));
+        for (int64_t i = 0; i < n; ++i)
+            cpu::attend_one(K, q + i * Dq, kv, o + i * Dq, past + i + 1, c0, c1, group, hd, scale, s.data());
     }
 }
 
