@@ -2,6 +2,7 @@
 // per-ISA kernels over row blocks on all threads; matrix-matrix products (prefill, encoder) expand tiles of W to
 // float32 in a scratch buffer and hand them to sgemm (OpenBLAS) or the portable kernel.
 #include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/gemv.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
@@ -76,75 +77,110 @@ WeightMatrix WeightMatrix::from_tensor(Tensor t) {
     return from_f32(std::move(t.data), r, c);
 }
 
-namespace ops {
-namespace {
+namespace cpu {
 
-// Runs fn(r0, r1) over row blocks of [0, N) on the OpenMP team. Each thread owns one contiguous share of the
-// rows and walks it front to back in blocks, so it streams one long contiguous range of the weights (short
-// interleaved blocks restart the hardware prefetchers at every block); a thread
-// that is done steals blocks from the back of the share with the most left, so one that loses its core for a
-// while does not hold up the others.
-constexpr int64_t kBlocksPerThread = 8;
-template <typename F> void parallel_rows(int64_t N, int64_t work_per_row, F fn) {
-    int nt = num_threads();
-    if (int64_t(N) * work_per_row < 32768) nt = 1;
-    if (nt <= 1) return fn(int64_t(0), N);
-    const int64_t per = std::max<int64_t>(16, (N / (int64_t(nt) * kBlocksPerThread) + 15) / 16 * 16), blocks = (N + per - 1) / per;
-    // share t: blocks [lo, hi) packed as lo | hi << 32 in one atomic word (the owner takes lo, thieves take hi)
-    struct alignas(64) Share {
-        std::atomic<uint64_t> range;
-    };
-    Share shares[64];
-    nt = int(std::min<int64_t>({int64_t(nt), blocks, int64_t(64)}));
-    for (int t = 0; t < nt; ++t) {
-        const uint64_t lo = uint64_t(blocks * t / nt), hi = uint64_t(blocks * (t + 1) / nt);
-        shares[t].range.store(lo | hi << 32, std::memory_order_relaxed);
+void RowShares::init(int64_t N, int nt) {
+    constexpr int64_t kBlocksPerThread = 8;
+    nt = std::max(1, nt);
+    N_ = N;
+    per_ = std::max<int64_t>(16, (N / (int64_t(nt) * kBlocksPerThread) + 15) / 16 * 16);
+    const int64_t blocks = (N + per_ - 1) / per_;
+    nt_ = int(std::max<int64_t>(1, std::min<int64_t>(nt, blocks)));
+    if (nt_ > cap_) {
+        shares_.reset(new Share[size_t(nt_)]);
+        cap_ = nt_;
     }
-    auto run = [&](int64_t b) { fn(b * per, std::min(N, (b + 1) * per)); };
-#pragma omp parallel num_threads(nt)
-    {
-        const int t = omp_get_thread_num();
-        for (;;) { // own share, front to back
-            uint64_t r = shares[t].range.load(std::memory_order_relaxed);
-            while (uint32_t(r) < uint32_t(r >> 32) &&
-                   !shares[t].range.compare_exchange_weak(r, r + 1, std::memory_order_relaxed))
-                ;
-            if (uint32_t(r) >= uint32_t(r >> 32)) break;
-            run(int64_t(uint32_t(r)));
-        }
-        for (;;) { // steal from the back of the share with the most blocks left
-            int victim = -1;
-            uint64_t left = 0;
-            for (int u = 0; u < nt; ++u) {
-                const uint64_t r = shares[u].range.load(std::memory_order_relaxed);
-                const uint64_t n = uint32_t(r >> 32) > uint32_t(r) ? uint32_t(r >> 32) - uint32_t(r) : 0;
-                if (n > left) left = n, victim = u;
-            }
-            if (victim < 0) break;
-            uint64_t r = shares[victim].range.load(std::memory_order_relaxed);
-            bool got = false;
-            while (uint32_t(r) < uint32_t(r >> 32)) {
-                if (shares[victim].range.compare_exchange_weak(r, r - (uint64_t(1) << 32), std::memory_order_relaxed)) {
-                    got = true;
-                    break;
-                }
-            }
-            if (got) run(int64_t(uint32_t(r >> 32)) - 1);
-        }
+    for (int t = 0; t < nt_; ++t) {
+        const uint64_t lo = uint64_t(blocks * t / nt_), hi = uint64_t(blocks * (t + 1) / nt_);
+        shares_[size_t(t)].range.store(lo | hi << 32, std::memory_order_relaxed);
     }
 }
 
-// Rows [r0, r1) of y = W·x for one matrix; xp/xs: x prepared for W's quantized kernel (Q only).
-void gemv_rows(const cpu::KernelTable& k, const float* x, const float* xp, const float* xs, const WeightMatrix& W,
-               float* y, int64_t r0, int64_t r1) {
+int64_t RowShares::take_own(int t) {
+    std::atomic<uint64_t>& a = shares_[size_t(t)].range;
+    uint64_t r = a.load(std::memory_order_relaxed);
+    while (uint32_t(r) < uint32_t(r >> 32))
+        if (a.compare_exchange_weak(r, r + 1, std::memory_order_relaxed)) return int64_t(uint32_t(r));
+    return -1;
+}
+
+int64_t RowShares::steal() {
+    for (;;) { // from the back of the share with the most blocks left
+        int victim = -1;
+        uint64_t left = 0;
+        for (int u = 0; u < nt_; ++u) {
+            const uint64_t r = shares_[size_t(u)].range.load(std::memory_order_relaxed);
+            const uint64_t n = uint32_t(r >> 32) > uint32_t(r) ? uint32_t(r >> 32) - uint32_t(r) : 0;
+            if (n > left) left = n, victim = u;
+        }
+        if (victim < 0) return -1;
+        std::atomic<uint64_t>& a = shares_[size_t(victim)].range;
+        uint64_t r = a.load(std::memory_order_relaxed);
+        while (uint32_t(r) < uint32_t(r >> 32))
+            if (a.compare_exchange_weak(r, r - (uint64_t(1) << 32), std::memory_order_relaxed))
+                return int64_t(uint32_t(r >> 32)) - 1;
+    }
+}
+
+void GemvInput::prepare(const KernelTable& k, const float* xin, const WeightMatrix* const* Ws, size_t n) {
+    x = xin;
+    slot.assign(n, -1);
+    size_t used = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const WeightMatrix& W = *Ws[i];
+        if (W.fmt != WFormat::Q) continue;
+        for (size_t j = 0; j < i && slot[i] < 0; ++j) // matrices with the same layout share one prepared x
+            if (slot[j] >= 0 && Ws[j]->bits == W.bits && Ws[j]->group_size == W.group_size) slot[i] = slot[j];
+        if (slot[i] >= 0) continue;
+        if (xp.size() <= used) xp.resize(used + 1), xs.resize(used + 1);
+        xp[used].resize(size_t(W.cols));
+        xs[used].resize(size_t(W.cols / W.group_size));
+        k.q_prep(x, W.cols, W.bits, W.group_size, xp[used].data(), xs[used].data());
+        slot[i] = int(used++);
+    }
+}
+
+void gemv_rows(const KernelTable& k, const GemvInput& in, size_t i, const WeightMatrix& W, float* y, int64_t r0,
+               int64_t r1) {
     const int64_t K = W.cols;
     switch (W.fmt) {
-    case WFormat::F32: k.f32_gemv(static_cast<const float*>(W.data), K, x, y, r0, r1); break;
-    case WFormat::BF16: k.bf16_gemv(static_cast<const uint16_t*>(W.data), K, x, y, r0, r1); break;
-    case WFormat::Q:
-        k.q_gemv(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, xp, xs, y, r0, r1);
+    case WFormat::F32: k.f32_gemv(static_cast<const float*>(W.data), K, in.x, y, r0, r1); break;
+    case WFormat::BF16: k.bf16_gemv(static_cast<const uint16_t*>(W.data), K, in.x, y, r0, r1); break;
+    case WFormat::Q: {
+        const size_t s = size_t(in.slot[i]);
+        k.q_gemv(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, in.xp[s].data(),
+                 in.xs[s].data(), y, r0, r1);
         break;
     }
+    }
+}
+
+void gemv_multi_rows(const KernelTable& k, const GemvInput& in, const WeightMatrix* const* Ws, float* const* ys,
+                     size_t n, int64_t a, int64_t b) {
+    int64_t start = 0;
+    for (size_t i = 0; i < n && start < b; start += Ws[i]->rows, ++i) {
+        const int64_t r0 = std::max(a, start) - start, r1 = std::min(b, start + Ws[i]->rows) - start;
+        if (r0 < r1) gemv_rows(k, in, i, *Ws[i], ys[i], r0, r1);
+    }
+}
+
+} // namespace cpu
+
+namespace ops {
+namespace {
+
+// Runs fn(r0, r1) over row blocks of [0, N) on the OpenMP team (cpu::RowShares: contiguous shares with
+// stealing); one thread when the work is too small to pay for the fork/join.
+constexpr int64_t kMinParallelWork = 32768; // rows × width below which one thread does it all
+template <typename F> void parallel_rows(int64_t N, int64_t work_per_row, F fn) {
+    int nt = num_threads();
+    if (int64_t(N) * work_per_row < kMinParallelWork) nt = 1;
+    if (nt <= 1) return fn(int64_t(0), N);
+    thread_local cpu::RowShares shares; // the caller's; workers see it through the reference
+    cpu::RowShares& sh = shares;
+    sh.init(N, nt);
+#pragma omp parallel num_threads(sh.threads())
+    sh.run(omp_get_thread_num(), fn);
 }
 
 // Several matrix-vector products with the same x in one parallel region (the rows of all matrices are one
@@ -152,40 +188,19 @@ void gemv_rows(const cpu::KernelTable& k, const float* x, const float* xp, const
 void gemv_multi(const float* x, const std::vector<std::pair<const WeightMatrix*, float*>>& mats) {
     const cpu::KernelTable& k = cpu::kernels();
     const int64_t K = mats[0].first->cols;
-    struct Prep {
-        std::vector<float> xp, xs;
-    };
-    thread_local std::vector<Prep> prep_store; // the caller's; workers see it through `preps`
-    std::vector<Prep>& preps = prep_store;
-    preps.resize(mats.size());
-    std::vector<int64_t> start(mats.size() + 1, 0);
-    for (size_t i = 0; i < mats.size(); ++i) {
-        const WeightMatrix& W = *mats[i].first;
-        if (W.cols != K) fail("linear", "gemv_multi: matrices differ in input width");
-        start[i + 1] = start[i] + W.rows;
-        if (W.fmt == WFormat::Q) {
-            // matrices with the same layout share one prepared x
-            size_t j = 0;
-            while (j < i && !(mats[j].first->fmt == WFormat::Q && mats[j].first->bits == W.bits &&
-                              mats[j].first->group_size == W.group_size))
-                ++j;
-            if (j < i) {
-                preps[i] = preps[j];
-                continue;
-            }
-            preps[i].xp.resize(size_t(K));
-            preps[i].xs.resize(size_t(K / W.group_size));
-            k.q_prep(x, K, W.bits, W.group_size, preps[i].xp.data(), preps[i].xs.data());
-        }
+    std::vector<const WeightMatrix*> Ws;
+    std::vector<float*> ys;
+    int64_t total = 0;
+    for (const auto& [W, y] : mats) {
+        if (W->cols != K) fail("linear", "gemv_multi: matrices differ in input width");
+        Ws.push_back(W);
+        ys.push_back(y);
+        total += W->rows;
     }
-    const int64_t total = start.back();
-    parallel_rows(total, K, [&](int64_t a, int64_t b) {
-        for (size_t i = 0; i < mats.size(); ++i) {
-            const int64_t r0 = std::max(a, start[i]) - start[i], r1 = std::min(b, start[i + 1]) - start[i];
-            if (r0 < r1)
-                gemv_rows(k, x, preps[i].xp.data(), preps[i].xs.data(), *mats[i].first, mats[i].second, r0, r1);
-        }
-    });
+    thread_local cpu::GemvInput input_store; // the caller's; workers see it through `in`
+    cpu::GemvInput& in = input_store;
+    in.prepare(k, x, Ws.data(), Ws.size());
+    parallel_rows(total, K, [&](int64_t a, int64_t b) { cpu::gemv_multi_rows(k, in, Ws.data(), ys.data(), Ws.size(), a, b); });
 }
 
 void gemv(const float* x, const WeightMatrix& W, float* y) { gemv_multi(x, {{&W, y}}); }

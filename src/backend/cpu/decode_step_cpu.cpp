@@ -1,0 +1,160 @@
+// ops::decode_step on the CPU: the whole layer stack of one decode step in ONE OpenMP parallel region.
+//
+// Decoder::forward on one row runs five parallel regions per layer (q/k/v, attention, o, gate/up, down) with the
+// norms, RoPE, SiLU and the preparation of x (q_prep) on one thread in between; on the 2-core benchmark machine
+// the idle worker goes to sleep during that serial work and each fork costs a wake-up. Here the team stays
+// together for the step and the phases are separated by barriers:
+//   - the products split their rows over the team (cpu::RowShares: contiguous shares with stealing);
+//   - what every product needs whole (the residual stream, its norm, the prepared x) is computed by every thread
+//     on its own copy, the same arithmetic on the same values, instead of by one thread behind a barrier;
+//   - q/k norms, RoPE, the KV-cache append and attention are split by KV heads: a thread works on the heads whose
+//     query, key and value rows it then attends with, so no barrier separates them;
+//   - SiLU·up is split by elements.
+// Every value is computed by the same kernels in the same order as in Decoder::forward, so the result is bit for
+// bit that of the per-op path (and independent of the thread count).
+#include "ops/decode_step.hpp"
+
+#include "backend/cpu/attention_decode.hpp"
+#include "backend/cpu/gemv.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "ops/ops.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace qasr::ops {
+namespace {
+
+// Appends KV heads [c0, c1) of one position (k, v: [Hkv·hd] float32) to the cache of `layer`, as KvCache::write
+// (bf16 rounded to nearest even).
+void write_heads(KvCache& c, size_t layer, const float* k, const float* v, int64_t pos, int64_t c0, int64_t c1) {
+    const int64_t hd = c.head_dim;
+    for (int64_t h = c0; h < c1; ++h) {
+        const size_t dst = size_t((h * c.cap + pos) * hd), src = size_t(h * hd);
+        if (c.bf16) {
+            uint16_t* kd = static_cast<uint16_t*>(c.k[layer]) + dst;
+            uint16_t* vd = static_cast<uint16_t*>(c.v[layer]) + dst;
+            for (int64_t i = 0; i < hd; ++i) {
+                kd[i] = f32_to_bf16(k[src + size_t(i)]);
+                vd[i] = f32_to_bf16(v[src + size_t(i)]);
+            }
+        } else {
+            std::memcpy(static_cast<float*>(c.k[layer]) + dst, k + src, size_t(hd) * 4);
+            std::memcpy(static_cast<float*>(c.v[layer]) + dst, v + src, size_t(hd) * 4);
+        }
+    }
+}
+
+// Activations shared by the team, kept between steps (one set per calling thread).
+struct Shared {
+    std::vector<float> q, k, v, o, a, g, up, cs;
+    std::unique_ptr<cpu::RowShares[]> shares; // 4 per layer: q/k/v, o, gate/up, down
+    size_t n_shares = 0;
+};
+
+} // namespace
+
+void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq, float* x, KvCache& cache) {
+    const int64_t D = hp.hidden, hd = hp.head_dim, Hq = hp.n_heads, Hkv = hp.n_kv_heads, group = Hq / Hkv;
+    const size_t L = w.layers.size();
+    const int64_t past = cache.len;
+    if (cache.k.size() != L) cache.reset(L);
+    cache.reserve(past + 1, Hkv, hd, kv_cache_bf16(w.bf16_compute));
+    const int64_t Nq = Hq * hd, Nkv = Hkv * hd, I = L ? w.layers[0].gate.w.rows : 0;
+    for (const DecoderLayerW& l : w.layers)
+        if (l.q.w.rows != Nq || l.k.w.rows != Nkv || l.v.w.rows != Nkv || l.o.w.rows != D || l.o.w.cols != Nq ||
+            l.q.w.cols != D || l.gate.w.rows != I || l.up.w.rows != I || l.down.w.rows != D || l.down.w.cols != I)
+            fail("decoder", "layer matrices of different shapes");
+
+    thread_local Shared store; // the caller's; the team sees it through `sh`
+    Shared& sh = store;
+    sh.q.resize(size_t(Nq));
+    sh.k.resize(size_t(Nkv));
+    sh.v.resize(size_t(Nkv));
+    sh.o.resize(size_t(Nq));
+    sh.a.resize(size_t(D));
+    sh.g.resize(size_t(I));
+    sh.up.resize(size_t(I));
+    sh.cs.resize(size_t(hd));
+    rope_table(1, hd, past, inv_freq, sh.cs.data());
+    if (sh.n_shares < 4 * L) {
+        sh.shares.reset(new cpu::RowShares[4 * L]);
+        sh.n_shares = 4 * L;
+    }
+    const int nt = num_threads();
+    for (size_t li = 0; li < L; ++li) {
+        sh.shares[4 * li].init(Nq + 2 * Nkv, nt);
+        sh.shares[4 * li + 1].init(D, nt);
+        sh.shares[4 * li + 2].init(2 * I, nt);
+        sh.shares[4 * li + 3].init(D, nt);
+    }
+    const cpu::KernelTable& K = cpu::kernels();
+    const float scale = 1.0f / std::sqrt(float(hd)), eps = hp.rms_eps;
+    KvView kv;
+    kv.head_stride = cache.cap * hd;
+    kv.pos_stride = hd;
+    kv.bf16 = cache.bf16;
+
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        const int64_t c0 = Hkv * t / T, c1 = Hkv * (t + 1) / T; // this thread's KV heads
+        const int64_t e0 = I * t / T, e1 = I * (t + 1) / T;     // and its share of SiLU·up
+        thread_local cpu::GemvInput in;
+        thread_local std::vector<float> xt, u, s;
+        xt.assign(x, x + D); // the residual stream, one copy per thread
+        u.resize(size_t(D));
+        s.resize(size_t((c1 - c0) * group * (past + 1)));
+        float *q = sh.q.data(), *k = sh.k.data(), *v = sh.v.data(), *o = sh.o.data(), *a = sh.a.data();
+        float *g = sh.g.data(), *up = sh.up.data();
+        const auto product = [&](cpu::RowShares& rows, const float* xin, std::initializer_list<const WeightMatrix*> Ws,
+                                 std::initializer_list<float*> ys) {
+            in.prepare(K, xin, Ws.begin(), Ws.size());
+            rows.run(t, [&](int64_t r0, int64_t r1) {
+                cpu::gemv_multi_rows(K, in, Ws.begin(), ys.begin(), Ws.size(), r0, r1);
+            });
+        };
+        for (size_t li = 0; li < L; ++li) {
+            const DecoderLayerW& l = w.layers[li];
+            std::memcpy(u.data(), xt.data(), size_t(D) * 4);
+            rms_norm(u.data(), 1, D, l.in_norm.ptr(), eps);
+            product(sh.shares[4 * li], u.data(), {&l.q.w, &l.k.w, &l.v.w}, {q, k, v});
+#pragma omp barrier
+            if (c0 < c1) {
+                float* qh = q + c0 * group * hd;
+                rms_norm(qh, (c1 - c0) * group, hd, l.q_norm.ptr(), eps);
+                rms_norm(k + c0 * hd, c1 - c0, hd, l.k_norm.ptr(), eps);
+                rope_cs(qh, 1, (c1 - c0) * group, hd, sh.cs.data());
+                rope_cs(k + c0 * hd, 1, c1 - c0, hd, sh.cs.data());
+                write_heads(cache, li, k, v, past, c0, c1);
+                KvView lkv = kv;
+                lkv.k = cache.k[li];
+                lkv.v = cache.v[li];
+                cpu::attend_one(K, q, lkv, o, past + 1, c0, c1, group, hd, scale, s.data());
+            }
+#pragma omp barrier
+            product(sh.shares[4 * li + 1], o, {&l.o.w}, {a});
+#pragma omp barrier
+            add(xt.data(), a, size_t(D));
+            std::memcpy(u.data(), xt.data(), size_t(D) * 4);
+            rms_norm(u.data(), 1, D, l.post_norm.ptr(), eps);
+            product(sh.shares[4 * li + 2], u.data(), {&l.gate.w, &l.up.w}, {g, up});
+#pragma omp barrier
+            silu_mul(g + e0, up + e0, size_t(e1 - e0));
+#pragma omp barrier
+            product(sh.shares[4 * li + 3], g, {&l.down.w}, {a});
+#pragma omp barrier
+            add(xt.data(), a, size_t(D));
+        }
+        if (t == 0) std::memcpy(x, xt.data(), size_t(D) * 4);
+    }
+    cache.len = past + 1;
+    rms_norm(x, 1, D, w.norm.ptr(), hp.rms_eps);
+}
+
+} // namespace qasr::ops

@@ -1,0 +1,64 @@
+// Building blocks of the CPU matrix-vector products, shared by ops::linear (one parallel region per product) and
+// the fused decode step (backend/cpu/decode_step_cpu.cpp: all products of a step inside one parallel region).
+#pragma once
+#include "backend/cpu/kernels.hpp"
+#include "ops/weight.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace qasr::cpu {
+
+// Row blocks of [0, N) for a team of nt threads. Each thread owns one contiguous share of the rows and walks it
+// front to back in blocks, so it streams one long contiguous range of the weights (short interleaved blocks
+// restart the hardware prefetchers at every block); a thread that is done steals blocks from the back of the
+// share with the most left, so one that loses its core for a while does not hold up the others. Every row is
+// handed out exactly once, whichever threads of the team (or fewer) call run().
+class RowShares {
+public:
+    RowShares() = default;
+    RowShares(const RowShares&) = delete;
+    RowShares& operator=(const RowShares&) = delete;
+    // (Re)initializes for N rows and nt threads; not concurrently with run().
+    void init(int64_t N, int nt);
+    int threads() const { return nt_; }
+    // Thread t of the team runs fn(r0, r1) on blocks of its share, then on stolen ones, until none is left.
+    template <typename F> void run(int t, F&& fn) {
+        int64_t b;
+        if (t < nt_)
+            while ((b = take_own(t)) >= 0) fn(b * per_, std::min(N_, (b + 1) * per_));
+        while ((b = steal()) >= 0) fn(b * per_, std::min(N_, (b + 1) * per_));
+    }
+
+private:
+    struct alignas(64) Share {
+        std::atomic<uint64_t> range; // blocks [lo, hi) as lo | hi << 32: the owner takes lo, thieves take hi
+    };
+    int64_t take_own(int t);
+    int64_t steal();
+    std::unique_ptr<Share[]> shares_;
+    int cap_ = 0, nt_ = 0;
+    int64_t N_ = 0, per_ = 1;
+};
+
+// x prepared for the matrices that read it: the quantized kernels' int16/reordered copy and group sums (one per
+// distinct (bits, group size) among the matrices; float32 and bf16 matrices read x itself).
+struct GemvInput {
+    const float* x = nullptr;
+    std::vector<std::vector<float>> xp, xs; // per matrix: empty, or the prepared buffers (shared layouts copied)
+    std::vector<int> slot;                  // matrix i reads preparation slot[i]
+    // Prepares x [K] for the matrices Ws (all of width K) on the calling thread.
+    void prepare(const KernelTable& k, const float* x, const WeightMatrix* const* Ws, size_t n);
+};
+
+// Rows [r0, r1) of y = W·x for one matrix of `in`'s i-th matrix.
+void gemv_rows(const KernelTable& k, const GemvInput& in, size_t i, const WeightMatrix& W, float* y, int64_t r0,
+               int64_t r1);
+
+// Rows of several matrices (sharing their input) as one index space [0, Σ rows): the block [a, b) of it.
+void gemv_multi_rows(const KernelTable& k, const GemvInput& in, const WeightMatrix* const* Ws, float* const* ys,
+                     size_t n, int64_t a, int64_t b);
+
+} // namespace qasr::cpu

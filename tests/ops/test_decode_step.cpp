@@ -1,0 +1,75 @@
+// ops::decode_step (the whole layer stack of one decode step in one parallel region) against the per-op path of
+// Decoder::forward on one row (taken when a tap is passed): bit for bit, hidden states and KV cache, on float32
+// (bf16 checkpoint, float32 cache) and quantized checkpoints (bf16 cache), on 1, 2 and 3 threads (3 > the tiny
+// preset's 2 KV heads: a thread without heads), across a cache growth. Runs once per forced ISA (Kernels.*).
+#include "model/decoder.hpp"
+#include "model/model.hpp"
+#include "model/quantize_checkpoint.hpp"
+#include "model/random_checkpoint.hpp"
+#include "ops/ops.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <unistd.h>
+
+using namespace qasr;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Positions [0, len) of every layer's keys and values, as bytes.
+std::vector<uint8_t> cache_bytes(const KvCache& c) {
+    std::vector<uint8_t> out;
+    const size_t es = c.bf16 ? 2 : 4, n = size_t(c.len * c.head_dim) * es;
+    for (size_t l = 0; l < c.k.size(); ++l)
+        for (const void* base : {c.k[l], c.v[l]})
+            for (int64_t h = 0; h < c.heads; ++h) {
+                const auto* p = static_cast<const uint8_t*>(base) + size_t(h * c.cap * c.head_dim) * es;
+                out.insert(out.end(), p, p + n);
+            }
+    return out;
+}
+
+} // namespace
+
+TEST(Kernels, DecodeStepMatchesPerOpForward) {
+    if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
+    const std::string base = testing::TempDir() + "/qasr_decode_step_" + std::to_string(::getpid());
+    fs::remove_all(base);
+    write_random_checkpoint(base + "/bf16", "tiny", "hf", 5, QASR_TOKENIZER_DIR);
+    for (const int bits : {8, 4}) {
+        QuantizeOptions o;
+        o.bits = bits;
+        quantize_checkpoint(base + "/bf16", base + "/q" + std::to_string(bits), o);
+    }
+    for (const char* name : {"bf16", "q8", "q4"}) {
+        const auto m = Model::load(base + "/" + name);
+        const Decoder dec(m->weights.dec, m->hp.text);
+        const int64_t D = m->hp.text.hidden;
+        std::mt19937 rng(9);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        Tensor prompt({5, D});
+        for (float& f : prompt.data) f = nd(rng);
+        for (const int threads : {1, 2, 3}) {
+            ops::set_num_threads(threads);
+            KvCache ref, got;
+            dec.forward(prompt, ref);
+            dec.forward(prompt, got);
+            const TapFn tap = [](const std::string&, const Tensor&) {}; // any tap keeps the per-op path
+            // 140 steps: the cache (5 + 128 positions of headroom) grows once on the way
+            for (int step = 0; step < 140; ++step) {
+                const Tensor x = dec.embed({int(rng() % 1000)});
+                const Tensor a = dec.forward(x, ref, &tap), b = dec.forward(x, got);
+                ASSERT_EQ(a.data, b.data) << name << " threads " << threads << " step " << step;
+            }
+            ASSERT_EQ(ref.len, got.len);
+            EXPECT_EQ(ref.bf16, std::string(name) != "bf16") << name;
+            EXPECT_EQ(cache_bytes(ref), cache_bytes(got)) << name << " threads " << threads;
+        }
+    }
+    ops::set_num_threads(0);
+    fs::remove_all(base);
+}
