@@ -2,6 +2,7 @@
 #include "model/decoder.hpp"
 
 #include "core/error.hpp"
+#include "ops/decode_step.hpp"
 #include "ops/ops.hpp"
 
 #include <sys/mman.h>
@@ -143,6 +144,10 @@ Tensor Decoder::embed(const std::vector<int>& ids) const {
 Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
     const int64_t n = x.rows(), D = hp_.hidden, hd = hp_.head_dim, Hq = hp_.n_heads, Hkv = hp_.n_kv_heads;
     const int64_t past = cache.len;
+    if (n == 1 && !tap) { // a decode step: the whole stack as one op (the CPU runs it in one parallel region)
+        ops::decode_step(w_, hp_, inv_freq_.data(), x.ptr(), cache);
+        return x;
+    }
     ops::Bf16GemmScope precision(w_.bf16_compute);
     if (cache.k.size() != w_.layers.size()) cache.reset(w_.layers.size());
     cache.reserve(past + n, Hkv, hd, kv_cache_bf16(w_.bf16_compute));
