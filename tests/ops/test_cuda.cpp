@@ -254,7 +254,7 @@ TEST(Cuda, FusedDecodeAttentionMatchesCpu) {
         std::vector<float> inv(size_t(hd / 2));
         for (int i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(1e6, 2.0 * i / hd));
         Dev dqkv(qkv), dqn(qn), dkn(kn), dinv(inv), dkc(kc), dvc(vc), dpos(std::vector<int>{p});
-        Dev dpart(size_t(c.Hq) * c.splits * (hd + 2) * 4), dcnt(size_t(c.Hkv) * 4), dout(size_t(c.Hq * hd) * 4);
+        Dev dpart(size_t(c.Hq) * c.splits * decode_partial_floats(hd) * 4), dcnt(size_t(c.Hkv) * 4), dout(size_t(c.Hq * hd) * 4);
         std::vector<float> q(qkv.begin(), qkv.begin() + c.Hq * hd), k(qkv.begin() + c.Hq * hd, qkv.begin() + (c.Hq + c.Hkv) * hd);
         ops::rms_norm(q.data(), c.Hq, hd, qn.data(), 1e-6f);
         ops::rms_norm(k.data(), c.Hkv, hd, kn.data(), 1e-6f);

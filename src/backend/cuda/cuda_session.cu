@@ -65,22 +65,30 @@ public:
         o1_.alloc(size_t(Hq_) * hd_ * 4);
         h1_.alloc(size_t(I_) * 4);
         logits1_.alloc(size_t(V_) * 4);
-        part_.alloc(size_t(Hq_) * kDecodeSplits * (hd_ + 2) * 4);
+        part_.alloc(size_t(Hq_) * kDecodeSplits * decode_partial_floats(hd_) * 4); // ≥ kernels.cu's hd + 2 too
         counter_.alloc(size_t(Hkv_) * sizeof(unsigned));
         QASR_CUDA(cudaMemset(counter_.get(), 0, size_t(Hkv_) * sizeof(unsigned)));
         const char* fa = std::getenv("QASR_CUDA_FUSED_ATTN");
         fused_attn_ = decode_attention_supported(Hq_, Hkv_, hd_) && !(fa && std::string(fa) == "0");
+        // The whole step as one persistent kernel where it applies (bf16 weights, sm_90); QASR_CUDA_PERSISTENT=0
+        // keeps the per-layer kernels, =1 asks for the persistent one.
         const char* pp = std::getenv("QASR_CUDA_PERSISTENT");
-        persistent_ = pp && std::string(pp) == "1" && persistent_step_supported(Hq_, Hkv_, hd_) &&
+        persistent_ = pp && std::string(pp) == "1" && persistent_step_supported(w.ordinal, D_, Hq_, Hkv_, hd_, I_) &&
                       w_.embed.bits == 16 && w_.head.bits == 16;
         for (const DevDecLayer& l : w_.dec)
             persistent_ = persistent_ && l.qkv.bits == 16 && l.o.bits == 16 && l.gateup.bits == 16 && l.down.bits == 16;
         if (persistent_) {
-            psmem_ = persistent_step_smem(D_, Hq_, hd_, I_);
-            pgrid_ = persistent_step_grid(w.ordinal, hd_, psmem_);
+            plaunch_ = persistent_step_plan(w.ordinal, int(w_.dec.size()), D_, Hq_, hd_, I_);
+            const char* pf = std::getenv("QASR_CUDA_PERSIST_PROFILE");
+            if (pf && std::string(pf) == "1") {
+                pprof_.alloc(24 * sizeof(unsigned long long));
+                QASR_CUDA(cudaMemset(pprof_.get(), 0, 24 * sizeof(unsigned long long)));
+            }
             players_.alloc(w_.dec.size() * sizeof(PersistLayer));
+            const char* ps = std::getenv("QASR_CUDA_PERSIST_SPLITS");
+            psplits_ = std::clamp(ps ? std::atoi(ps) : 8, 1, kDecodeSplits);
         }
-        argpart_.alloc(size_t(3) * std::max(pgrid_, 256) * 4);
+        argpart_.alloc(size_t(3) * std::max(plaunch_.grid, 256) * 4);
         const char* pe = std::getenv("QASR_CUDA_PROFILE");
         profile_ = pe && *pe && std::string(pe) != "0";
         if (profile_)
@@ -99,6 +107,23 @@ public:
         }
         if (profile_)
             for (auto& e : pev_) cudaEventDestroy(e);
+        if (pprof_.get()) {
+            unsigned long long h[24] = {};
+            if (cudaMemcpy(h, pprof_.get(), sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess && h[14]) {
+                static const char* names[] = {"stage+qkv", "sync", "attention", "sync", "merge", "o-proj", "sync",
+                                              "stage+gate/up", "sync", "stage+down", "sync", "head", "sync+argmax"};
+                std::fprintf(stderr, "qasr persistent step profile: %llu steps, block 0, us per step:\n", h[14]);
+                double tot = 0;
+                for (int k = 0; k < 13; ++k) tot += double(h[k]);
+                for (int k = 0; k < 13; ++k)
+                    std::fprintf(stderr, "  %2d %-14s %8.1f us (%4.1f%%)\n", k, names[k], 1e-3 * double(h[k]) / double(h[14]),
+                                 100.0 * double(h[k]) / tot);
+                std::fprintf(stderr, "  total %.1f us; thread 0 in matrix phases (at 1.98 GHz): waits %.1f, dots %.1f, "
+                             "epilogues %.1f, issues %.1f us\n", 1e-3 * tot / double(h[14]),
+                             double(h[13]) / double(h[14]) / 1980.0, double(h[15]) / double(h[14]) / 1980.0,
+                             double(h[16]) / double(h[14]) / 1980.0, double(h[17]) / double(h[14]) / 1980.0);
+            }
+        }
         if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
         for (auto& e : ev_) cudaEventDestroy(e);
         cudaFreeHost(ring_h_);
@@ -174,8 +199,9 @@ private:
     // step scratch
     Buffer x1_, qkv1_, q1_, o1_, h1_, logits1_, part_, counter_;
     bool persistent_ = false; // QASR_CUDA_PERSISTENT=1: the whole step as one cooperative kernel (bf16 weights)
-    int pgrid_ = 0;
-    size_t psmem_ = 0;
+    PersistLaunch plaunch_;
+    int psplits_ = 8;
+    Buffer pprof_; // QASR_CUDA_PERSIST_PROFILE=1: ns per phase kind, summed over steps (block 0's view) // key splits of the persistent step's attention (QASR_CUDA_PERSIST_SPLITS)
     Buffer players_; // PersistLayer [L] on the device, for the KV cache players_kv_
     const void* players_kv_ = nullptr;
     void launch_persistent();
@@ -440,9 +466,10 @@ void CudaSession::launch_persistent() {
     a.embed = static_cast<const uint16_t*>(w_.embed.data), a.head = static_cast<const uint16_t*>(w_.head.data);
     a.norm = w_.norm, a.tok = d_tok(), a.pos = d_pos(), a.count = d_count(), a.ring = ring_d_, a.ring_size = kRing;
     a.x = x1_.as<float>(), a.qkv = qkv1_.as<float>(), a.attn = o1_.as<float>(), a.h = h1_.as<float>();
-    a.logits = logits1_.as<float>(), a.splits = kDecodeSplits, a.part = part_.as<float>();
-    a.counter = counter_.as<unsigned>(), a.argpart = argpart_.as<float>();
-    persistent_step(a, pgrid_, psmem_, s_);
+    a.logits = logits1_.as<float>(), a.splits = psplits_, a.part = part_.as<float>();
+    a.argpart = argpart_.as<float>();
+    a.prof = pprof_.get() ? pprof_.as<unsigned long long>() : nullptr;
+    persistent_step(a, plaunch_, s_);
 }
 
 void CudaSession::launch_step() {

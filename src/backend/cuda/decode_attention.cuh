@@ -15,10 +15,18 @@ namespace qasr::cuda::detail {
 // 0..pos, in tiles of kDecTile keys with an online softmax. Every block normalises and rotates its q heads and the
 // new k itself (G + 1 rows of hd: cheap); the block whose range holds pos writes the new k, v into the caches and
 // reads that key from shared memory. Splits write partials; the last block of a kv head to finish (atomic counter,
-// reset by that block for the next step) merges them into o.
+// reset by that block for the next step) merges them into o; with a null counter the partials are left for the
+// caller to merge.
 constexpr int kDecMaxG = 8;
 constexpr int kDecTile = 32;
 constexpr int kDecThreads = 128;
+// floats per split partial: acc[hd], max, sum, padded to a multiple of 4 (float4 loads of a record stay aligned)
+template <int HD> constexpr int kDecRecord = HD + 4;
+static_assert(kDecRecord<128> == decode_partial_floats(128) && kDecRecord<64> == decode_partial_floats(64));
+
+// The body's barrier: named barrier 1 over its kDecThreads threads, so that a larger block (the persistent step)
+// can run the body in its first kDecThreads threads while the others skip it.
+__device__ __forceinline__ void dec_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kDecThreads) : "memory"); }
 
 template <int HD>
 __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
@@ -43,7 +51,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
         float ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
-            v[i] = src[lane + i * kWarp];
+            v[i] = __ldcg(src + lane + i * kWarp); // L2: written by other blocks in the persistent step
             ss += v[i] * v[i];
         }
         ss = warp_sum(ss);
@@ -60,9 +68,9 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             dst[idx + HD / 2] = (x2 * c + x1 * sn) * scl;
         }
     }
-    for (int i = threadIdx.x; i < HD; i += kDecThreads) vn_s[i] = a.qkv[(a.Hq + a.Hkv + g) * HD + i];
+    for (int i = threadIdx.x; i < HD; i += kDecThreads) vn_s[i] = __ldcg(a.qkv + (a.Hq + a.Hkv + g) * HD + i);
     if (threadIdx.x < kDecMaxG) Ms[threadIdx.x] = -INFINITY, Ls[threadIdx.x] = 0.0f;
-    __syncthreads();
+    dec_sync();
     const int len = p + 1, chunk = (len + a.splits - 1) / a.splits;
     const int s0 = min(len, sp * chunk), s1 = min(len, s0 + chunk);
     const int64_t row = int64_t(a.Hkv) * HD;
@@ -118,7 +126,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
                 }
             }
         }
-        __syncthreads();
+        dec_sync();
         for (int gg = w; gg < G; gg += NW) { // online softmax update of head gg over this tile
             const float sc = lane < nt ? ps[gg][lane] : -INFINITY;
             const float Mo = Ms[gg], Mn = fmaxf(Mo, warp_max(sc));
@@ -132,7 +140,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
                 Ms[gg] = Mn;
             }
         }
-        __syncthreads();
+        dec_sync();
 #pragma unroll
         for (int j = 0; j < DPT; ++j) {
             const int d = threadIdx.x + j * kDecThreads;
@@ -140,23 +148,22 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
 #pragma unroll
             for (int gg = 0; gg < kDecMaxG; ++gg)
                 if (gg < G) acc[gg][j] *= resc[gg];
-            for (int t = 0; t < nt; t += 8) {
-                float vv[8];
+            // every value row of the tile loaded before any is used: one memory round trip per tile, not four
+            float vv[kDecTile];
 #pragma unroll
-                for (int u = 0; u < 8; ++u) {
-                    const int jj = t0 + t + u;
-                    vv[u] = t + u < nt ? (jj == p ? vn_s[d] : vb[int64_t(jj) * row + d]) : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < 8; ++u)
-#pragma unroll
-                    for (int gg = 0; gg < kDecMaxG; ++gg)
-                        if (gg < G && t + u < nt) acc[gg][j] += ps[gg][t + u] * vv[u];
+            for (int u = 0; u < kDecTile; ++u) {
+                const int jj = t0 + u;
+                vv[u] = u < nt ? (jj == p ? vn_s[d] : vb[int64_t(jj) * row + d]) : 0.0f;
             }
+#pragma unroll
+            for (int u = 0; u < kDecTile; ++u)
+#pragma unroll
+                for (int gg = 0; gg < kDecMaxG; ++gg)
+                    if (gg < G && u < nt) acc[gg][j] += ps[gg][u] * vv[u];
         }
-        __syncthreads();
+        dec_sync();
     }
-    constexpr int PS = HD + 2; // partial record: acc[hd], max, sum
+    constexpr int PS = kDecRecord<HD>; // partial record: acc[hd], max, sum, 2 floats of padding
 #pragma unroll
     for (int j = 0; j < DPT; ++j) { // one split: the result; else this split's partial
         const int d = threadIdx.x + j * kDecThreads;
@@ -174,10 +181,11 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
         rec[HD] = Ms[threadIdx.x];
         rec[HD + 1] = Ls[threadIdx.x];
     }
+    if (!a.counter) return; // the caller merges the partials (the persistent step's o-projection stage)
     __threadfence();
-    __syncthreads();
+    dec_sync();
     if (threadIdx.x == 0) last_block = atomicAdd(a.counter + g, 1u) == unsigned(a.splits - 1);
-    __syncthreads();
+    dec_sync();
     if (!last_block) return;
     __threadfence();
     for (int gg = 0; gg < G; ++gg) {

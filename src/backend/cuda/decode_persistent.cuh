@@ -1,5 +1,5 @@
-// The decode step as one persistent cooperative kernel (decode_persistent.cu). bf16 decoder weights only; the
-// per-layer kernels (kernels.cuh) remain the path for quantized weights and unsupported shapes.
+// The decode step as one persistent cooperative kernel (decode_persistent.cu): bf16 decoder weights on sm_90; the
+// per-layer kernels (kernels.cuh) remain the path for quantized weights, older GPUs and unsupported shapes.
 #pragma once
 #include "backend/cuda/kernels.cuh"
 
@@ -26,15 +26,22 @@ struct PersistArgs {
     float *x = nullptr, *qkv = nullptr, *attn = nullptr, *h = nullptr, *logits = nullptr; // scratch
     int splits = 1;
     float* part = nullptr;      // ≥ Hq·splits·(hd + 2)
-    unsigned* counter = nullptr; // ≥ Hkv, zero
     float* argpart = nullptr;   // ≥ 3·grid
+    uint32_t slot_bytes = 0;    // set by persistent_step from the plan
+    unsigned long long* prof = nullptr; // optional [16]: ns per phase kind (block 0), see decode_persistent.cu
 };
 
-bool persistent_step_supported(int Hq, int Hkv, int hd);
-size_t persistent_step_smem(int D, int Hq, int hd, int I);
-// Blocks that fit co-resident on the device (the cooperative grid).
-int persistent_step_grid(int device, int hd, size_t smem);
+struct PersistLaunch {
+    int grid = 0;            // one block per SM
+    size_t smem = 0;         // dynamic shared memory per block
+    uint32_t slot_bytes = 0; // one slot of the weight ring
+};
+
+// sm_90+, a head_dim the decode-attention body takes, rows of a multiple of 16 bytes.
+bool persistent_step_supported(int device, int D, int Hq, int Hkv, int hd, int I);
+// Grid and shared-memory ring for this model on this device (throws when the rows do not fit the ring).
+PersistLaunch persistent_step_plan(int device, int L, int D, int Hq, int hd, int I);
 // Token *tok at position *pos → logits, then greedy: *tok, ring[*count % ring_size], ++*count, ++*pos.
-void persistent_step(const PersistArgs& a, int grid, size_t smem, cudaStream_t s);
+void persistent_step(const PersistArgs& a, const PersistLaunch& p, cudaStream_t s);
 
 } // namespace qasr::cuda

@@ -86,6 +86,8 @@ struct DecAttnArgs {
     float* part = nullptr;
     unsigned* counter = nullptr;
 };
+// Floats per split partial of decode_attention (acc[hd], max, sum, padding to a multiple of 4); part ≥ Hq·splits·this.
+constexpr int decode_partial_floats(int hd) { return hd + 4; }
 bool decode_attention_supported(int Hq, int Hkv, int hd);
 void decode_attention(const DecAttnArgs& a, cudaStream_t s);
 
