@@ -2,6 +2,7 @@
 // Decoder::forward on one row (taken when a tap is passed): bit for bit, hidden states and KV cache, on float32
 // (bf16 checkpoint, float32 cache) and quantized checkpoints (bf16 cache), on 1, 2 and 3 threads (3 > the tiny
 // preset's 2 KV heads: a thread without heads), across a cache growth. Runs once per forced ISA (Kernels.*).
+#include "backend/cpu/gemv.hpp"
 #include "model/decoder.hpp"
 #include "model/model.hpp"
 #include "model/quantize_checkpoint.hpp"
@@ -10,7 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <filesystem>
 #include <random>
 #include <unistd.h>
@@ -72,4 +75,27 @@ TEST(Kernels, DecodeStepMatchesPerOpForward) {
     }
     ops::set_num_threads(0);
     fs::remove_all(base);
+}
+
+// cpu::RowShares hands out every row exactly once: shares taken in chunks by their owners, single blocks stolen
+// from the back, and when fewer threads than shares (or more) call run().
+TEST(Kernels, RowSharesHandOutEveryRowOnce) {
+    for (const int64_t N : {1, 15, 16, 17, 1000, 4099, 151936})
+        for (const int nt : {1, 2, 3, 8})
+            for (const int callers : {1, nt, nt + 1}) {
+                cpu::RowShares sh;
+                sh.init(N, nt);
+                std::vector<std::atomic<int>> seen(static_cast<size_t>(N));
+                std::vector<std::thread> team;
+                for (int t = 0; t < callers; ++t)
+                    team.emplace_back([&, t] {
+                        sh.run(t, [&](int64_t r0, int64_t r1) {
+                            ASSERT_LT(r0, r1);
+                            for (int64_t r = r0; r < r1; ++r) seen[size_t(r)].fetch_add(1);
+                        });
+                    });
+                for (auto& th : team) th.join();
+                for (int64_t r = 0; r < N; ++r)
+                    ASSERT_EQ(seen[size_t(r)].load(), 1) << "N " << N << " nt " << nt << " callers " << callers << " row " << r;
+            }
 }

@@ -15,7 +15,10 @@ namespace qasr::cpu {
 // front to back in blocks, so it streams one long contiguous range of the weights (short interleaved blocks
 // restart the hardware prefetchers at every block); a thread that is done steals blocks from the back of the
 // share with the most left, so one that loses its core for a while does not hold up the others. Every row is
-// handed out exactly once, whichever threads of the team (or fewer) call run().
+// handed out exactly once, whichever threads of the team (or fewer) call run(). The blocks are small (a thread that
+// finishes early waits for at most one block of the others at the barrier after the product: with 8 blocks per
+// thread that wait was ≈10 µs per product on the 0.6B decode, ≈1.4 ms per token); the owner takes a quarter of
+// what is left of its share at a time, so it makes few calls while far from the end.
 class RowShares {
 public:
     RowShares() = default;
@@ -26,9 +29,9 @@ public:
     int threads() const { return nt_; }
     // Thread t of the team runs fn(r0, r1) on blocks of its share, then on stolen ones, until none is left.
     template <typename F> void run(int t, F&& fn) {
-        int64_t b;
+        int64_t b, e;
         if (t < nt_)
-            while ((b = take_own(t)) >= 0) fn(b * per_, std::min(N_, (b + 1) * per_));
+            while ((b = take_own(t, e)) >= 0) fn(b * per_, std::min(N_, e * per_));
         while ((b = steal()) >= 0) fn(b * per_, std::min(N_, (b + 1) * per_));
     }
 
@@ -36,7 +39,7 @@ private:
     struct alignas(64) Share {
         std::atomic<uint64_t> range; // blocks [lo, hi) as lo | hi << 32: the owner takes lo, thieves take hi
     };
-    int64_t take_own(int t);
+    int64_t take_own(int t, int64_t& end);
     int64_t steal();
     std::unique_ptr<Share[]> shares_;
     int cap_ = 0, nt_ = 0;

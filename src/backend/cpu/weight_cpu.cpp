@@ -80,7 +80,7 @@ WeightMatrix WeightMatrix::from_tensor(Tensor t) {
 namespace cpu {
 
 void RowShares::init(int64_t N, int nt) {
-    constexpr int64_t kBlocksPerThread = 8;
+    constexpr int64_t kBlocksPerThread = 256;
     nt = std::max(1, nt);
     N_ = N;
     per_ = std::max<int64_t>(16, (N / (int64_t(nt) * kBlocksPerThread) + 15) / 16 * 16);
@@ -96,11 +96,16 @@ void RowShares::init(int64_t N, int nt) {
     }
 }
 
-int64_t RowShares::take_own(int t) {
+int64_t RowShares::take_own(int t, int64_t& end) {
     std::atomic<uint64_t>& a = shares_[size_t(t)].range;
     uint64_t r = a.load(std::memory_order_relaxed);
-    while (uint32_t(r) < uint32_t(r >> 32))
-        if (a.compare_exchange_weak(r, r + 1, std::memory_order_relaxed)) return int64_t(uint32_t(r));
+    while (uint32_t(r) < uint32_t(r >> 32)) {
+        const uint32_t k = std::max<uint32_t>(1, std::min<uint32_t>(4, (uint32_t(r >> 32) - uint32_t(r)) / 4));
+        if (a.compare_exchange_weak(r, r + k, std::memory_order_relaxed)) {
+            end = int64_t(uint32_t(r)) + k;
+            return int64_t(uint32_t(r));
+        }
+    }
     return -1;
 }
 
