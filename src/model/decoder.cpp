@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "ops/decode_step.hpp"
 #include "ops/ops.hpp"
+#include "ops/vector_ops.hpp"
 
 #include <sys/mman.h>
 
@@ -90,20 +91,6 @@ void KvCache::reserve(int64_t need, int64_t h, int64_t hd, bool b16) {
     bf16 = b16;
 }
 
-namespace {
-
-// f32_to_bf16 (nearest even, NaN kept quiet) in a form the compiler vectorizes.
-void to_bf16(const float* x, uint16_t* y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        uint32_t b;
-        std::memcpy(&b, x + i, 4);
-        const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16, quiet = (b >> 16) | 0x40u;
-        y[i] = uint16_t(int32_t(b & 0x7fffffffu) > int32_t(0x7f800000u) ? quiet : rounded);
-    }
-}
-
-} // namespace
-
 void KvCache::write(size_t layer, const float* kx, const float* vx, int64_t pos, int64_t n) {
     if (pos + n > cap) fail("decoder", "KV cache write past its capacity");
     const int64_t row = heads * head_dim;
@@ -113,8 +100,8 @@ void KvCache::write(size_t layer, const float* kx, const float* vx, int64_t pos,
             if (bf16) {
                 uint16_t* kd = static_cast<uint16_t*>(k[layer]) + dst;
                 uint16_t* vd = static_cast<uint16_t*>(v[layer]) + dst;
-                to_bf16(kx + src, kd, head_dim);
-                to_bf16(vx + src, vd, head_dim);
+                ops::round_to_bf16(kx + src, kd, size_t(head_dim));
+                ops::round_to_bf16(vx + src, vd, size_t(head_dim));
             } else {
                 std::memcpy(static_cast<float*>(k[layer]) + dst, kx + src, size_t(head_dim) * 4);
                 std::memcpy(static_cast<float*>(v[layer]) + dst, vx + src, size_t(head_dim) * 4);
@@ -193,7 +180,10 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         std::memcpy(u.ptr(), x.ptr(), size_t(n * D) * 4);
         ops::rms_norm(u.ptr(), n, D, l.post_norm.ptr(), hp_.rms_eps);
         products(u, {&l.gate.w, &l.up.w}, {&g, &up});
-        ops::silu_mul(g.ptr(), up.ptr(), g.size());
+        // the quantized checkpoints' multi-row pass takes the vectorized exp; float checkpoints and the
+        // single-row step keep ops::silu_mul
+        if (n > 1 && w_.bf16_compute) ops::silu_mul_fast(g.ptr(), up.ptr(), g.size());
+        else ops::silu_mul(g.ptr(), up.ptr(), g.size());
         products(g, {&l.down.w}, {&a});
         ops::add(x.ptr(), a.ptr(), x.size());
         if (tap) (*tap)("dec_layer." + std::to_string(li), x);

@@ -4,6 +4,7 @@
 // layout: tile (m16, k32) row r holds (x[m][2r], x[m][2r+1]) for the 16 m). C tiles hold yᵀ and are transposed on
 // the way out. Blocks of 32 W rows × 32 x rows use all 8 tiles (4 C, 2 A, 2 B).
 #include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/transpose16.hpp"
 
 #include <immintrin.h>
 
@@ -35,7 +36,9 @@ bool request_amx() {
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
-void load_config() {
+} // namespace
+
+void amx_load_tile_config() {
     thread_local bool loaded = false;
     if (loaded) return;
     TileConfig cfg;
@@ -43,9 +46,13 @@ void load_config() {
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
+    // GCC 12 does not see ldtilecfg read cfg and may drop the stores above (then every tile op faults): a barrier.
+    asm volatile("" : : "m"(cfg) : "memory");
     _tile_loadconfig(&cfg);
     loaded = true;
 }
+
+namespace {
 
 inline uint16_t bf16_rne(float f) {
     uint32_t b;
@@ -171,33 +178,9 @@ void transpose_out(const float* yT, int64_t Mp, int64_t M, int64_t n_valid, floa
         const __mmask16 mask = __mmask16((1u << nn) - 1u);
         for (int64_t m0 = 0; m0 < M; m0 += 16) {
             const float* src = yT + n0 * Mp + m0;
-            __m512 r[16], t[16];
-            for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * Mp);
-            for (int i = 0; i < 8; ++i) {
-                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-            }
-            for (int i = 0; i < 4; ++i) { // r[4i + j]: rows 4i..4i+3, column 4·lane + j in each 128-bit lane
-                const __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
-                const __m512d a2 = _mm512_castps_pd(t[4 * i + 2]), a3 = _mm512_castps_pd(t[4 * i + 3]);
-                r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-                r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-                r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-                r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-            }
-            for (int j = 0; j < 4; ++j) {
-                t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);      // rows 0–7: columns j, 8+j
-                t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);  // rows 0–7: columns 4+j, 12+j
-                t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-                t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-            }
             __m512 c[16];
-            for (int j = 0; j < 4; ++j) {
-                c[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-                c[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
-                c[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
-                c[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
-            }
+            for (int i = 0; i < 16; ++i) c[i] = _mm512_loadu_ps(src + i * Mp);
+            transpose16x16(c);
             const int64_t mm = std::min<int64_t>(16, M - m0);
             for (int64_t i = 0; i < mm; ++i) _mm512_mask_storeu_ps(y + (m0 + i) * ldy + n0, mask, c[i]);
         }
@@ -215,7 +198,7 @@ void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* bia
 
 void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                      int64_t n0, int64_t rows, const AmxPackedX& px, float* y, int64_t ldy) {
-    load_config();
+    amx_load_tile_config();
     const int64_t Mp = px.Mp, Kp = px.Kp, ng = K / gs, row_bytes = K * bits / 8;
     thread_local std::vector<uint16_t> wb;
     thread_local std::vector<float> yT;
@@ -427,7 +410,7 @@ void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX&
 
 void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const AmxPackedX& px, float* y,
                    int64_t ldy) {
-    load_config();
+    amx_load_tile_config();
     // C tiles (yᵀ blocks) are stored straight into yT [nb, Mp]; one transpose at the end.
     thread_local std::vector<float> yT;
     yT.resize(size_t(nb * px.Mp));

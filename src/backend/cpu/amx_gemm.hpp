@@ -10,6 +10,9 @@ namespace qasr::cpu {
 // True when the CPU has AMX-BF16 and the kernel granted this process the tile state (arch_prctl).
 bool amx_available();
 
+// Loads the tile configuration every AMX kernel here uses (8 tiles of 16 rows × 64 bytes) on this thread, once.
+void amx_load_tile_config();
+
 // x packed once per product for amx_gemm_rows: bf16 in the tile layout (see amx_gemm.cpp), M padded to Mp (a
 // multiple of 16) with zero rows.
 struct AmxPackedX {

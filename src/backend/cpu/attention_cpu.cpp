@@ -4,6 +4,10 @@
 // steps) or no BLAS: per-key dot/axpy kernels of the active ISA, parallel over (head, query).
 #include "backend/cpu/attention_decode.hpp"
 #include "backend/cpu/kernels.hpp"
+#ifdef QASR_HAVE_AMX
+#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/prefill_avx512.hpp"
+#endif
 #include "ops/ops.hpp"
 
 #include <omp.h>
@@ -103,6 +107,16 @@ void causal_attention(const float* q, const KvView& kv, float* o, int64_t n, int
                       int64_t hd) {
     const int64_t group = Hq / Hkv, Dq = Hq * hd, total = past + n;
     const float scale = 1.0f / std::sqrt(float(hd));
+#ifdef QASR_HAVE_AMX
+    // Several queries over a head-major bf16 cache (the prefill of quantized checkpoints) on AMX tiles, with the
+    // table's softmax as below; float32 caches (the reference path) keep sgemm.
+    if (n > 1 && kv.bf16 && kv.pos_stride == hd && hd % 64 == 0 && cpu::kernels().isa == cpu::Isa::Avx512 &&
+        cpu::amx_available()) {
+        cpu::amx_causal_attention(q, static_cast<const uint16_t*>(kv.k), static_cast<const uint16_t*>(kv.v),
+                                  kv.head_stride, o, n, past, Hq, Hkv, hd, cpu::kernels().softmax);
+        return;
+    }
+#endif
 #ifdef QASR_HAVE_OPENBLAS
     const int64_t hs = kv.head_stride, ps = kv.pos_stride;
     const auto* kf = static_cast<const float*>(kv.k);

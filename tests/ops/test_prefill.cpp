@@ -1,0 +1,156 @@
+// Operators of the quantized checkpoints' multi-row passes (ops/vector_ops.hpp and the AMX causal attention
+// behind ops::causal_attention over a bf16 cache), under each forced ISA (QASR_ISA; the AMX and AVX-512 kernels run
+// under avx512, the others check the fallbacks).
+#include "backend/cpu/kernels.hpp"
+#include "core/dtype.hpp"
+#include "ops/ops.hpp"
+#include "ops/vector_ops.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace qasr;
+
+namespace {
+
+bool isa_missing() {
+    const char* e = std::getenv("QASR_ISA");
+    if (!e || !*e) return false;
+    const std::string v = e;
+    return !cpu::isa_supported(v == "avx2" ? cpu::Isa::Avx2 : v == "avx512" ? cpu::Isa::Avx512 : cpu::Isa::Portable);
+}
+
+std::vector<float> gauss(size_t n, uint32_t seed, float sd) {
+    std::mt19937 r(seed);
+    std::normal_distribution<float> d(0, sd);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(r);
+    return v;
+}
+
+} // namespace
+
+// Causal attention of n queries over a head-major bf16 cache (cap > past + n, GQA 2:1) against a double-precision
+// reference on the widened values: head sizes 64 and 128 (the AMX path) and 40 (sgemm), query counts with and
+// without a 16-row tail, empty and long pasts, 1 and 2 threads. The AMX path splits q and p into two bf16 terms:
+// ≈16 bits, within 2e-5 of the reference here (one bf16 term would be off by ~1e-3).
+TEST(Kernels, PrefillAttentionOverBf16CacheMatchesReference) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    const int64_t Hq = 4, Hkv = 2, group = Hq / Hkv;
+    for (const int64_t hd : {64, 128, 40})
+        for (const int threads : {1, 2})
+            for (const int64_t n : {2, 17, 48})
+                for (const int64_t past : {0, 5, 70}) {
+                    ops::set_num_threads(threads);
+                    const int64_t total = past + n, cap = total + 9;
+                    const auto kf = gauss(size_t(Hkv * cap * hd), uint32_t(total * 3 + hd), 1.0f);
+                    const auto vf = gauss(kf.size(), uint32_t(total * 5 + hd), 1.0f);
+                    std::vector<uint16_t> kb(kf.size()), vb(vf.size());
+                    for (size_t i = 0; i < kf.size(); ++i) kb[i] = f32_to_bf16(kf[i]), vb[i] = f32_to_bf16(vf[i]);
+                    const auto q = gauss(size_t(n * Hq * hd), uint32_t(n * 7 + past), 1.5f);
+                    std::vector<float> o(size_t(n * Hq * hd), std::numeric_limits<float>::quiet_NaN());
+                    ops::KvView kv;
+                    kv.k = kb.data();
+                    kv.v = vb.data();
+                    kv.head_stride = cap * hd;
+                    kv.pos_stride = hd;
+                    kv.bf16 = true;
+                    ops::causal_attention(q.data(), kv, o.data(), n, past, Hq, Hkv, hd);
+                    const std::string what = "hd " + std::to_string(hd) + " threads " + std::to_string(threads) +
+                                             " n " + std::to_string(n) + " past " + std::to_string(past);
+                    double worst = 0;
+                    for (int64_t h = 0; h < Hq; ++h)
+                        for (int64_t i = 0; i < n; ++i) {
+                            const int64_t len = past + i + 1, c = h / group;
+                            std::vector<double> p(static_cast<size_t>(len));
+                            double mx = -1e300, sum = 0;
+                            for (int64_t j = 0; j < len; ++j) {
+                                double s = 0;
+                                for (int64_t d = 0; d < hd; ++d)
+                                    s += double(q[size_t((i * Hq + h) * hd + d)]) *
+                                         bf16_to_f32(kb[size_t((c * cap + j) * hd + d)]);
+                                p[size_t(j)] = s / std::sqrt(double(hd));
+                                mx = std::max(mx, p[size_t(j)]);
+                            }
+                            for (auto& x : p) sum += (x = std::exp(x - mx));
+                            for (int64_t d = 0; d < hd; ++d) {
+                                double ref = 0;
+                                for (int64_t j = 0; j < len; ++j)
+                                    ref += p[size_t(j)] / sum * bf16_to_f32(vb[size_t((c * cap + j) * hd + d)]);
+                                const double got = o[size_t((i * Hq + h) * hd + d)];
+                                ASSERT_TRUE(std::isfinite(got)) << what;
+                                worst = std::max(worst, std::fabs(got - ref) / (1 + std::fabs(ref)));
+                            }
+                        }
+                    EXPECT_LE(worst, 2e-5) << what;
+                }
+    ops::set_num_threads(0);
+}
+
+// silu_mul_fast against ops::silu_mul: awkward lengths (vector tails, several chunks), gate values across the
+// exp range including where it over/underflows, infinities and NaN.
+TEST(Kernels, SiluMulFastMatchesSiluMul) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    for (const size_t n : {size_t(1), size_t(15), size_t(17), size_t(1000), size_t(70001)}) {
+        auto g = gauss(n, uint32_t(n), 8.0f);
+        const auto up = gauss(n, uint32_t(n + 1), 1.0f);
+        const float specials[] = {-120.0f, -89.0f, -87.5f, 0.0f, -0.0f, 88.5f, 100.0f, 1e-30f,
+                                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                  std::numeric_limits<float>::quiet_NaN()};
+        for (size_t i = 0; i < std::size(specials) && i < n; ++i) g[i * (n / std::size(specials) + 1) % n] = specials[i];
+        auto ref = g, got = g;
+        ops::silu_mul(ref.data(), up.data(), n);
+        ops::silu_mul_fast(got.data(), up.data(), n);
+        for (size_t i = 0; i < n; ++i) {
+            const std::string what = "n " + std::to_string(n) + " at " + std::to_string(i) + " gate " + std::to_string(g[i]);
+            if (std::isnan(ref[i])) EXPECT_TRUE(std::isnan(got[i])) << what;
+            else if (std::isinf(ref[i]) || ref[i] == 0) EXPECT_EQ(got[i], ref[i]) << what;
+            else EXPECT_NEAR(got[i], ref[i], 4e-7 * std::fabs(ref[i])) << what;
+        }
+    }
+}
+
+// gelu_erf_fast against ops::gelu_erf: awkward lengths, values across the erf range (both tails, around 0, tiny),
+// infinities and NaN. Relative 1e-6 (the erfc fit's 1.2e-7 plus the exp and rounding steps), plus 1.2e-7·|x|:
+// the reference forms 1 + erf(x/√2) in float, which cancels for x ≪ 0 (there the fast one is the closer).
+TEST(Kernels, GeluErfFastMatchesGeluErf) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    for (const size_t n : {size_t(1), size_t(15), size_t(17), size_t(1000), size_t(70001)}) {
+        auto x = gauss(n, uint32_t(n + 5), 4.0f);
+        const float specials[] = {-30.0f, -13.0f, -9.0f, -5.5f, -1e-3f, 0.0f, -0.0f, 1e-30f, 3.0f, 12.0f,
+                                  std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+        for (size_t i = 0; i < std::size(specials) && i < n; ++i) x[i * (n / std::size(specials) + 1) % n] = specials[i];
+        auto ref = x, got = x;
+        ops::gelu_erf(ref.data(), n);
+        ops::gelu_erf_fast(got.data(), n);
+        for (size_t i = 0; i < n; ++i) {
+            const std::string what = "n " + std::to_string(n) + " at " + std::to_string(i) + " x " + std::to_string(x[i]);
+            if (std::isnan(ref[i])) EXPECT_TRUE(std::isnan(got[i])) << what;
+            else if (std::isinf(ref[i])) EXPECT_EQ(got[i], ref[i]) << what;
+            else EXPECT_NEAR(got[i], ref[i], 1e-6 * std::fabs(ref[i]) + 1.2e-7 * std::fabs(x[i])) << what;
+        }
+    }
+}
+
+// round_to_bf16 is f32_to_bf16 bit for bit: ties to even both ways, denormals, infinities, NaN (kept quiet).
+TEST(Kernels, RoundToBf16IsExact) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x00008000u, 0x00018000u, 0x807fffffu,
+                                  0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00001u, 0x7fbfffffu, 0u};
+    std::mt19937 r(3);
+    while (bits.size() < 1000 + 13) bits.push_back(uint32_t(r()));
+    for (const size_t n : {size_t(1), size_t(13), size_t(16), size_t(31), bits.size()}) {
+        std::vector<float> x(n);
+        std::memcpy(x.data(), bits.data(), n * 4);
+        std::vector<uint16_t> y(n, 0xdead);
+        ops::round_to_bf16(x.data(), y.data(), n);
+        for (size_t i = 0; i < n; ++i) EXPECT_EQ(y[i], f32_to_bf16(x[i])) << "n " << n << " bits " << std::hex << bits[i];
+    }
+}
