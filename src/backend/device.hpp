@@ -32,6 +32,21 @@ public:
     // so the host checks its stop rules one step behind and the device never waits for it. take(id, logprob)
     // receives the tokens in order and returns false to stop; at most max_tokens tokens.
     virtual void greedy(int max_tokens, const std::function<bool(int, float)>& take) = 0;
+
+    // Streaming (pipeline/stream_engine.hpp): the KV cache persists between calls.
+    // Conv stem of one chunk: normalized mel [n_mels, frames] (frames ≤ a chunk) → rows [A, d] after conv_out and
+    // the chunk's sinusoids (encode_stem_chunk, model/encoder.hpp).
+    virtual Tensor encode_stem(const Tensor& mel) = 0;
+    // Transformer layers, ln_post and projector over packed conv-stem rows x [A, d] (rows of one attention window
+    // attend to each other, windows of window_rows rows) → [A, D] on the host.
+    virtual Tensor encode_rows(const Tensor& x, int64_t window_rows) = 0;
+    virtual int64_t length() const = 0;   // positions in the KV cache
+    virtual void truncate(int64_t n) = 0; // keep the first n positions
+    // The decoder over input rows x [n, D] at positions length() … length()+n-1; their keys and values join the
+    // cache; the hidden rows stay on the device for extended_logits().
+    virtual void extend(const Tensor& x) = 0;
+    // Logits [n, V] of rows r0 … r0+n-1 of the last extend().
+    virtual Tensor extended_logits(int64_t r0, int64_t n) = 0;
 };
 
 class DeviceContext {

@@ -2,6 +2,7 @@
 // windows_[w] are the projector rows [≤13·8, D] of completed 800-frame windows; stem_[k] the conv-stem rows
 // [13, d_model] of the open window's k-th completed 100-frame chunk.
 #include "pipeline/stream.hpp"
+#include "pipeline/stream_engine.hpp"
 
 #include "audio/audio.hpp"
 #include "core/error.hpp"
@@ -66,7 +67,7 @@ namespace {
 } // namespace
 
 StreamSession::StreamSession(std::shared_ptr<const Model> model, StreamOptions opts, Callback cb)
-    : model_(std::move(model)), opts_(std::move(opts)), cb_(std::move(cb)), decoder_(model_->weights.dec, model_->hp.text) {
+    : model_(std::move(model)), opts_(std::move(opts)), cb_(std::move(cb)), engine_(make_stream_engine(model_)) {
     if (!(opts_.chunk_seconds >= 0.1 && opts_.chunk_seconds <= 60)) fail("options", "chunk_seconds must be in [0.1, 60]");
     if (opts_.rollback_tokens < 0 || opts_.rollback_tokens > 1000) fail("options", "rollback_tokens must be in [0, 1000]");
     if (opts_.unfixed_chunks < 0) fail("options", "unfixed_chunks must be ≥ 0");
@@ -117,7 +118,7 @@ void StreamSession::push(const float* pcm, size_t n) {
 Tensor StreamSession::stem_of(const std::vector<float>& lm, size_t frames, float clip_max) const {
     const AudioHParams& ahp = model_->hp.audio;
     const Tensor in = MelFrontend::normalize(lm, ahp.n_mels, frames, clip_max);
-    return encode_stem_chunk(model_->weights.enc, ahp, in.ptr(), int64_t(frames), int64_t(frames));
+    return engine_->stem(in);
 }
 
 void StreamSession::plan_early_stem() {
@@ -274,7 +275,7 @@ void StreamSession::step(bool final, bool pause) {
         }
         st.encoder_windows += 1;
         st.encoder_frames += int(t1 - t0);
-        return encode_rows(model_->weights.enc, ahp, std::move(x), encoder_window_rows(int64_t(t1 - t0), ahp));
+        return engine_->encode_rows(std::move(x), encoder_window_rows(int64_t(t1 - t0), ahp));
     };
     // 2. Encoder: completed windows are reused unless the clamp floor changed one of their values; so are the stem
     //    rows of the open window's completed chunks.
@@ -350,26 +351,21 @@ void StreamSession::step(bool final, bool pause) {
     while (reuse < all.size() && reuse < cached_ids_.size() && all[reuse] == cached_ids_[reuse]) ++reuse;
     reuse = std::min(reuse, size_t(p.audio_begin) + std::min(valid_rows, cached_audio_rows_));
     reuse = std::min(reuse, P - 1); // always run the last prompt position for its logits
-    const int64_t kv_row = int64_t(model_->hp.text.n_kv_heads) * model_->hp.text.head_dim;
-    cache_.truncate(int64_t(reuse), kv_row);
-    if (cache_.k.empty()) cache_.reset(model_->weights.dec.layers.size());
+    engine_->truncate(int64_t(reuse));
     std::vector<int> run_ids(all.begin() + long(reuse), all.end());
-    Tensor x = decoder_.embed(run_ids);
+    Tensor x = engine_->embed(run_ids);
     for (size_t i = reuse; i < all.size(); ++i) {
         const int64_t a = int64_t(i) - p.audio_begin;
         if (a >= 0 && a < A) std::memcpy(x.row(int64_t(i - reuse)), rows.row(a), size_t(D) * sizeof(float));
     }
     st.prefilled_tokens = int(run_ids.size());
     st.draft_tokens = int(draft.size());
-    Tensor h = decoder_.forward(std::move(x), cache_);
+    const int64_t fed = x.rows();
+    engine_->forward(std::move(x));
     // Logits of the last fed position alone (one matrix-vector pass over the head); those of the draft positions
     // in one batch, only once the first draft token is confirmed (a batch has a fixed cost of a few such passes).
-    int64_t h0 = h.rows() - int64_t(draft.size()) - 1;
-    auto head_rows = [&](int64_t r0, int64_t n) {
-        Tensor hr({n, D});
-        std::memcpy(hr.ptr(), h.row(h0 + r0), size_t(n * D) * sizeof(float));
-        return decoder_.logits(hr);
-    };
+    int64_t h0 = fed - int64_t(draft.size()) - 1;
+    auto head_rows = [&](int64_t r0, int64_t n) { return engine_->logits(h0 + r0, n); };
     Tensor logits = head_rows(0, 1), draft_logits;
     st.prefill_ms = phase.ms();
     phase.reset();
@@ -396,7 +392,7 @@ void StreamSession::step(bool final, bool pause) {
             cur = draft_logits.row(int64_t(accepted) - 1);
             continue;
         }
-        cache_.truncate(int64_t(base + accepted), kv_row); // rows of the rejected draft tokens
+        engine_->truncate(int64_t(base + accepted)); // rows of the rejected draft tokens
         draft.clear();
         draft_logits = Tensor();
         accepted = 0;
@@ -409,20 +405,20 @@ void StreamSession::step(bool final, bool pause) {
             st.lookup_tokens += int(draft.size());
         }
         lookup = true;
-        base = size_t(cache_.len) + 1;
-        h = decoder_.forward(decoder_.embed(run), cache_);
+        base = size_t(engine_->length()) + 1;
+        engine_->forward(engine_->embed(run));
         h0 = 0;
         logits = head_rows(0, 1);
         cur = logits.ptr();
         ++st.decode_steps;
     }
-    cache_.truncate(int64_t(base + accepted), kv_row);
+    engine_->truncate(int64_t(base + accepted));
     st.lookup_accepted = int(lookup_accepted);
     st.generated_tokens = int(gen.size());
     st.decode_ms = phase.ms();
     cached_ids_ = ids;
     cached_ids_.insert(cached_ids_.end(), gen.begin(), gen.end());
-    cached_ids_.resize(size_t(cache_.len)); // the last generated token has not been fed back
+    cached_ids_.resize(size_t(engine_->length())); // the last generated token has not been fed back
     cached_audio_rows_ = A - tail.rows();
     hyp_ = prefix;
     hyp_.insert(hyp_.end(), gen.begin(), gen.end());
@@ -477,7 +473,7 @@ void StreamSession::end_segment(size_t boundary) {
     stem_floor_.clear();
     stem_from_ = 0;
     floor_used_ = -1e30f;
-    cache_ = KvCache();
+    engine_->clear();
     cached_ids_.clear();
     cached_audio_rows_ = 0;
     hyp_.clear();

@@ -20,6 +20,7 @@
 // into pushes.
 #pragma once
 #include "model/decoder.hpp"
+#include "pipeline/stream_engine.hpp"
 #include "model/model.hpp"
 #include "qasr/qasr.hpp"
 
@@ -76,7 +77,7 @@ private:
     std::shared_ptr<const Model> model_;
     StreamOptions opts_;
     Callback cb_;
-    Decoder decoder_;
+    std::unique_ptr<StreamEngine> engine_; // encoder layers + decoder with its KV cache (CPU or the model's device)
     std::string forced_;             // canonical forced language or ""
     size_t chunk_samples_;
     bool finished_ = false;
@@ -98,7 +99,6 @@ private:
     int early_chunks_ = 0;           // early_stem() work since the last step, for its stats
     double early_ms_ = 0;
     float floor_used_ = -1e30f;      // clamp floor the completed windows and stem_ were computed with
-    KvCache cache_;
     std::vector<int> cached_ids_;    // input ids behind the cache rows (audio rows: pad id)
     size_t cached_audio_rows_ = 0;   // audio rows in the cache that came from completed windows
     std::vector<int> hyp_;           // last generated ids of the segment (without EOS)

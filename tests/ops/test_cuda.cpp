@@ -10,6 +10,8 @@
 #include "audio/mel.hpp"
 #include "ops/ops.hpp"
 #include "pipeline/session.hpp"
+#include "pipeline/stream.hpp"
+#include "audio/audio.hpp"
 
 #include <gtest/gtest.h>
 
@@ -471,4 +473,40 @@ int main(int argc, char** argv) {
     }
     ::testing::InitGoogleTest(&argc, argv);
     return RUN_ALL_TESTS();
+}
+
+// Streaming on the GPU (pipeline/stream_engine.hpp: encoder layers and a persistent KV cache on the device): with
+// the trained demo model, the streamed finals equal the offline CUDA transcripts of both bundled samples, for
+// the default (speculative) policy and for exact finals, and later steps reuse the cached prefix.
+// QASR_DEMO_DIR: models/demo with its tokenizer files (run_cuda_device.sh copies them there).
+TEST(Cuda, StreamFinalsEqualOfflineOnTheDemoModel) {
+    NEED_GPU();
+    const char* env = std::getenv("QASR_DEMO_DIR");
+    const std::string dir = env && *env ? env : std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!std::filesystem::exists(dir + "/tokenizer.json") || !std::filesystem::exists(dir + "/model.safetensors"))
+        GTEST_SKIP() << "demo model with tokenizer not found in " << dir << " (set QASR_DEMO_DIR)";
+    const auto model = Model::load(dir, "cuda");
+    Session offline(model);
+    TranscribeOptions o;
+    o.itn = false;
+    for (const char* name : {"demo_en", "demo_de"}) {
+        const std::string wav = dir + "/../../samples/" + name + ".wav";
+        ASSERT_TRUE(std::filesystem::exists(wav)) << wav;
+        const std::vector<float> audio = load_audio_file(wav);
+        const TranscriptionResult ref = offline.run(audio, o);
+        ASSERT_FALSE(ref.text.empty());
+        for (const bool exact : {false, true}) {
+            StreamOptions so;
+            so.itn = false;
+            so.exact_final = exact;
+            StreamSession s(model, so);
+            for (size_t i = 0; i < audio.size(); i += 1600) s.push(audio.data() + i, std::min<size_t>(1600, audio.size() - i));
+            const TranscriptionResult fin = s.finish();
+            EXPECT_EQ(fin.text, ref.text) << name << (exact ? " (exact final)" : " (speculative)");
+            ASSERT_GE(s.stats().size(), 2u) << name;
+            // the final step reused the cached positions of the prompt's head (prefilled = prompt − reused + draft)
+            const StreamChunkStats& last = s.stats().back();
+            EXPECT_LT(last.prefilled_tokens - last.draft_tokens, ref.n_prompt_tokens) << name;
+        }
+    }
 }

@@ -137,6 +137,12 @@ public:
     Tensor prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) override;
     Tensor step(int token) override;
     void greedy(int max_tokens, const std::function<bool(int, float)>& take) override;
+    Tensor encode_stem(const Tensor& mel) override;
+    Tensor encode_rows(const Tensor& x, int64_t window_rows) override;
+    int64_t length() const override { return len_; }
+    void truncate(int64_t n) override { len_ = std::max<int64_t>(0, std::min(len_, n)); }
+    void extend(const Tensor& x) override;
+    Tensor extended_logits(int64_t r0, int64_t n) override;
 
     // After a failed request the stream may hold queued work: drain it so the pooled session starts clean.
     void reset_after_error() noexcept {
@@ -170,6 +176,11 @@ private:
     void launch_step();
     void gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta);
     Tensor encode_device(const float* d_mel, int T); // mel [n_mels, T] already on the device
+    int stem_device(const float* d_mel, int T, int* window); // conv stem of every chunk → ex_ rows; returns A
+    Tensor encode_layers(int A, int window);         // stem rows [A, d] in ex_ → projector rows on the host
+    // The decoder layers over L input rows in px_ at positions *d_pos() … (the KV cache holds the earlier ones).
+    void decoder_layers(int L);
+    int ext_rows_ = 0; // rows of the last extend() (their final hidden state is in px_)
     void mark(const char* what) {
         if (!profile_) return;
         QASR_CUDA(cudaEventRecord(pev_[npev_], s_));
@@ -254,9 +265,30 @@ Tensor CudaSession::encode_audio(const std::vector<float>& audio, size_t min_sam
 }
 
 Tensor CudaSession::encode_device(const float* d_mel, int T) {
+    int window = 0;
+    const int A = stem_device(d_mel, T, &window);
+    return encode_layers(A, window);
+}
+
+Tensor CudaSession::encode_stem(const Tensor& mel) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    const AudioHParams& hp = m_.hp.audio;
+    if (mel.dim(0) != hp.n_mels || mel.dim(1) <= 0 || mel.dim(1) > hp.chunk_frames())
+        fail("encoder", "a stem chunk is [n_mels, 1..chunk_frames] of mel");
+    emel_.ensure(mel.size() * 4);
+    QASR_CUDA(cudaMemcpyAsync(emel_.get(), mel.ptr(), mel.size() * 4, cudaMemcpyHostToDevice, s_));
+    int window = 0;
+    const int A = stem_device(emel_.as<float>(), int(mel.dim(1)), &window);
+    Tensor out({int64_t(A), int64_t(hp.d_model)});
+    QASR_CUDA(cudaMemcpyAsync(out.ptr(), ex_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    return out;
+}
+
+int CudaSession::stem_device(const float* d_mel, int T, int* window_out) {
     const AudioHParams& hp = m_.hp.audio;
     const int n_mels = hp.n_mels, cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
-    const int Ch = hp.conv_channels, d = hp.d_model, F = hp.ffn_dim, heads = hp.n_heads;
+    const int Ch = hp.conv_channels, d = hp.d_model;
     const int H1 = int(conv_len(n_mels)), W1 = int(conv_len(cf)), H2 = int(conv_len(H1)), W2 = int(conv_len(W1));
     const int H3 = int(conv_len(H2)), W3 = int(conv_len(W2));
     const int A = int(audio_token_count(T, hp));
@@ -284,7 +316,24 @@ Tensor CudaSession::encode_device(const float* d_mel, int T) {
     ex_.ensure(size_t(A) * d * 4);
     float* x = ex_.as<float>();
     add_pe(eco_.as<float>(), A, d, W3, w_.pe, x, s_);
+    *window_out = window;
+    return A;
+}
 
+Tensor CudaSession::encode_rows(const Tensor& rows, int64_t window_rows) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    const AudioHParams& hp = m_.hp.audio;
+    if (rows.rows() <= 0 || rows.cols() != hp.d_model) fail("encoder", "stem rows of the wrong shape");
+    if (window_rows <= 0) fail("encoder", "attention window of no rows");
+    ex_.ensure(rows.size() * 4);
+    QASR_CUDA(cudaMemcpyAsync(ex_.get(), rows.ptr(), rows.size() * 4, cudaMemcpyHostToDevice, s_));
+    return encode_layers(int(rows.rows()), int(window_rows));
+}
+
+Tensor CudaSession::encode_layers(int A, int window) {
+    const AudioHParams& hp = m_.hp.audio;
+    const int d = hp.d_model, F = hp.ffn_dim, heads = hp.n_heads;
+    float* x = ex_.as<float>();
     ebf_.ensure(size_t(A) * std::max(d, F) * 2);
     eqkv_.ensure(size_t(A) * 3 * d * 4);
     eatt_.ensure(size_t(A) * d * 4);
@@ -354,13 +403,8 @@ Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, co
     if (A && (rows.cols() != D_ || audio_begin < 0 || audio_begin + A > L)) fail("decoder", "audio rows do not fit the prompt");
     len_ = 0;
     ensure_kv(L + 1024);
-    const int I = I_, qw = Hq_ * hd_;
     px_.ensure(size_t(L) * D_ * 4);
-    pbf_.ensure(size_t(L) * std::max({D_, qw, I}) * 2);
-    pqkv_.ensure(size_t(L) * qkvw_ * 4);
-    pq_.ensure(size_t(L) * qw * 4);
-    po_.ensure(size_t(L) * qw * 4);
-    pgu_.ensure(size_t(L) * 2 * I * 4);
+    pbf_.ensure(size_t(L) * std::max({D_, Hq_ * hd_, I_}) * 2);
     float* x = px_.as<float>();
     bf16* ubf = pbf_.as<bf16>();
     // ids → device through the scratch of the logits (ints fit in a float buffer)
@@ -369,20 +413,8 @@ Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, co
     embed(w_.embed, plog_.as<int>(), L, x, s_);
     if (A) QASR_CUDA(cudaMemcpyAsync(x + audio_begin * D_, rows.ptr(), rows.size() * 4, cudaMemcpyHostToDevice, s_));
     const float eps = m_.hp.text.rms_eps;
-    for (size_t li = 0; li < w_.dec.size(); ++li) {
-        const DevDecLayer& l = w_.dec[li];
-        rms_norm(x, L, D_, l.in_norm, eps, nullptr, ubf, s_);
-        gemm_w(ubf, L, l.qkv, pqkv_.as<float>(), 0.0f);
-        qk_norm_rope_kv(pqkv_.as<float>(), L, nullptr, Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
-                        pq_.as<float>(), kc(li), vc(li), s_);
-        attention(dec_attn(li, pq_.as<float>(), po_.as<float>(), L), s_);
-        to_bf16(po_.as<float>(), size_t(L) * qw, ubf, s_);
-        gemm_w(ubf, L, l.o, x, 1.0f);
-        rms_norm(x, L, D_, l.post_norm, eps, nullptr, ubf, s_);
-        gemm_w(ubf, L, l.gateup, pgu_.as<float>(), 0.0f);
-        swiglu_bf16(pgu_.as<float>(), L, I, ubf, s_);
-        gemm_w(ubf, L, l.down, x, 1.0f);
-    }
+    set_ints(d_pos(), 0, 0, s_);
+    decoder_layers(L);
     len_ = L;
     set_ints(d_pos(), L, 0, s_); // pos = L, count = 0
     Tensor out;
@@ -399,6 +431,69 @@ Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, co
             out = Tensor({1, int64_t(V_)});
             QASR_CUDA(cudaMemcpyAsync(out.ptr(), logits1_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
         }
+    }
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    return out;
+}
+
+void CudaSession::decoder_layers(int L) {
+    const int I = I_, qw = Hq_ * hd_;
+    pbf_.ensure(size_t(L) * std::max({D_, qw, I}) * 2);
+    pqkv_.ensure(size_t(L) * qkvw_ * 4);
+    pq_.ensure(size_t(L) * qw * 4);
+    po_.ensure(size_t(L) * qw * 4);
+    pgu_.ensure(size_t(L) * 2 * I * 4);
+    float* x = px_.as<float>();
+    bf16* ubf = pbf_.as<bf16>();
+    const float eps = m_.hp.text.rms_eps;
+    for (size_t li = 0; li < w_.dec.size(); ++li) {
+        const DevDecLayer& l = w_.dec[li];
+        rms_norm(x, L, D_, l.in_norm, eps, nullptr, ubf, s_);
+        gemm_w(ubf, L, l.qkv, pqkv_.as<float>(), 0.0f);
+        qk_norm_rope_kv(pqkv_.as<float>(), L, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
+                        pq_.as<float>(), kc(li), vc(li), s_);
+        AttnArgs at = dec_attn(li, pq_.as<float>(), po_.as<float>(), L);
+        at.past = d_pos();
+        attention(at, s_);
+        to_bf16(po_.as<float>(), size_t(L) * qw, ubf, s_);
+        gemm_w(ubf, L, l.o, x, 1.0f);
+        rms_norm(x, L, D_, l.post_norm, eps, nullptr, ubf, s_);
+        gemm_w(ubf, L, l.gateup, pgu_.as<float>(), 0.0f);
+        swiglu_bf16(pgu_.as<float>(), L, I, ubf, s_);
+        gemm_w(ubf, L, l.down, x, 1.0f);
+    }
+}
+
+void CudaSession::extend(const Tensor& xin) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    const int n = int(xin.rows());
+    if (n <= 0 || xin.cols() != D_) fail("decoder", "extend() needs rows of the model width");
+    ensure_kv(len_ + n + 1);
+    px_.ensure(size_t(n) * D_ * 4);
+    QASR_CUDA(cudaMemcpyAsync(px_.get(), xin.ptr(), xin.size() * 4, cudaMemcpyHostToDevice, s_));
+    set_ints(d_pos(), int(len_), 0, s_); // the rows' first position; count = 0
+    decoder_layers(n);
+    len_ += n;
+    set_ints(d_pos(), int(len_), 0, s_);
+    ext_rows_ = n;
+    QASR_CUDA(cudaStreamSynchronize(s_));
+}
+
+Tensor CudaSession::extended_logits(int64_t r0, int64_t n) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    if (r0 < 0 || n <= 0 || r0 + n > ext_rows_) fail("decoder", "logits of rows outside the last extend()");
+    const float eps = m_.hp.text.rms_eps;
+    const float* x = px_.as<float>() + size_t(r0) * D_;
+    Tensor out({n, int64_t(V_)});
+    if (n == 1) { // as the offline path's first token (prefill → matrix-vector head over the float32 row)
+        matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
+        QASR_CUDA(cudaMemcpyAsync(out.ptr(), logits1_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+    } else {
+        pbf_.ensure(size_t(n) * D_ * 2);
+        rms_norm(x, int(n), D_, w_.norm, eps, nullptr, pbf_.as<bf16>(), s_);
+        plog_.ensure(size_t(n) * V_ * 4);
+        gemm_w(pbf_.as<bf16>(), int(n), w_.head, plog_.as<float>(), 0.0f);
+        QASR_CUDA(cudaMemcpyAsync(out.ptr(), plog_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
     }
     QASR_CUDA(cudaStreamSynchronize(s_));
     return out;
@@ -595,6 +690,12 @@ public:
     }
     Tensor step(int token) override { return s_->step(token); }
     void greedy(int n, const std::function<bool(int, float)>& take) override { s_->greedy(n, take); }
+    Tensor encode_stem(const Tensor& mel) override { return s_->encode_stem(mel); }
+    Tensor encode_rows(const Tensor& x, int64_t w) override { return s_->encode_rows(x, w); }
+    int64_t length() const override { return s_->length(); }
+    void truncate(int64_t n) override { s_->truncate(n); }
+    void extend(const Tensor& x) override { s_->extend(x); }
+    Tensor extended_logits(int64_t r0, int64_t n) override { return s_->extended_logits(r0, n); }
 
 private:
     std::shared_ptr<const CudaContext> ctx_;

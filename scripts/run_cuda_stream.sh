@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Streaming on the GPU machine, in one `run` call: the CUDA stream test, then `qasr bench --stream --device cuda`
+# (finalization latency, per-chunk compute, streamed-vs-offline) on the 0.6B random-weight checkpoint at 8-bit and
+# bf16 over the utterances, and on the trained demo model over its held-out clips (finals vs offline).
+#   OUT=... bash scripts/run_cuda_stream.sh BUILD_DIR UTTERANCE_DIR
+set -uo pipefail
+b=${1:?build dir}; utt=${2:?utterance dir}
+out=${OUT:-/tmp/qasr_out}
+mkdir -p "$out"
+cub=$(find /usr/local/cuda*/ /opt/torch -name 'libcublas.so.13*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$PWD/build-carry/lib:${cub:+$(dirname "$cub"):}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GOMP_SPINCOUNT=10000 QASR_TOKENIZER_DIR=$PWD/.cache/qasr/tokenizer QASR_DEMO_DIR=$PWD/models/demo
+log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
+q="$b/tools/qasr"
+summ() { python3 -c "
+import json,sys
+j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+b=j['finalization_breakdown_ms_median']
+print('finalization median %.1f ms, worst %.1f ms (encoder %.1f, prefill %.1f, decode %.1f); chunk median %.1f, worst %.1f ms; identical %d/%d' % (
+  j['finalization_ms_median'], j['finalization_ms_worst'], b['encoder'], b['prefill'], b['decode'], j['chunk_ms_median'],
+  j['chunk_ms_worst'], sum(f['identical'] for f in j['files']), len(j['files'])))" "$1" 2>&1 | tail -1; }
+cp .cache/qasr/tokenizer/* models/demo/ 2>/dev/null
+timeout 180 "$b/tests/ops/qasr_cuda_tests" --gtest_filter="${GTEST_FILTER:-*}" > "$out/cuda_tests.log" 2>&1
+log "ops.cuda rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$out/cuda_tests.log" | tr '\n' ' ')"
+grep -E 'Failure|Expected|Which is|actual' "$out/cuda_tests.log" | head -20 | tee -a "$out/summary.txt"
+m=/tmp/qm/0.6b
+[ -f "$m/bf16/model.safetensors" ] || "$q" dev make-random --preset 0.6b --layout hf --tokenizer .cache/qasr/tokenizer "$m/bf16" > "$out/setup.log" 2>&1
+[ -f "$m/q8/config.json" ] || "$q" quantize "$m/bf16" "$m/q8" --bits 8 >> "$out/setup.log" 2>&1
+log "checkpoints ready"
+files=$(ls "$utt"/*.wav | tr '\n' ' ')
+for v in ${STREAM_VARIANTS:-q8 bf16}; do
+    for r in $(seq 1 "${ROUNDS:-2}"); do
+        timeout 240 "$q" bench --stream -m "$m/$v" --device cuda --threads "$(nproc)" --tokens-per-second 3.5 $files \
+            > "$out/stream_${v}_$r.txt" 2>> "$out/errors.log"
+        log "stream 0.6B $v round $r rc=$?: $(summ "$out/stream_${v}_$r.txt")"
+    done
+done
+timeout 240 "$q" bench --stream -m models/demo --device cuda --threads "$(nproc)" tests/data/demo_testset/*.wav $files \
+    > "$out/stream_demo.txt" 2>> "$out/errors.log"
+log "demo model stream on cuda rc=$?: $(grep -c '(identical)' "$out/stream_demo.txt") identical of $(ls tests/data/demo_testset/*.wav $utt/*.wav | wc -l); $(summ "$out/stream_demo.txt")"
+log done
