@@ -118,6 +118,24 @@ def main():
                    bf16ref_vs_fp32=sum(int(x == y) for x, y in zip(a32, ref_arg)) / L)
         print(f"fp32 reference: qasr (CUDA) agrees on {100 * res['qasr_vs_fp32']:.2f}% of the prefill positions, "
               f"the bf16 reference on {100 * res['bf16ref_vs_fp32']:.2f}%", flush=True)
+        # The bf16 noise floor: the same reference in bf16 with the other attention implementation (eager vs the
+        # default), i.e. how often two bf16 runs of transformers itself agree on these near-tie logits.
+        other = "eager" if a.attn != "eager" else "sdpa"
+        mo = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.bfloat16,
+                                                              attn_implementation=other).to(dev).eval()
+        xo, masko = features()
+        with torch.no_grad():
+            oo = mo(input_ids=input_ids, input_features=xo, input_features_mask=masko,
+                    attention_mask=torch.ones_like(input_ids), logits_to_keep=0)
+        ao = oo.logits[0].float().argmax(-1).tolist()
+        del mo, oo
+        torch.cuda.empty_cache()
+        res.update(bf16_other_attn=other, bf16_other_vs_bf16ref=sum(int(x == y) for x, y in zip(ao, ref_arg)) / L,
+                   bf16_other_vs_fp32=sum(int(x == y) for x, y in zip(ao, a32)) / L,
+                   qasr_vs_bf16_other=sum(int(x == y) for x, y in zip(ao, q["prefill_argmax"])) / L)
+        print(f"bf16 noise floor: the reference in bf16 with {other} attention agrees with the bf16 {a.attn} reference on "
+              f"{100 * res['bf16_other_vs_bf16ref']:.2f}% of the prefill positions (with fp32: "
+              f"{100 * res['bf16_other_vs_fp32']:.2f}%, with qasr: {100 * res['qasr_vs_bf16_other']:.2f}%)", flush=True)
 
     # Speed: end to end as a user calls it (features on the CPU, generate on the GPU), fixed decode length.
     def e2e():

@@ -60,6 +60,6 @@ for p in ${presets//,/ }; do
     log "$p bf16 without warm-up: first $(python3 -c "import json; j=json.load(open('$out/bench_${p}_bf16_nowarmup.json')); print('%.1f ms, median %.1f ms' % (j['first_total_ms'], j['total_ms']))")"
     python3 scripts/cuda_reference.py --model "$m/bf16" --audio "$audio" --qasr "$q" --tokens "$tokens" --runs 10 --fp32-check \
         --out "$out/reference_$p.json" > "$out/reference_$p.log" 2>&1
-    log "$p reference rc=$?"; grep -E "^accuracy|^reference|^fp32" "$out/reference_$p.log" | tee -a "$out/summary.txt"
+    log "$p reference rc=$?"; grep -E "^accuracy|^reference|^fp32|^bf16 noise" "$out/reference_$p.log" | tee -a "$out/summary.txt"
 done
 log done
