@@ -4,12 +4,10 @@
 
 #include "core/error.hpp"
 #include "ops/ops.hpp"
-#include "ops/vector_ops.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 
 namespace qasr {
 namespace {
@@ -17,37 +15,23 @@ namespace {
 int64_t conv_out_len(int64_t n) { return (n + 1) / 2; }
 int64_t valid_after_stem(int64_t l) { return conv_out_len(conv_out_len(conv_out_len(l))); }
 
-// Quantized checkpoints (bf16 compute) take the vectorized erf; float checkpoints keep the reference ops::gelu_erf.
-void gelu(Tensor& t, bool fast) {
-    if (fast) ops::gelu_erf_fast(t.ptr(), t.size());
-    else ops::gelu_erf(t.ptr(), t.size());
-}
+void gelu(Tensor& t) { ops::gelu_erf(t.ptr(), t.size()); }
 
-const float* bias_of(const Linear& l) { return l.b.data.empty() ? nullptr : l.b.ptr(); }
-
-// Activations of one layer, allocated once per encode_rows call and reused by every layer (the products and the
-// attention write their outputs whole; fresh zero-filled tensors per layer cost page faults and memsets).
-struct LayerScratch {
-    Tensor a, q, k, v, o, u;
-    LayerScratch(int64_t n, int64_t d, int64_t ffn) : a({n, d}), q({n, d}), k({n, d}), v({n, d}), o({n, d}), u({n, ffn}) {}
-};
-
-void encoder_layer(const EncoderLayerW& w, Tensor& h, int64_t heads, int64_t window, bool fast, LayerScratch& s) {
+void encoder_layer(const EncoderLayerW& w, Tensor& h, int64_t heads, int64_t window) {
     const int64_t n = h.rows(), d = h.cols();
-    std::memcpy(s.a.ptr(), h.ptr(), h.size() * sizeof(float));
-    ops::layer_norm(s.a.ptr(), n, d, w.attn_norm.w.ptr(), w.attn_norm.b.ptr(), 1e-5f);
-    ops::linear(s.a.ptr(), n, w.q.w, bias_of(w.q), s.q.ptr());
-    ops::linear(s.a.ptr(), n, w.k.w, bias_of(w.k), s.k.ptr());
-    ops::linear(s.a.ptr(), n, w.v.w, bias_of(w.v), s.v.ptr());
-    ops::windowed_attention(s.q.ptr(), s.k.ptr(), s.v.ptr(), s.o.ptr(), n, heads, d / heads, window);
-    ops::linear(s.o.ptr(), n, w.o.w, bias_of(w.o), s.q.ptr()); // q is free again: the projection
-    ops::add(h.ptr(), s.q.ptr(), h.size());
-    std::memcpy(s.a.ptr(), h.ptr(), h.size() * sizeof(float));
-    ops::layer_norm(s.a.ptr(), n, d, w.ffn_norm.w.ptr(), w.ffn_norm.b.ptr(), 1e-5f);
-    ops::linear(s.a.ptr(), n, w.fc1.w, bias_of(w.fc1), s.u.ptr());
-    gelu(s.u, fast);
-    ops::linear(s.u.ptr(), n, w.fc2.w, bias_of(w.fc2), s.q.ptr());
-    ops::add(h.ptr(), s.q.ptr(), h.size());
+    Tensor a = h;
+    ops::layer_norm(a.ptr(), n, d, w.attn_norm.w.ptr(), w.attn_norm.b.ptr(), 1e-5f);
+    Tensor q = ops::linear(a, w.q.w, &w.q.b), k = ops::linear(a, w.k.w, &w.k.b), v = ops::linear(a, w.v.w, &w.v.b);
+    Tensor o({n, d});
+    ops::windowed_attention(q.ptr(), k.ptr(), v.ptr(), o.ptr(), n, heads, d / heads, window);
+    Tensor proj = ops::linear(o, w.o.w, &w.o.b);
+    ops::add(h.ptr(), proj.ptr(), h.size());
+    Tensor f = h;
+    ops::layer_norm(f.ptr(), n, d, w.ffn_norm.w.ptr(), w.ffn_norm.b.ptr(), 1e-5f);
+    Tensor u = ops::linear(f, w.fc1.w, &w.fc1.b);
+    gelu(u);
+    Tensor dn = ops::linear(u, w.fc2.w, &w.fc2.b);
+    ops::add(h.ptr(), dn.ptr(), h.size());
 }
 
 } // namespace
@@ -91,13 +75,13 @@ Tensor encode_stem_chunk(const EncoderW& w, const AudioHParams& hp, const float*
     for (int64_t f = 0; f < n_mels; ++f) std::memcpy(in.ptr() + f * cf, mel + f * stride, size_t(l) * sizeof(float));
     ops::conv3x3_s2(in.ptr(), 1, n_mels, cf, w.conv1_w.ptr(), w.conv1_b.ptr(), Ch, c1.ptr());
     if (trace) trace->conv1 = c1;
-    gelu(c1, w.bf16_compute);
+    gelu(c1);
     ops::conv3x3_s2(c1.ptr(), Ch, H1, W1, w.conv2_w.ptr(), w.conv2_b.ptr(), Ch, c2.ptr());
     if (trace) trace->conv2 = c2;
-    gelu(c2, w.bf16_compute);
+    gelu(c2);
     ops::conv3x3_s2(c2.ptr(), Ch, H2, W2, w.conv3_w.ptr(), w.conv3_b.ptr(), Ch, c3.ptr());
     if (trace) trace->conv3 = c3;
-    gelu(c3, w.bf16_compute);
+    gelu(c3);
     for (int64_t t = 0; t < W3; ++t) // (time, channel, freq) flatten order (spec §4.3)
         for (int64_t ch = 0; ch < Ch; ++ch)
             for (int64_t f = 0; f < H3; ++f) flat.data[size_t(t * Ch * H3 + ch * H3 + f)] = c3.data[size_t((ch * H3 + f) * W3 + t)];
@@ -117,20 +101,14 @@ Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t 
     if (x.cols() != d) fail("encoder", "stem rows have " + std::to_string(x.cols()) + " columns, model wants " +
                                            std::to_string(d));
     if (tap) (*tap)("enc_in", x);
-    std::unique_ptr<LayerScratch> scratch;
     for (size_t i = 0; i < w.layers.size(); ++i) {
-        const EncoderLayerW& l = w.layers[i];
-        if (l.q.w.rows != d || l.k.w.rows != d || l.v.w.rows != d || l.o.w.rows != d || l.fc2.w.rows != d ||
-            l.fc2.w.cols != l.fc1.w.rows)
-            fail("encoder", "layer " + std::to_string(i) + " matrices do not match d_model " + std::to_string(d));
-        if (!scratch || scratch->u.cols() != l.fc1.w.rows) scratch = std::make_unique<LayerScratch>(A, d, l.fc1.w.rows);
-        encoder_layer(l, x, hp.n_heads, window, w.bf16_compute, *scratch);
+        encoder_layer(w.layers[i], x, hp.n_heads, window);
         if (tap) (*tap)("enc_layer." + std::to_string(i), x);
     }
     ops::layer_norm(x.ptr(), A, d, w.ln_post.w.ptr(), w.ln_post.b.ptr(), 1e-5f);
     if (tap) (*tap)("enc_out", x);
     Tensor p = ops::linear(x, w.proj1.w, &w.proj1.b);
-    gelu(p, w.bf16_compute);
+    gelu(p);
     Tensor out = ops::linear(p, w.proj2.w, &w.proj2.b);
     if (tap) (*tap)("proj_out", out);
     return out;
