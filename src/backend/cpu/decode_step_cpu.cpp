@@ -15,6 +15,7 @@
 #include "ops/decode_step.hpp"
 
 #include "backend/cpu/attention_decode.hpp"
+#include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/gemv.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -167,13 +168,13 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
         for (size_t li = 0; li < L; ++li) {
             const DecoderLayerW& l = w.layers[li];
             std::memcpy(u.data(), xt.data(), size_t(D) * 4);
-            rms_norm(u.data(), 1, D, l.in_norm.ptr(), eps);
+            cpu::rms_norm_serial(u.data(), 1, D, l.in_norm.ptr(), eps);
             product(sh.shares[4 * li], u.data(), {&l.q.w, &l.k.w, &l.v.w}, {q, k, v});
             sh.barrier.wait();
             if (c0 < c1) {
                 float* qh = q + c0 * group * hd;
-                rms_norm(qh, (c1 - c0) * group, hd, l.q_norm.ptr(), eps);
-                rms_norm(k + c0 * hd, c1 - c0, hd, l.k_norm.ptr(), eps);
+                cpu::rms_norm_serial(qh, (c1 - c0) * group, hd, l.q_norm.ptr(), eps);
+                cpu::rms_norm_serial(k + c0 * hd, c1 - c0, hd, l.k_norm.ptr(), eps);
                 rope_cs(qh, 1, (c1 - c0) * group, hd, sh.cs.data());
                 rope_cs(k + c0 * hd, 1, c1 - c0, hd, sh.cs.data());
                 write_heads(cache, li, k, v, past, c0, c1);
@@ -187,10 +188,10 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
             sh.barrier.wait();
             add(xt.data(), a, size_t(D));
             std::memcpy(u.data(), xt.data(), size_t(D) * 4);
-            rms_norm(u.data(), 1, D, l.post_norm.ptr(), eps);
+            cpu::rms_norm_serial(u.data(), 1, D, l.post_norm.ptr(), eps);
             product(sh.shares[4 * li + 2], u.data(), {&l.gate.w, &l.up.w}, {g, up});
             sh.barrier.wait();
-            silu_mul(g + e0, up + e0, size_t(e1 - e0));
+            cpu::silu_mul_serial(g + e0, up + e0, size_t(e1 - e0));
             sh.barrier.wait();
             product(sh.shares[4 * li + 3], g, {&l.down.w}, {a});
             sh.barrier.wait();

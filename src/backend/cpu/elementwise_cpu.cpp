@@ -1,11 +1,41 @@
 // CPU norms and activations (fp32, with double accumulation for the norms' statistics).
+#include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <omp.h>
 #include <vector>
+
+namespace qasr::cpu {
+
+void rms_norm_serial(float* x, int64_t rows, int64_t d, const float* w, float eps) {
+    for (int64_t r = 0; r < rows; ++r) {
+        float* v = x + r * d;
+        // sum of squares in double over four interleaved partial sums (four independent add chains instead of one:
+        // the decode step runs ≈5000 of these values per layer on one thread)
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        int64_t i = 0;
+        for (; i + 4 <= d; i += 4) {
+            s0 += double(v[i]) * v[i];
+            s1 += double(v[i + 1]) * v[i + 1];
+            s2 += double(v[i + 2]) * v[i + 2];
+            s3 += double(v[i + 3]) * v[i + 3];
+        }
+        for (; i < d; ++i) s0 += double(v[i]) * v[i];
+        const double ss = (s0 + s1) + (s2 + s3);
+        const float inv = float(1.0 / std::sqrt(ss / double(d) + double(eps)));
+        for (i = 0; i < d; ++i) v[i] = w[i] * (v[i] * inv);
+    }
+}
+
+void silu_mul_serial(float* gate, const float* up, size_t n) {
+    for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+} // namespace qasr::cpu
 
 namespace qasr::ops {
 
@@ -28,23 +58,7 @@ void rms_norm(float* x, int64_t rows, int64_t d, const float* w, float eps) {
     // per row the same arithmetic on any thread; a team only where there is enough work to pay for the fork/join
     // (not the per-head q/k norms of a decode step: 16 × 128 values)
 #pragma omp parallel for if (rows > 8 && rows * d >= 16384)
-    for (int64_t r = 0; r < rows; ++r) {
-        float* v = x + r * d;
-        // sum of squares in double over four interleaved partial sums (four independent add chains instead of one:
-        // the decode step runs ≈5000 of these values per layer on one thread)
-        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int64_t i = 0;
-        for (; i + 4 <= d; i += 4) {
-            s0 += double(v[i]) * v[i];
-            s1 += double(v[i + 1]) * v[i + 1];
-            s2 += double(v[i + 2]) * v[i + 2];
-            s3 += double(v[i + 3]) * v[i + 3];
-        }
-        for (; i < d; ++i) s0 += double(v[i]) * v[i];
-        const double ss = (s0 + s1) + (s2 + s3);
-        const float inv = float(1.0 / std::sqrt(ss / double(d) + double(eps)));
-        for (i = 0; i < d; ++i) v[i] = w[i] * (v[i] * inv);
-    }
+    for (int64_t r = 0; r < rows; ++r) cpu::rms_norm_serial(x + r * d, 1, d, w, eps);
 }
 
 void gelu_erf(float* x, size_t n) {
@@ -53,8 +67,9 @@ void gelu_erf(float* x, size_t n) {
 }
 
 void silu_mul(float* gate, const float* up, size_t n) {
-#pragma omp parallel for if (n > 65536)
-    for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    if (n <= 65536) return cpu::silu_mul_serial(gate, up, n);
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i += 16384) cpu::silu_mul_serial(gate + i, up + i, std::min<size_t>(16384, n - i));
 }
 
 void add(float* y, const float* x, size_t n) {
