@@ -33,11 +33,12 @@ for p in ${presets//,/ }; do
         [ -f "$m/q$bits/config.json" ] || "$q" quantize "$m/bf16" "$m/q$bits" --bits $bits >> "$out/setup.log" 2>&1
     done
     log "$p quantized"
-    # cold start: process start → first transcript (page cache warm), without and with the warm-up pass
-    for w in --no-warmup ""; do
+    # cold start: process start → first transcript (page cache warm), without (the CLI default for one input) and
+    # with the warm-up pass
+    for w in --no-warmup --warmup; do
         t0=$(date +%s%N)
         "$q" transcribe -m "$m/bf16" --device cuda $w --ignore-eos --max-new-tokens "$tokens" --no-itn -q "$audio" > /dev/null 2>> "$out/errors.log"
-        log "$p cold start ${w:-with-warmup}: $(( ($(date +%s%N) - t0) / 1000000 )) ms (rc=$?)"
+        log "$p cold start $w: $(( ($(date +%s%N) - t0) / 1000000 )) ms (rc=$?)"
     done
     for v in bf16 $(for b in ${QBITS:-8 6 4}; do echo q$b; done); do
         "$q" bench -m "$m/$v" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs ${RUNS:-20} --warmup 0 \

@@ -38,4 +38,32 @@ done
 timeout 240 "$q" bench --stream -m models/demo --device cuda --threads "$(nproc)" tests/data/demo_testset/*.wav $files \
     > "$out/stream_demo.txt" 2>> "$out/errors.log"
 log "demo model stream on cuda rc=$?: $(grep -c '(identical)' "$out/stream_demo.txt") identical of $(ls tests/data/demo_testset/*.wav $utt/*.wav | wc -l); $(summ "$out/stream_demo.txt")"
+# bounded cost: an 11-minute stream (the held-out demo clips concatenated) on the demo model; per-chunk compute
+# medians per minute of stream position should stay flat
+if [ "${LONG:-1}" = 1 ]; then
+    python3 - "$out/long.wav" tests/data/demo_testset/*.wav <<'PY'
+import sys, wave
+out, files = sys.argv[1], sys.argv[2:]
+frames, params = [], None
+total = 0
+while total < 16000 * 660:
+    for f in files:
+        with wave.open(f) as w:
+            params = params or w.getparams()
+            d = w.readframes(w.getnframes())
+            frames.append(d)
+            total += len(d) // 2
+with wave.open(out, "wb") as w:
+    w.setparams(params)
+    w.writeframes(b"".join(frames))
+PY
+    timeout 300 "$q" bench --stream -m models/demo --device cuda --threads "$(nproc)" --pause-seconds 0.3 "$out/long.wav" \
+        > "$out/stream_long.txt" 2>> "$out/errors.log"
+    log "demo model, 11-minute stream on cuda rc=$?: $(python3 -c "
+import json,sys
+j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+f=j['files'][0]
+print('%.0f s audio; per-chunk compute median per minute:' % f['audio_seconds'], ' '.join('%.1f' % x for x in f['chunk_ms_median_per_minute']), 'ms; worst %.1f ms' % f['chunk_ms_worst'])" "$out/stream_long.txt" 2>&1 | tail -1)"
+    rm -f "$out/long.wav"
+fi
 log done

@@ -98,6 +98,10 @@ TEST(Cli, TranscribesWithTinyModel) {
     auto j = nlohmann::json::parse(ig.out);
     EXPECT_EQ(j["tokens"].size(), 12u);
     EXPECT_EQ(j["finish_reason"], "token_cap");
+    // the warm-up pass (default with several inputs, forced with --warmup) leaves the transcript unchanged
+    CliRun w = run("transcribe -m " + tiny() + " --format json --ignore-eos --max-new-tokens 12 -q --warmup " + kWav);
+    EXPECT_EQ(w.status, 0) << w.err;
+    EXPECT_EQ(nlohmann::json::parse(w.out)["tokens"], j["tokens"]);
 }
 
 TEST(Cli, BadModelDirectory) {
