@@ -6,12 +6,7 @@
 # A variant is `base` (no extra environment) or space-free VAR=VALUE[,VAR=VALUE...].
 set -uo pipefail
 b=${1:?build dir}; audio=${2:?audio}; p=${3:-0.6b}; tokens=${4:-40}
-out=${OUT:-/tmp/qasr_out}
-mkdir -p "$out"
-cub=$(find /usr/local/cuda*/ /opt/torch -name 'libcublas.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$PWD/build-carry/lib:${cub:+$(dirname "$cub"):}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export GOMP_SPINCOUNT=10000 QASR_TOKENIZER_DIR=$PWD/.cache/qasr/tokenizer
-log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
+source "$(dirname "$0")/cuda_env.sh"
 q="$b/tools/qasr"
 if [ "${TESTS:-1}" = 1 ]; then
     timeout 120 "$b/tests/ops/qasr_cuda_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$out/cuda_tests.log" 2>&1

@@ -7,12 +7,8 @@
 # shared libraries in build-carry/lib (scripts/README.md), and the tokenizer in .cache/qasr/tokenizer.
 set -uo pipefail
 b=${1:?build dir}; audio=${2:?audio}; presets=${3:-0.6b}; tokens=${4:-40}
-out=${OUT:-/tmp/qasr_out}
-mkdir -p "$out"
-cub=$(find /usr/local/cuda*/ /opt/torch -name 'libcublas.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$PWD/build-carry/lib:${cub:+$(dirname "$cub"):}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PYTHONUNBUFFERED=1 GOMP_SPINCOUNT=10000 QASR_TOKENIZER_DIR=$PWD/.cache/qasr/tokenizer
-log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
+source "$(dirname "$0")/cuda_env.sh"
+cp .cache/qasr/tokenizer/* models/demo/ 2>/dev/null # the demo model's tokenizer (GPU stream test, check_qasr.py)
 nvidia-smi -L | tee -a "$out/summary.txt"
 ldd "$b/tools/qasr" | grep -i "not found\|cublas" | tee -a "$out/summary.txt"
 q="$b/tools/qasr"
@@ -20,7 +16,6 @@ log "ops.cuda tests"
 "$b/tests/ops/qasr_cuda_tests" > "$out/cuda_tests.log" 2>&1; log "ops.cuda rc=$?"
 tail -n 3 "$out/cuda_tests.log" | tee -a "$out/summary.txt"
 if [ -f models/demo/model.safetensors ]; then # the trained demo model: GPU transcripts vs transformers' (fp32)
-    cp .cache/qasr/tokenizer/* models/demo/ 2>/dev/null
     python3 training/check_qasr.py "$b/tools/qasr" models/demo --device cuda > "$out/demo_check.log" 2>&1
     log "demo model on cuda: rc=$? $(tail -n 1 "$out/demo_check.log")"
 fi

@@ -5,12 +5,7 @@
 #   OUT=... bash scripts/run_cuda_stream.sh BUILD_DIR UTTERANCE_DIR
 set -uo pipefail
 b=${1:?build dir}; utt=${2:?utterance dir}
-out=${OUT:-/tmp/qasr_out}
-mkdir -p "$out"
-cub=$(find /usr/local/cuda*/ /opt/torch -name 'libcublas.so.13*' 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$PWD/build-carry/lib:${cub:+$(dirname "$cub"):}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export GOMP_SPINCOUNT=10000 QASR_TOKENIZER_DIR=$PWD/.cache/qasr/tokenizer QASR_DEMO_DIR=$PWD/models/demo
-log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
+source "$(dirname "$0")/cuda_env.sh"
 q="$b/tools/qasr"
 summ() { python3 -c "
 import json,sys
