@@ -163,8 +163,7 @@ int run_bench(const Common& c, const std::vector<std::string>& files, bool realt
         for (const auto& cs : s.stats()) drafted += cs.draft_tokens, accepted += cs.accepted_tokens, pause_steps += cs.pause;
         endpoint_finals += s.endpoint_used();
         TranscribeOptions o;
-        if (c.so.emulate_tokens_per_second > 0) { // same transcript length as the streamed final
-            o.decode.ignore_eos = true;
+        if (c.so.emulate_tokens_per_second > 0) { // same cap as the streamed final, same stop rules (EOS, repetition)
             o.decode.max_new_tokens = int(std::ceil(c.so.emulate_tokens_per_second * double(audio.size()) / 16000.0)) + 4;
         }
         o.language = c.so.language;
