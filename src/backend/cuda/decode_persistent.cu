@@ -558,6 +558,7 @@ PersistLaunch persistent_step_plan(int device, int L, int D, int Hq, int hd, int
 void persistent_step(const PersistArgs& a, const PersistLaunch& p, cudaStream_t s) {
     void* k = kernel_for(a.hd);
     if (!k) fail("cuda", "persistent decode step: unsupported head_dim " + std::to_string(a.hd));
+    if (a.splits < 1 || a.splits > kMaxSplits) fail("cuda", "persistent decode step: key splits must be in [1, 16]");
     PersistArgs args = a;
     args.slot_bytes = p.slot_bytes;
     void* params[] = {&args};

@@ -25,7 +25,7 @@ struct PersistArgs {
     int ring_size = 1;
     float *x = nullptr, *qkv = nullptr, *attn = nullptr, *h = nullptr, *logits = nullptr; // scratch
     int splits = 1;
-    float* part = nullptr;      // ≥ Hq·splits·(hd + 2)
+    float* part = nullptr;      // ≥ Hq·splits·decode_partial_floats(hd); splits ≤ 16
     float* argpart = nullptr;   // ≥ 3·grid
     uint32_t slot_bytes = 0;    // set by persistent_step from the plan
     unsigned long long* prof = nullptr; // optional [16]: ns per phase kind (block 0), see decode_persistent.cu
