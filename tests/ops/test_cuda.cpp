@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <random>
+#include <thread>
 #include <unistd.h>
 
 using namespace qasr;
@@ -509,4 +510,26 @@ TEST(Cuda, StreamFinalsEqualOfflineOnTheDemoModel) {
             EXPECT_LT(last.prefilled_tokens - last.draft_tokens, ref.n_prompt_tokens) << name;
         }
     }
+    // concurrent streams on the one device model (each takes its own pooled device session): same finals
+    std::vector<std::string> texts(4), want(4);
+    std::vector<std::thread> th;
+    for (int k = 0; k < 4; ++k) {
+        const std::string wav = dir + "/../../samples/" + (k % 2 ? "demo_de" : "demo_en") + ".wav";
+        const std::vector<float> audio = load_audio_file(wav);
+        want[size_t(k)] = offline.run(audio, o).text;
+        th.emplace_back([&, k, audio] {
+            try {
+                StreamOptions so;
+                so.itn = false;
+                StreamSession s(model, so);
+                for (size_t i = 0; i < audio.size(); i += 3200)
+                    s.push(audio.data() + i, std::min<size_t>(3200, audio.size() - i));
+                texts[size_t(k)] = s.finish().text;
+            } catch (const std::exception& e) {
+                texts[size_t(k)] = std::string("error: ") + e.what();
+            }
+        });
+    }
+    for (auto& t : th) t.join();
+    EXPECT_EQ(texts, want);
 }
