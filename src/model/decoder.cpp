@@ -152,11 +152,13 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
             else ops::linear_multi(in, Ws, ys);
             return;
         }
+        std::vector<float*> out;
         for (size_t i = 0; i < Ws.size(); ++i) {
             if (in.cols() != Ws[i]->cols || ys[i]->cols() != Ws[i]->rows)
                 fail("decoder", "layer matrices of different shapes");
-            ops::linear(in.ptr(), n, *Ws[i], nullptr, ys[i]->ptr());
+            out.push_back(ys[i]->ptr());
         }
+        ops::linear_multi_rows(in.ptr(), n, Ws.data(), out.data(), Ws.size());
     };
     for (size_t li = 0; li < w_.layers.size(); ++li) {
         const DecoderLayerW& l = w_.layers[li];

@@ -1,10 +1,11 @@
-// Operators of the quantized checkpoints' multi-row passes (ops/vector_ops.hpp and the AMX causal attention
+// Operators of the quantized checkpoints' multi-row decoder pass (ops/vector_ops.hpp and the AMX causal attention
 // behind ops::causal_attention over a bf16 cache), under each forced ISA (QASR_ISA; the AMX and AVX-512 kernels run
 // under avx512, the others check the fallbacks).
 #include "backend/cpu/kernels.hpp"
 #include "core/dtype.hpp"
 #include "ops/ops.hpp"
 #include "ops/vector_ops.hpp"
+#include "ops/weight.hpp"
 
 #include <gtest/gtest.h>
 
@@ -117,26 +118,56 @@ TEST(Kernels, SiluMulFastMatchesSiluMul) {
     }
 }
 
-// gelu_erf_fast against ops::gelu_erf: awkward lengths, values across the erf range (both tails, around 0, tiny),
-// infinities and NaN. Relative 1e-6 (the erfc fit's 1.2e-7 plus the exp and rounding steps), plus 1.2e-7·|x|:
-// the reference forms 1 + erf(x/√2) in float, which cancels for x ≪ 0 (there the fast one is the closer).
-TEST(Kernels, GeluErfFastMatchesGeluErf) {
+// linear_multi_rows gives what ops::linear gives on each matrix, bit for bit (the decoder's bf16 scope; x packed
+// once, one tile list over all matrices): 8- and 4-bit matrices of odd row counts (tiles of 128 rows with a tail),
+// row counts of x on both sides of the 32-row blocking, 1 and 2 threads.
+TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
-    for (const size_t n : {size_t(1), size_t(15), size_t(17), size_t(1000), size_t(70001)}) {
-        auto x = gauss(n, uint32_t(n + 5), 4.0f);
-        const float specials[] = {-30.0f, -13.0f, -9.0f, -5.5f, -1e-3f, 0.0f, -0.0f, 1e-30f, 3.0f, 12.0f,
-                                  std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
-        for (size_t i = 0; i < std::size(specials) && i < n; ++i) x[i * (n / std::size(specials) + 1) % n] = specials[i];
-        auto ref = x, got = x;
-        ops::gelu_erf(ref.data(), n);
-        ops::gelu_erf_fast(got.data(), n);
-        for (size_t i = 0; i < n; ++i) {
-            const std::string what = "n " + std::to_string(n) + " at " + std::to_string(i) + " x " + std::to_string(x[i]);
-            if (std::isnan(ref[i])) EXPECT_TRUE(std::isnan(got[i])) << what;
-            else if (std::isinf(ref[i])) EXPECT_EQ(got[i], ref[i]) << what;
-            else EXPECT_NEAR(got[i], ref[i], 1e-6 * std::fabs(ref[i]) + 1.2e-7 * std::fabs(x[i])) << what;
-        }
+    const int64_t K = 256;
+    struct Mat {
+        std::vector<uint8_t> codes;
+        std::vector<uint16_t> s, b;
+        WeightMatrix w;
+    };
+    std::vector<Mat> mats(3);
+    const int64_t rows[] = {200, 72, 131};
+    const int bits[] = {8, 4, 8};
+    std::mt19937 r(11);
+    for (size_t i = 0; i < mats.size(); ++i) {
+        Mat& m = mats[i];
+        m.codes.resize(size_t(rows[i] * K * bits[i] / 8));
+        for (auto& c : m.codes) c = uint8_t(r());
+        const auto sf = gauss(size_t(rows[i] * K / 64), uint32_t(i + 1), 0.01f), bf = gauss(sf.size(), uint32_t(i + 9), 0.1f);
+        for (size_t j = 0; j < sf.size(); ++j) m.s.push_back(f32_to_bf16(sf[j])), m.b.push_back(f32_to_bf16(bf[j]));
+        m.w.fmt = WFormat::Q;
+        m.w.rows = rows[i];
+        m.w.cols = K;
+        m.w.bits = bits[i];
+        m.w.group_size = 64;
+        m.w.data = m.codes.data();
+        m.w.scales = m.s.data();
+        m.w.biases = m.b.data();
     }
+    ops::Bf16GemmScope scope(true);
+    for (const int threads : {1, 2})
+        for (const int64_t M : {2, 17, 33, 70}) {
+            ops::set_num_threads(threads);
+            const auto x = gauss(size_t(M * K), uint32_t(M), 1.0f);
+            std::vector<const WeightMatrix*> Ws;
+            std::vector<std::vector<float>> ref(mats.size()), got(mats.size());
+            std::vector<float*> ys;
+            for (size_t i = 0; i < mats.size(); ++i) {
+                Ws.push_back(&mats[i].w);
+                ref[i].resize(size_t(M * rows[i]));
+                got[i].assign(size_t(M * rows[i]), std::numeric_limits<float>::quiet_NaN());
+                ops::linear(x.data(), M, mats[i].w, nullptr, ref[i].data());
+                ys.push_back(got[i].data());
+            }
+            ops::linear_multi_rows(x.data(), M, Ws.data(), ys.data(), Ws.size());
+            for (size_t i = 0; i < mats.size(); ++i)
+                EXPECT_EQ(got[i], ref[i]) << "matrix " << i << " M " << M << " threads " << threads;
+        }
+    ops::set_num_threads(0);
 }
 
 // round_to_bf16 is f32_to_bf16 bit for bit: ties to even both ways, denormals, infinities, NaN (kept quiet).

@@ -215,32 +215,7 @@ inline __m512 silu_mul16(__m512 g, __m512 u) {
     return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
-// ½x(1 + erf(x/√2)) = ½x·erfc(−x/√2). erfc(z) for z ≥ 0 as t·e^(−z² + P(t)), t = 1/(1 + z/2), P the degree-9
-// polynomial of the Chebyshev fit tabulated in Numerical Recipes (relative error < 1.2e-7 for every z ≥ 0);
-// erfc(−z) = 2 − erfc(z). So 1 + erf keeps its relative precision where it is tiny (large negative x).
-inline __m512 gelu16(__m512 x) {
-    const __m512 z = _mm512_abs_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752f)));
-    const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(z, _mm512_set1_ps(0.5f), _mm512_set1_ps(1.0f)));
-    __m512 p = _mm512_set1_ps(0.17087277f);
-    for (const float c : {-0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f, -0.18628806f, 0.09678418f,
-                          0.37409196f, 1.00002368f, -1.26551223f})
-        p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(c));
-    const __m512 e = _mm512_mul_ps(t, exp_ps(_mm512_fnmadd_ps(z, z, p))); // erfc(z)
-    const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
-    const __m512 one_plus_erf = _mm512_mask_sub_ps(e, pos, _mm512_set1_ps(2.0f), e);
-    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), one_plus_erf);
-}
-
 } // namespace
-
-void gelu_erf_avx512(float* x, size_t n) {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, gelu16(_mm512_loadu_ps(x + i)));
-    if (i < n) {
-        const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(x + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i)));
-    }
-}
 
 void silu_mul_avx512(float* gate, const float* up, size_t n) {
     size_t i = 0;

@@ -1,5 +1,5 @@
-// AVX-512 / AMX kernels of the multi-row passes of quantized checkpoints (bf16 compute): causal attention over a
-// bf16 KV cache on AMX tiles, SiLU·up and GELU with a vector exp, exact float32 → bf16 rounding. Compiled with the
+// AVX-512 / AMX kernels of the multi-row decoder pass of quantized checkpoints (bf16 compute): causal attention
+// over a bf16 KV cache on AMX tiles, SiLU·up with a vector exp, exact float32 → bf16 rounding. Compiled with the
 // AMX flags (prefill_avx512.cpp); call only where the AVX-512 table is active (and AMX granted, for attention).
 #pragma once
 #include <cstddef>
@@ -18,9 +18,6 @@ void amx_causal_attention(const float* q, const uint16_t* k, const uint16_t* v, 
 
 // gate[i] = silu(gate[i])·up[i] for i < n with a vector exp (a few ulp from std::exp). One thread.
 void silu_mul_avx512(float* gate, const float* up, size_t n);
-
-// x[i] = ½x(1 + erf(x/√2)) for i < n through a vectorized erfc (relative error ≈ 2e-7). One thread.
-void gelu_erf_avx512(float* x, size_t n);
 
 // f32 → bf16 round to nearest even, NaN kept quiet: bit for bit qasr::f32_to_bf16 (denormals kept). One thread.
 void f32_to_bf16_avx512(const float* x, uint16_t* y, size_t n);

@@ -33,14 +33,6 @@ void silu_mul_fast(float* gate, const float* up, size_t n) {
     silu_mul(gate, up, n);
 }
 
-void gelu_erf_fast(float* x, size_t n) {
-#ifdef QASR_HAVE_AMX
-    if (cpu::kernels().isa == cpu::Isa::Avx512)
-        return over_chunks(n, [&](size_t i0, size_t m) { cpu::gelu_erf_avx512(x + i0, m); });
-#endif
-    gelu_erf(x, n);
-}
-
 void round_to_bf16(const float* x, uint16_t* y, size_t n) {
 #ifdef QASR_HAVE_AMX
     if (cpu::kernels().isa == cpu::Isa::Avx512) return cpu::f32_to_bf16_avx512(x, y, n);

@@ -1,0 +1,55 @@
+// ops::linear_multi_rows (ops/vector_ops.hpp): several quantized matrices of one input in one pass over the thread
+// team. x is packed for the AMX tiles once (not once per matrix) and the 128-row tiles of every matrix form one
+// dynamically scheduled list, so the team meets one barrier instead of one per matrix and the last tiles of one
+// matrix overlap the first of the next. Each tile runs cpu::amx_q_gemm_rows as ops::linear does, whose rows do not
+// depend on the tiling: the same values as one ops::linear per matrix.
+#include "ops/vector_ops.hpp"
+
+#include "core/error.hpp"
+#include "ops/ops.hpp"
+#ifdef QASR_HAVE_AMX
+#include "backend/cpu/amx_gemm.hpp"
+#endif
+
+#include <algorithm>
+#include <vector>
+
+namespace qasr::ops {
+
+void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws, float* const* ys, size_t count) {
+    if (count == 0 || M <= 0) return;
+    const int64_t K = Ws[0]->cols;
+    bool fused = M > 1;
+    for (size_t i = 0; i < count; ++i) {
+        if (Ws[i]->cols != K) fail("linear", "linear_multi_rows: matrices differ in input width");
+        fused = fused && Ws[i]->fmt == WFormat::Q && Ws[i]->group_size % 32 == 0;
+    }
+#ifdef QASR_HAVE_AMX
+    if (fused && bf16_gemm_enabled() && cpu::amx_available()) {
+        struct Tile {
+            size_t m;
+            int64_t n0, rows;
+        };
+        std::vector<Tile> tiles;
+        for (size_t i = 0; i < count; ++i) {
+            const int64_t N = Ws[i]->rows;
+            for (int64_t n0 = 0; n0 < N; n0 += 128) tiles.push_back({i, n0, std::min<int64_t>(128, N - n0)});
+        }
+        thread_local std::vector<uint16_t> xbuf;
+        xbuf.resize(cpu::amx_packed_x_size(M, K));
+        cpu::AmxPackedX px;
+        cpu::amx_pack_x(x, M, K, xbuf.data(), px);
+        const int nt = int(std::min<int64_t>(num_threads(), int64_t(tiles.size())));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (size_t t = 0; t < tiles.size(); ++t) {
+            const WeightMatrix& W = *Ws[tiles[t].m];
+            cpu::amx_q_gemm_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size,
+                                 tiles[t].n0, tiles[t].rows, px, ys[tiles[t].m] + tiles[t].n0, W.rows);
+        }
+        return;
+    }
+#endif
+    for (size_t i = 0; i < count; ++i) linear(x, M, *Ws[i], nullptr, ys[i]);
+}
+
+} // namespace qasr::ops
