@@ -8,8 +8,9 @@
 namespace qasr::ops {
 
 // x [D]: the embedded input at position cache.len, replaced by the final-normed hidden state; appends the
-// position's keys and values to the cache. The same arithmetic as Decoder::forward on one row (bit for bit): the
-// products run the matrix-vector kernels, attention the single-query kernels (inv_freq [hd/2]: RoPE frequencies).
+// position's keys and values to the cache. The same arithmetic as Decoder::forward on one row (bit for bit; for
+// quantized checkpoints SiLU takes the vectorized exp of ops::silu_mul_fast): the products run the matrix-vector
+// kernels, attention the single-query kernels (inv_freq [hd/2]: RoPE frequencies). Independent of the thread count.
 void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq, float* x, KvCache& cache);
 
 } // namespace qasr::ops

@@ -1,7 +1,8 @@
 // ops::decode_step (the whole layer stack of one decode step in one parallel region) against the per-op path of
-// Decoder::forward on one row (taken when a tap is passed): bit for bit, hidden states and KV cache, on float32
-// (bf16 checkpoint, float32 cache) and quantized checkpoints (bf16 cache), on 1, 2 and 3 threads (3 > the tiny
-// preset's 2 KV heads: a thread without heads), across a cache growth. Runs once per forced ISA (Kernels.*).
+// Decoder::forward on one row (taken when a tap is passed), on 1, 2 and 3 threads (3 > the tiny preset's 2 KV
+// heads: a thread without heads), across a cache growth: the float32 path (bf16 checkpoint, float32 cache) bit for
+// bit, hidden states and KV cache; quantized checkpoints (bf16 cache) within 2e-3 (their SiLU takes the vectorized
+// exp) and bit for bit across thread counts. Runs once per forced ISA (Kernels.*).
 #include "backend/cpu/gemv.hpp"
 #include "model/decoder.hpp"
 #include "model/model.hpp"
@@ -12,6 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <filesystem>
@@ -50,28 +54,59 @@ TEST(Kernels, DecodeStepMatchesPerOpForward) {
     }
     for (const char* name : {"bf16", "q8", "q4"}) {
         const auto m = Model::load(base + "/" + name);
+        const bool quantized = std::string(name) != "bf16";
         const Decoder dec(m->weights.dec, m->hp.text);
         const int64_t D = m->hp.text.hidden;
         std::mt19937 rng(9);
         std::normal_distribution<float> nd(0.0f, 1.0f);
         Tensor prompt({5, D});
         for (float& f : prompt.data) f = nd(rng);
+        std::vector<std::vector<float>> first_run; // the step's outputs on one thread
+        std::vector<uint8_t> first_cache;
+        double worst = 0;
         for (const int threads : {1, 2, 3}) {
             ops::set_num_threads(threads);
             KvCache ref, got;
             dec.forward(prompt, ref);
             dec.forward(prompt, got);
             const TapFn tap = [](const std::string&, const Tensor&) {}; // any tap keeps the per-op path
+            std::mt19937 tokens(11);
             // 140 steps: the cache (5 + 128 positions of headroom) grows once on the way
             for (int step = 0; step < 140; ++step) {
-                const Tensor x = dec.embed({int(rng() % 1000)});
+                const Tensor x = dec.embed({int(tokens() % 1000)});
                 const Tensor a = dec.forward(x, ref, &tap), b = dec.forward(x, got);
-                ASSERT_EQ(a.data, b.data) << name << " threads " << threads << " step " << step;
+                const std::string what = std::string(name) + " threads " + std::to_string(threads) + " step " +
+                                         std::to_string(step);
+                if (threads == 1) {
+                    first_run.push_back(b.data);
+                } else {
+                    ASSERT_EQ(b.data, first_run[size_t(step)]) << what; // independent of the thread count
+                }
+                if (!quantized) {
+                    ASSERT_EQ(a.data, b.data) << what;
+                } else {
+                    // SiLU·up with the vectorized exp (a few ulp) instead of std::exp; a difference that flips the
+                    // bf16 rounding of a cached key/value or the int16 rounding of x in the VNNI kernels' prep grows
+                    // to ≈1e-4 relative here (worst seen 2.6e-4 over 140 steps on q8 and q4)
+                    for (size_t i = 0; i < a.data.size(); ++i) {
+                        const double d = std::fabs(double(a.data[i]) - b.data[i]) / (1.0 + std::fabs(a.data[i]));
+                        worst = std::max(worst, d);
+                        ASSERT_LE(d, 2e-3) << what << " at " << i << ": " << a.data[i] << " vs " << b.data[i];
+                    }
+                }
             }
             ASSERT_EQ(ref.len, got.len);
-            EXPECT_EQ(ref.bf16, std::string(name) != "bf16") << name;
-            EXPECT_EQ(cache_bytes(ref), cache_bytes(got)) << name << " threads " << threads;
+            EXPECT_EQ(ref.bf16, quantized) << name;
+            if (threads == 1) {
+                first_cache = cache_bytes(got);
+            } else {
+                EXPECT_EQ(cache_bytes(got), first_cache) << name << " threads " << threads;
+            }
+            if (!quantized) {
+                EXPECT_EQ(cache_bytes(ref), cache_bytes(got)) << name << " threads " << threads;
+            }
         }
+        std::printf("[decode-step] %s: worst relative difference to the per-op path %.2e\n", name, worst);
     }
     ops::set_num_threads(0);
     fs::remove_all(base);

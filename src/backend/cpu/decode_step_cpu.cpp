@@ -11,15 +11,16 @@
 //     query, key and value rows it then attends with, so no barrier separates them;
 //   - SiLU·up is split by elements.
 // Every value is computed by the same kernels in the same order as in Decoder::forward, so the result is bit for
-// bit that of the per-op path (and independent of the thread count).
+// bit that of the per-op path (and independent of the thread count), except SiLU·up of quantized checkpoints, which
+// takes the vectorized exp of their multi-row pass (ops::silu_mul_fast; still independent of the thread count).
 #include "ops/decode_step.hpp"
 
 #include "backend/cpu/attention_decode.hpp"
 #include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/gemv.hpp"
-#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
+#include "ops/vector_ops.hpp"
 
 #include <omp.h>
 
@@ -43,7 +44,7 @@ inline void cpu_relax() {
 }
 
 // Appends KV heads [c0, c1) of one position (k, v: [Hkv·hd] float32) to the cache of `layer`, as KvCache::write
-// (bf16 rounded to nearest even).
+// (bf16 rounded to nearest even by ops::round_to_bf16, bit for bit f32_to_bf16).
 void write_heads(KvCache& c, size_t layer, const float* k, const float* v, int64_t pos, int64_t c0, int64_t c1) {
     const int64_t hd = c.head_dim;
     for (int64_t h = c0; h < c1; ++h) {
@@ -51,10 +52,8 @@ void write_heads(KvCache& c, size_t layer, const float* k, const float* v, int64
         if (c.bf16) {
             uint16_t* kd = static_cast<uint16_t*>(c.k[layer]) + dst;
             uint16_t* vd = static_cast<uint16_t*>(c.v[layer]) + dst;
-            for (int64_t i = 0; i < hd; ++i) {
-                kd[i] = f32_to_bf16(k[src + size_t(i)]);
-                vd[i] = f32_to_bf16(v[src + size_t(i)]);
-            }
+            round_to_bf16(k + src, kd, size_t(hd));
+            round_to_bf16(v + src, vd, size_t(hd));
         } else {
             std::memcpy(static_cast<float*>(c.k[layer]) + dst, k + src, size_t(hd) * 4);
             std::memcpy(static_cast<float*>(c.v[layer]) + dst, v + src, size_t(hd) * 4);
@@ -138,6 +137,9 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
         sh.shares[4 * li + 3].init(D, nt);
     }
     const cpu::KernelTable& K = cpu::kernels();
+    // SiLU with the vectorized exp for quantized checkpoints (the bf16-compute path, as their multi-row pass);
+    // float checkpoints keep ops::silu_mul's arithmetic
+    const bool fast_silu = w.bf16_compute;
     const float scale = 1.0f / std::sqrt(float(hd)), eps = hp.rms_eps;
     KvView kv;
     kv.head_stride = cache.cap * hd;
@@ -191,7 +193,8 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
             cpu::rms_norm_serial(u.data(), 1, D, l.post_norm.ptr(), eps);
             product(sh.shares[4 * li + 2], u.data(), {&l.gate.w, &l.up.w}, {g, up});
             sh.barrier.wait();
-            cpu::silu_mul_serial(g + e0, up + e0, size_t(e1 - e0));
+            if (fast_silu) silu_mul_fast(g + e0, up + e0, size_t(e1 - e0)); // one chunk: no nested team
+            else cpu::silu_mul_serial(g + e0, up + e0, size_t(e1 - e0));
             sh.barrier.wait();
             product(sh.shares[4 * li + 3], g, {&l.down.w}, {a});
             sh.barrier.wait();
