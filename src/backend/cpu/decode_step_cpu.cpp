@@ -19,6 +19,9 @@
 #include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/gemv.hpp"
 #include "core/error.hpp"
+#ifdef QASR_HAVE_AMX
+#include "backend/cpu/prefill_avx512.hpp"
+#endif
 #include "ops/ops.hpp"
 #include "ops/vector_ops.hpp"
 
@@ -137,9 +140,13 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
         sh.shares[4 * li + 3].init(D, nt);
     }
     const cpu::KernelTable& K = cpu::kernels();
-    // SiLU with the vectorized exp for quantized checkpoints (the bf16-compute path, as their multi-row pass);
-    // float checkpoints keep ops::silu_mul's arithmetic
-    const bool fast_silu = w.bf16_compute;
+    // SiLU with the vectorized exp for quantized checkpoints (the bf16-compute path, as their multi-row pass:
+    // ops::silu_mul_fast's kernel, called directly, since its own one-thread parallel region nested in the step's
+    // costs about what the SiLU does); float checkpoints keep ops::silu_mul's arithmetic.
+    void (*silu)(float*, const float*, size_t) = cpu::silu_mul_serial;
+#ifdef QASR_HAVE_AMX
+    if (w.bf16_compute && K.isa == cpu::Isa::Avx512) silu = cpu::silu_mul_avx512;
+#endif
     const float scale = 1.0f / std::sqrt(float(hd)), eps = hp.rms_eps;
     KvView kv;
     kv.head_stride = cache.cap * hd;
@@ -193,8 +200,7 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
             cpu::rms_norm_serial(u.data(), 1, D, l.post_norm.ptr(), eps);
             product(sh.shares[4 * li + 2], u.data(), {&l.gate.w, &l.up.w}, {g, up});
             sh.barrier.wait();
-            if (fast_silu) silu_mul_fast(g + e0, up + e0, size_t(e1 - e0)); // one chunk: no nested team
-            else cpu::silu_mul_serial(g + e0, up + e0, size_t(e1 - e0));
+            silu(g + e0, up + e0, size_t(e1 - e0));
             sh.barrier.wait();
             product(sh.shares[4 * li + 3], g, {&l.down.w}, {a});
             sh.barrier.wait();
