@@ -32,7 +32,8 @@ std::vector<float> gauss(size_t n, uint32_t seed, float sd) {
     std::mt19937 r(seed);
     std::normal_distribution<float> d(0, sd);
     std::vector<float> v(n);
-    for (auto& x : v) x = d(r);
+    for (auto& x : v)
+        x = d(r);
     return v;
 }
 
@@ -40,13 +41,14 @@ std::vector<float> gauss(size_t n, uint32_t seed, float sd) {
 
 // Causal attention of n queries over a head-major bf16 cache (cap > past + n, GQA 2:1) against a double-precision
 // reference on the widened values: head sizes 64 and 128 (the AMX path) and 40 (sgemm), query counts with and
-// without a 16-row tail, empty and long pasts, 1 and 2 threads. The AMX path splits q and p into two bf16 terms:
-// ≈16 bits, within 2e-5 of the reference here (one bf16 term would be off by ~1e-3).
+// without a 16-row tail, empty and long pasts, 1, 2 and 3 threads (3 > KV heads: one query head per unit). The
+// AMX path splits q and p into two bf16 terms: ≈16 bits, within 2e-5 of the reference here (one bf16 term would be
+// off by 2–4e-3).
 TEST(Kernels, PrefillAttentionOverBf16CacheMatchesReference) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
     const int64_t Hq = 4, Hkv = 2, group = Hq / Hkv;
     for (const int64_t hd : {64, 128, 40})
-        for (const int threads : {1, 2})
+        for (const int threads : {1, 2, 3})
             for (const int64_t n : {2, 17, 48})
                 for (const int64_t past : {0, 5, 70}) {
                     ops::set_num_threads(threads);
@@ -54,7 +56,8 @@ TEST(Kernels, PrefillAttentionOverBf16CacheMatchesReference) {
                     const auto kf = gauss(size_t(Hkv * cap * hd), uint32_t(total * 3 + hd), 1.0f);
                     const auto vf = gauss(kf.size(), uint32_t(total * 5 + hd), 1.0f);
                     std::vector<uint16_t> kb(kf.size()), vb(vf.size());
-                    for (size_t i = 0; i < kf.size(); ++i) kb[i] = f32_to_bf16(kf[i]), vb[i] = f32_to_bf16(vf[i]);
+                    for (size_t i = 0; i < kf.size(); ++i)
+                        kb[i] = f32_to_bf16(kf[i]), vb[i] = f32_to_bf16(vf[i]);
                     const auto q = gauss(size_t(n * Hq * hd), uint32_t(n * 7 + past), 1.5f);
                     std::vector<float> o(size_t(n * Hq * hd), std::numeric_limits<float>::quiet_NaN());
                     ops::KvView kv;
@@ -80,7 +83,8 @@ TEST(Kernels, PrefillAttentionOverBf16CacheMatchesReference) {
                                 p[size_t(j)] = s / std::sqrt(double(hd));
                                 mx = std::max(mx, p[size_t(j)]);
                             }
-                            for (auto& x : p) sum += (x = std::exp(x - mx));
+                            for (auto& x : p)
+                                sum += (x = std::exp(x - mx));
                             for (int64_t d = 0; d < hd; ++d) {
                                 double ref = 0;
                                 for (int64_t j = 0; j < len; ++j)
@@ -102,18 +106,31 @@ TEST(Kernels, SiluMulFastMatchesSiluMul) {
     for (const size_t n : {size_t(1), size_t(15), size_t(17), size_t(1000), size_t(70001)}) {
         auto g = gauss(n, uint32_t(n), 8.0f);
         const auto up = gauss(n, uint32_t(n + 1), 1.0f);
-        const float specials[] = {-120.0f, -89.0f, -87.5f, 0.0f, -0.0f, 88.5f, 100.0f, 1e-30f,
-                                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+        const float specials[] = {-120.0f,
+                                  -89.0f,
+                                  -87.5f,
+                                  0.0f,
+                                  -0.0f,
+                                  88.5f,
+                                  100.0f,
+                                  1e-30f,
+                                  std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity(),
                                   std::numeric_limits<float>::quiet_NaN()};
-        for (size_t i = 0; i < std::size(specials) && i < n; ++i) g[i * (n / std::size(specials) + 1) % n] = specials[i];
+        for (size_t i = 0; i < std::size(specials) && i < n; ++i)
+            g[i * (n / std::size(specials) + 1) % n] = specials[i];
         auto ref = g, got = g;
         ops::silu_mul(ref.data(), up.data(), n);
         ops::silu_mul_fast(got.data(), up.data(), n);
         for (size_t i = 0; i < n; ++i) {
-            const std::string what = "n " + std::to_string(n) + " at " + std::to_string(i) + " gate " + std::to_string(g[i]);
-            if (std::isnan(ref[i])) EXPECT_TRUE(std::isnan(got[i])) << what;
-            else if (std::isinf(ref[i]) || ref[i] == 0) EXPECT_EQ(got[i], ref[i]) << what;
-            else EXPECT_NEAR(got[i], ref[i], 4e-7 * std::fabs(ref[i])) << what;
+            const std::string what =
+                "n " + std::to_string(n) + " at " + std::to_string(i) + " gate " + std::to_string(g[i]);
+            if (std::isnan(ref[i]))
+                EXPECT_TRUE(std::isnan(got[i])) << what;
+            else if (std::isinf(ref[i]) || ref[i] == 0)
+                EXPECT_EQ(got[i], ref[i]) << what;
+            else
+                EXPECT_NEAR(got[i], ref[i], 4e-7 * std::fabs(ref[i])) << what;
         }
     }
 }
@@ -136,9 +153,12 @@ TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
     for (size_t i = 0; i < mats.size(); ++i) {
         Mat& m = mats[i];
         m.codes.resize(size_t(rows[i] * K * bits[i] / 8));
-        for (auto& c : m.codes) c = uint8_t(r());
-        const auto sf = gauss(size_t(rows[i] * K / 64), uint32_t(i + 1), 0.01f), bf = gauss(sf.size(), uint32_t(i + 9), 0.1f);
-        for (size_t j = 0; j < sf.size(); ++j) m.s.push_back(f32_to_bf16(sf[j])), m.b.push_back(f32_to_bf16(bf[j]));
+        for (auto& c : m.codes)
+            c = uint8_t(r());
+        const auto sf = gauss(size_t(rows[i] * K / 64), uint32_t(i + 1), 0.01f),
+                   bf = gauss(sf.size(), uint32_t(i + 9), 0.1f);
+        for (size_t j = 0; j < sf.size(); ++j)
+            m.s.push_back(f32_to_bf16(sf[j])), m.b.push_back(f32_to_bf16(bf[j]));
         m.w.fmt = WFormat::Q;
         m.w.rows = rows[i];
         m.w.cols = K;
@@ -173,15 +193,18 @@ TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
 // round_to_bf16 is f32_to_bf16 bit for bit: ties to even both ways, denormals, infinities, NaN (kept quiet).
 TEST(Kernels, RoundToBf16IsExact) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
-    std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x00008000u, 0x00018000u, 0x807fffffu,
-                                  0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00001u, 0x7fbfffffu, 0u};
+    std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x00008000u, 0x00018000u,
+                                  0x807fffffu, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u,
+                                  0xffc00001u, 0x7fbfffffu, 0u};
     std::mt19937 r(3);
-    while (bits.size() < 1000 + 13) bits.push_back(uint32_t(r()));
+    while (bits.size() < 1000 + 13)
+        bits.push_back(uint32_t(r()));
     for (const size_t n : {size_t(1), size_t(13), size_t(16), size_t(31), bits.size()}) {
         std::vector<float> x(n);
         std::memcpy(x.data(), bits.data(), n * 4);
         std::vector<uint16_t> y(n, 0xdead);
         ops::round_to_bf16(x.data(), y.data(), n);
-        for (size_t i = 0; i < n; ++i) EXPECT_EQ(y[i], f32_to_bf16(x[i])) << "n " << n << " bits " << std::hex << bits[i];
+        for (size_t i = 0; i < n; ++i)
+            EXPECT_EQ(y[i], f32_to_bf16(x[i])) << "n " << n << " bits " << std::hex << bits[i];
     }
 }

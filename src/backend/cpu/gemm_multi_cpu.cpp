@@ -33,7 +33,8 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
         std::vector<Tile> tiles;
         for (size_t i = 0; i < count; ++i) {
             const int64_t N = Ws[i]->rows;
-            for (int64_t n0 = 0; n0 < N; n0 += 128) tiles.push_back({i, n0, std::min<int64_t>(128, N - n0)});
+            for (int64_t n0 = 0; n0 < N; n0 += 128)
+                tiles.push_back({i, n0, std::min<int64_t>(128, N - n0)});
         }
         thread_local std::vector<uint16_t> xbuf;
         xbuf.resize(cpu::amx_packed_x_size(M, K));
@@ -49,7 +50,8 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
         return;
     }
 #endif
-    for (size_t i = 0; i < count; ++i) linear(x, M, *Ws[i], nullptr, ys[i]);
+    for (size_t i = 0; i < count; ++i)
+        linear(x, M, *Ws[i], nullptr, ys[i]);
 }
 
 } // namespace qasr::ops

@@ -13,6 +13,7 @@
 #include "backend/cpu/transpose16.hpp"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -55,17 +56,19 @@ void pack_keys(const uint16_t* k, int64_t total, int64_t Lp, int64_t hd, uint16_
             __m512 r[16];
             for (int i = 0; i < 16; ++i) {
                 const int64_t key = kb * 16 + i;
-                r[i] = key < total ? _mm512_castsi512_ps(_mm512_loadu_si512(k + key * hd + dc * 32)) : _mm512_setzero_ps();
+                r[i] =
+                    key < total ? _mm512_castsi512_ps(_mm512_loadu_si512(k + key * hd + dc * 32)) : _mm512_setzero_ps();
             }
             transpose16x16(r);
             uint16_t* t = out + (kb * DC + dc) * 512;
-            for (int p = 0; p < 16; ++p) _mm512_store_si512(t + p * 32, _mm512_castps_si512(r[p]));
+            for (int p = 0; p < 16; ++p)
+                _mm512_store_si512(t + p * 32, _mm512_castps_si512(r[p]));
         }
 }
 
 // Values [0, Lp) of one head → key pairs: row p at out + p·2hd holds (v[2p][d], v[2p+1][d]) for d < hd.
 void pack_values(const uint16_t* v, int64_t total, int64_t Lp, int64_t hd, uint16_t* out) {
-    alignas(64) static constexpr uint16_t lo_idx[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+    alignas(64) static constexpr uint16_t lo_idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                                         8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
     const __m512i ilo = _mm512_load_si512(lo_idx), ihi = _mm512_add_epi16(ilo, _mm512_set1_epi16(16));
     for (int64_t p = 0; p < Lp / 2; ++p) {
@@ -94,11 +97,15 @@ void amx_causal_attention(const float* q, const uint16_t* k, const uint16_t* v, 
         auto qh = aligned_array<uint16_t>(16 * hd), ql = aligned_array<uint16_t>(16 * hd);
         auto s = aligned_array<float>(16 * Lp), ob = aligned_array<float>(16 * hd);
         auto ph = aligned_array<uint16_t>(16 * Lp), pl = aligned_array<uint16_t>(16 * Lp);
+        // one KV head per unit with the query heads sharing it (packed once for them); with more threads than KV
+        // heads one query head per unit, each packing its KV head itself
+        const int64_t per = omp_get_num_threads() <= Hkv ? group : 1;
 #pragma omp for schedule(static)
-        for (int64_t c = 0; c < Hkv; ++c) {
+        for (int64_t u = 0; u < Hq / per; ++u) {
+            const int64_t h0 = u * per, c = h0 / group;
             pack_keys(k + c * head_stride, total, Lp, hd, kp.get());
             pack_values(v + c * head_stride, total, Lp, hd, vp.get());
-            for (int64_t h = c * group; h < (c + 1) * group; ++h)
+            for (int64_t h = h0; h < h0 + per; ++h)
                 for (int64_t i0 = 0; i0 < n; i0 += 16) {
                     const int64_t rows = std::min<int64_t>(16, n - i0);
                     for (int64_t r = 0; r < 16; ++r)
@@ -150,7 +157,8 @@ void amx_causal_attention(const float* q, const uint16_t* k, const uint16_t* v, 
                         }
                         softmax(row, len);
                         for (int64_t j = 0; j < nkc * 32; j += 32) {
-                            const int64_t a = std::clamp<int64_t>(len - j, 0, 16), b = std::clamp<int64_t>(len - j - 16, 0, 16);
+                            const int64_t a = std::clamp<int64_t>(len - j, 0, 16),
+                                          b = std::clamp<int64_t>(len - j - 16, 0, 16);
                             const __m512 x0 = _mm512_maskz_loadu_ps(__mmask16((1u << a) - 1u), row + j);
                             const __m512 x1 = _mm512_maskz_loadu_ps(__mmask16((1u << b) - 1u), row + j + 16);
                             split32(x0, x1, ph.get() + r * Lp + j, pl.get() + r * Lp + j);
@@ -194,9 +202,9 @@ void amx_causal_attention(const float* q, const uint16_t* k, const uint16_t* v, 
 namespace {
 
 // e^x (0 below ≈ −104, ∞ above ≈ 88.7, as std::exp; x clamped to ±150 first, where that already holds, so that
-// the error term below stays finite; NaN becomes 0, which silu_mul16 turns back into NaN): x·log2(e) = t carried as t_hi + t_lo (FMA error term plus the
-// constant's own rounding), t = n + f with |f| ≤ ½, 2^f = e^(f·ln2) by its degree-7 Taylor polynomial (truncation
-// ≈ 5e-9 relative), times 2^n with vscalefps.
+// the error term below stays finite; NaN becomes 0, which silu_mul16 turns back into NaN): x·log2(e) = t carried as
+// t_hi + t_lo (FMA error term plus the constant's own rounding), t = n + f with |f| ≤ ½, 2^f = e^(f·ln2) by its
+// degree-7 Taylor polynomial (truncation ≈ 5e-9 relative), times 2^n with vscalefps.
 inline __m512 exp_ps(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-150.0f)), _mm512_set1_ps(150.0f));
     const __m512 L = _mm512_set1_ps(1.44269504088896341f);
@@ -219,24 +227,28 @@ inline __m512 silu_mul16(__m512 g, __m512 u) {
 
 void silu_mul_avx512(float* gate, const float* up, size_t n) {
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(gate + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(gate + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
     if (i < n) {
         const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(gate + i, m, silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+        _mm512_mask_storeu_ps(gate + i, m,
+                              silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
     }
 }
 
 void f32_to_bf16_avx512(const float* x, uint16_t* y, size_t n) {
     const auto conv = [](__m512i b) {
         const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-        const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+        const __m512i rounded =
+            _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
         const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40));
-        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)),
-                                                      _mm512_set1_epi32(0x7f800000));
+        const __mmask16 nan =
+            _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
         return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
     };
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i*)(y + i), conv(_mm512_loadu_si512(x + i)));
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i*)(y + i), conv(_mm512_loadu_si512(x + i)));
     if (i < n) {
         const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
         _mm256_mask_storeu_epi16(y + i, m, conv(_mm512_maskz_loadu_epi32(m, x + i)));

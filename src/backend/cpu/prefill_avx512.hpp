@@ -11,7 +11,7 @@ namespace qasr::cpu {
 // k + c·head_stride + j·hd (v alike), past+n positions. q, o: [n, Hq·hd]; query head h reads KV head h/(Hq/Hkv).
 // Scores q·kᵀ and p·v run on AMX with q and p split into two bf16 terms (hi + lo, ≈16 significant bits; k and v
 // are bf16 already) and float32 accumulation; scale and softmax (the `softmax` row function) in float32.
-// Needs hd a multiple of 64. Parallel over KV heads on the OpenMP team.
+// Needs hd a multiple of 64. Parallel over KV heads (query heads, with more threads than KV heads) on the team.
 void amx_causal_attention(const float* q, const uint16_t* k, const uint16_t* v, int64_t head_stride, float* o,
                           int64_t n, int64_t past, int64_t Hq, int64_t Hkv, int64_t hd,
                           void (*softmax)(float*, int64_t));

@@ -20,7 +20,8 @@ template <typename F> void over_chunks(size_t n, F fn) {
     constexpr size_t kChunk = 16384;
     const int64_t chunks = int64_t((n + kChunk - 1) / kChunk);
 #pragma omp parallel for schedule(static) if (chunks > 2)
-    for (int64_t c = 0; c < chunks; ++c) fn(size_t(c) * kChunk, std::min(kChunk, n - size_t(c) * kChunk));
+    for (int64_t c = 0; c < chunks; ++c)
+        fn(size_t(c) * kChunk, std::min(kChunk, n - size_t(c) * kChunk));
 }
 
 } // namespace
@@ -37,7 +38,8 @@ void round_to_bf16(const float* x, uint16_t* y, size_t n) {
 #ifdef QASR_HAVE_AMX
     if (cpu::kernels().isa == cpu::Isa::Avx512) return cpu::f32_to_bf16_avx512(x, y, n);
 #endif
-    for (size_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+    for (size_t i = 0; i < n; ++i)
+        y[i] = f32_to_bf16(x[i]);
 }
 
 } // namespace qasr::ops
