@@ -117,9 +117,10 @@ TEST(Kernels, DecodeStepMatchesPerOpForward) {
 TEST(Kernels, RowSharesHandOutEveryRowOnce) {
     for (const int64_t N : {1, 15, 16, 17, 1000, 4099, 151936})
         for (const int nt : {1, 2, 3, 8})
-            for (const int callers : {1, nt, nt + 1}) {
+            for (const int callers : {1, nt, nt + 1})
+            for (const int64_t per_thread : {1, 8, 256}) {
                 cpu::RowShares sh;
-                sh.init(N, nt);
+                sh.init(N, nt, per_thread);
                 std::vector<std::atomic<int>> seen(static_cast<size_t>(N));
                 std::vector<std::thread> team;
                 for (int t = 0; t < callers; ++t)
@@ -131,6 +132,7 @@ TEST(Kernels, RowSharesHandOutEveryRowOnce) {
                     });
                 for (auto& th : team) th.join();
                 for (int64_t r = 0; r < N; ++r)
-                    ASSERT_EQ(seen[size_t(r)].load(), 1) << "N " << N << " nt " << nt << " callers " << callers << " row " << r;
+                    ASSERT_EQ(seen[size_t(r)].load(), 1) << "N " << N << " nt " << nt << " callers " << callers << " blocks " << per_thread
+                                                        << " row " << r;
             }
 }

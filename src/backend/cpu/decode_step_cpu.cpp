@@ -95,6 +95,8 @@ private:
     int n_ = 1;
 };
 
+constexpr int64_t kBlocksPerThread = 256; // row blocks per thread and product (cpu::RowShares: ≥ 16 rows each)
+
 // Activations shared by the team, kept between steps (one set per calling thread).
 struct Shared {
     std::vector<float> q, k, v, o, a, g, up, cs;
@@ -134,10 +136,10 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
     }
     const int nt = num_threads();
     for (size_t li = 0; li < L; ++li) {
-        sh.shares[4 * li].init(Nq + 2 * Nkv, nt);
-        sh.shares[4 * li + 1].init(D, nt);
-        sh.shares[4 * li + 2].init(2 * I, nt);
-        sh.shares[4 * li + 3].init(D, nt);
+        sh.shares[4 * li].init(Nq + 2 * Nkv, nt, kBlocksPerThread);
+        sh.shares[4 * li + 1].init(D, nt, kBlocksPerThread);
+        sh.shares[4 * li + 2].init(2 * I, nt, kBlocksPerThread);
+        sh.shares[4 * li + 3].init(D, nt, kBlocksPerThread);
     }
     const cpu::KernelTable& K = cpu::kernels();
     // SiLU with the vectorized exp for quantized checkpoints (the bf16-compute path, as their multi-row pass:

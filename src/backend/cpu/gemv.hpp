@@ -15,17 +15,20 @@ namespace qasr::cpu {
 // front to back in blocks, so it streams one long contiguous range of the weights (short interleaved blocks
 // restart the hardware prefetchers at every block); a thread that is done steals blocks from the back of the
 // share with the most left, so one that loses its core for a while does not hold up the others. Every row is
-// handed out exactly once, whichever threads of the team (or fewer) call run(). The blocks are small (a thread that
+// handed out exactly once, whichever threads of the team (or fewer) call run(). The owner takes up to 4 blocks (a
+// quarter of what is left) at a time, a thief one. The fused decode step uses many small blocks (a thread that
 // finishes early waits for at most one block of the others at the barrier after the product: with 8 blocks per
-// thread that wait was ≈10 µs per product on the 0.6B decode, ≈1.4 ms per token); the owner takes a quarter of
-// what is left of its share at a time, so it makes few calls while far from the end.
+// thread that wait was ≈10 µs per product on the 0.6B decode, ≈1.4 ms per token); a standalone product
+// (ops::linear) keeps 8 per thread (with small blocks the products alone, qasr bench's matvec_ms_per_token, ran
+// slower in all 5 rounds of an interleaved A/B: +1–19% on a noisy machine).
 class RowShares {
 public:
     RowShares() = default;
     RowShares(const RowShares&) = delete;
     RowShares& operator=(const RowShares&) = delete;
-    // (Re)initializes for N rows and nt threads; not concurrently with run().
-    void init(int64_t N, int nt);
+    // (Re)initializes for N rows and nt threads, about blocks_per_thread blocks (≥ 16 rows) per share; not
+    // concurrently with run().
+    void init(int64_t N, int nt, int64_t blocks_per_thread);
     int threads() const { return nt_; }
     // Thread t of the team runs fn(r0, r1) on blocks of its share, then on stolen ones, until none is left.
     template <typename F> void run(int t, F&& fn) {

@@ -79,11 +79,10 @@ WeightMatrix WeightMatrix::from_tensor(Tensor t) {
 
 namespace cpu {
 
-void RowShares::init(int64_t N, int nt) {
-    constexpr int64_t kBlocksPerThread = 256;
+void RowShares::init(int64_t N, int nt, int64_t blocks_per_thread) {
     nt = std::max(1, nt);
     N_ = N;
-    per_ = std::max<int64_t>(16, (N / (int64_t(nt) * kBlocksPerThread) + 15) / 16 * 16);
+    per_ = std::max<int64_t>(16, (N / (int64_t(nt) * std::max<int64_t>(1, blocks_per_thread)) + 15) / 16 * 16);
     const int64_t blocks = (N + per_ - 1) / per_;
     nt_ = int(std::max<int64_t>(1, std::min<int64_t>(nt, blocks)));
     if (nt_ > cap_) {
@@ -183,7 +182,7 @@ template <typename F> void parallel_rows(int64_t N, int64_t work_per_row, F fn) 
     if (nt <= 1) return fn(int64_t(0), N);
     thread_local cpu::RowShares shares; // the caller's; workers see it through the reference
     cpu::RowShares& sh = shares;
-    sh.init(N, nt);
+    sh.init(N, nt, 8);
 #pragma omp parallel num_threads(sh.threads())
     sh.run(omp_get_thread_num(), fn);
 }
