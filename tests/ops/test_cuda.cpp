@@ -29,6 +29,21 @@ using namespace qasr::cuda;
 
 namespace {
 
+// The test binary is carried to the GPU machine, where the tree may sit elsewhere: QASR_TOKENIZER_DIR overrides the
+// build-time tokenizer path.
+std::string tokenizer_dir() {
+    const char* env = std::getenv("QASR_TOKENIZER_DIR");
+    return env && *env ? env : QASR_TOKENIZER_DIR;
+}
+
+// A random checkpoint of `preset` in a per-process temporary folder (written once).
+std::string random_checkpoint_dir(const std::string& preset, uint64_t seed, const std::string& tok_dir) {
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("qasr_cuda_" + preset + "_" + std::to_string(::getpid()))).string();
+    if (!std::filesystem::exists(dir + "/model.safetensors")) write_random_checkpoint(dir, preset, "hf", seed, tok_dir);
+    return dir;
+}
+
 #define NEED_GPU()                                                                                                 \
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the CUDA tests run on a GPU machine only"
 
@@ -380,12 +395,10 @@ TEST(Cuda, OutOfMemoryIsAnErrorAndTheProcessGoesOn) {
 // kernels on a random checkpoint with head_dim 64: same greedy tokens, same log-probabilities and step logits.
 TEST(Cuda, PersistentDecodeStepEqualsPerLayerKernels) {
     NEED_GPU();
-    const char* env_tok = std::getenv("QASR_TOKENIZER_DIR");
-    const std::string tok_dir = env_tok && *env_tok ? env_tok : QASR_TOKENIZER_DIR;
+    const std::string tok_dir = tokenizer_dir();
     if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
         GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
-    const std::string dir = (std::filesystem::temp_directory_path() / ("qasr_cuda_small_" + std::to_string(::getpid()))).string();
-    if (!std::filesystem::exists(dir + "/model.safetensors")) write_random_checkpoint(dir, "small", "hf", 3, tok_dir);
+    const std::string dir = random_checkpoint_dir("small", 3, tok_dir);
     unsetenv("QASR_CUDA_PERSISTENT");
     const auto ref_model = Model::load(dir, "cuda");
     Session ref(ref_model);
@@ -421,14 +434,10 @@ TEST(Cuda, PersistentDecodeStepEqualsPerLayerKernels) {
 // End to end on the tiny random checkpoint: the GPU path (bf16 products) against the CPU path (fp32).
 TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     NEED_GPU();
-    // the test binary is carried to the GPU machine, where the tree may sit elsewhere: QASR_TOKENIZER_DIR overrides
-    const char* env_tok = std::getenv("QASR_TOKENIZER_DIR");
-    const std::string tok_dir = env_tok && *env_tok ? env_tok : QASR_TOKENIZER_DIR;
+    const std::string tok_dir = tokenizer_dir();
     if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
         GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
-    const std::string dir = (std::filesystem::temp_directory_path() / ("qasr_cuda_tiny_" + std::to_string(::getpid()))).string();
-    if (!std::filesystem::exists(dir + "/model.safetensors"))
-        write_random_checkpoint(dir, "tiny", "hf", 1, tok_dir);
+    const std::string dir = random_checkpoint_dir("tiny", 1, tok_dir);
     const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
     ASSERT_TRUE(gpu->device);
     std::vector<float> audio = randv(16000 * 3, 17, 0.1f);
