@@ -8,7 +8,6 @@
 set -uo pipefail
 b=${1:?build dir}; audio=${2:?audio}; presets=${3:-0.6b}; tokens=${4:-40}
 source "$(dirname "$0")/cuda_env.sh"
-cp .cache/qasr/tokenizer/* models/demo/ 2>/dev/null # the demo model's tokenizer (GPU stream test, check_qasr.py)
 nvidia-smi -L | tee -a "$out/summary.txt"
 ldd "$b/tools/qasr" | grep -i "not found\|cublas" | tee -a "$out/summary.txt"
 q="$b/tools/qasr"

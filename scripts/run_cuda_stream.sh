@@ -14,7 +14,6 @@ b=j['finalization_breakdown_ms_median']
 print('finalization median %.1f ms, worst %.1f ms (encoder %.1f, prefill %.1f, decode %.1f); chunk median %.1f, worst %.1f ms; identical %d/%d' % (
   j['finalization_ms_median'], j['finalization_ms_worst'], b['encoder'], b['prefill'], b['decode'], j['chunk_ms_median'],
   j['chunk_ms_worst'], sum(f['identical'] for f in j['files']), len(j['files'])))" "$1" 2>&1 | tail -1; }
-cp .cache/qasr/tokenizer/* models/demo/ 2>/dev/null
 timeout 180 "$b/tests/ops/qasr_cuda_tests" --gtest_filter="${GTEST_FILTER:-*}" > "$out/cuda_tests.log" 2>&1
 log "ops.cuda rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$out/cuda_tests.log" | tr '\n' ' ')"
 grep -E 'Failure|Expected|Which is|actual' "$out/cuda_tests.log" | head -20 | tee -a "$out/summary.txt"
