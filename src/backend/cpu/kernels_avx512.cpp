@@ -2,6 +2,7 @@
 // vectors. 6-bit codes with a group size that is not a multiple of 64 use the AVX2 kernels (every AVX-512 CPU
 // has AVX2).
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/exp_avx512.hpp"
 
 #include <immintrin.h>
 
@@ -495,37 +496,18 @@ float a5_sum(const float* x, int64_t n) {
     return acc;
 }
 
-// exp(x) for x ≤ 0 (larger x clamped to 88): x = n·ln2 + r, |r| ≤ ln2/2, exp(r) by its degree-7 Taylor polynomial
-// (truncation < 1e-8 relative), scaled by 2^n with vscalefps (underflows to 0 below ≈ −104).
-inline __m512 exp_ps(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-104.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 double a5_sum_exp(const float* x, int64_t n, float m) {
     const __m512 vm = _mm512_set1_ps(m);
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
     if (i < n) {
         const __mmask16 k = __mmask16((1u << (n - i)) - 1u);
-        const __m512 e = _mm512_maskz_mov_ps(k, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
+        const __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
@@ -541,7 +523,7 @@ void a5_softmax(float* x, int64_t n) {
     __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
     for (i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
-        const __m512 e = _mm512_maskz_mov_ps(k, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
+        const __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm)));
         _mm512_mask_storeu_ps(x + i, k, e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
