@@ -178,8 +178,11 @@ private:
     Tensor encode_device(const float* d_mel, int T); // mel [n_mels, T] already on the device
     int stem_device(const float* d_mel, int T, int* window); // conv stem of every chunk → ex_ rows; returns A
     Tensor encode_layers(int A, int window);         // stem rows [A, d] in ex_ → projector rows on the host
-    // The decoder layers over L input rows in px_ at positions *d_pos() … (the KV cache holds the earlier ones).
-    void decoder_layers(int L);
+    // The decoder layers over n input rows in px_ at positions len_ … len_+n-1 (the KV cache holds the earlier
+    // ones); then len_ += n and the device position follows.
+    void decoder_rows(int n);
+    // Logits [n, V] on the device (in plog_) of n final-normed rows of x (bf16 rows through cuBLAS).
+    const float* head_rows(const float* x, int n);
     int ext_rows_ = 0; // rows of the last extend() (their final hidden state is in px_)
     void mark(const char* what) {
         if (!profile_) return;
@@ -404,27 +407,21 @@ Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, co
     len_ = 0;
     ensure_kv(L + 1024);
     px_.ensure(size_t(L) * D_ * 4);
-    pbf_.ensure(size_t(L) * std::max({D_, Hq_ * hd_, I_}) * 2);
     float* x = px_.as<float>();
-    bf16* ubf = pbf_.as<bf16>();
-    // ids → device through the scratch of the logits (ints fit in a float buffer)
+    // ids → device through the scratch of the logits (ints fit in a float buffer; sized for the logits up front,
+    // so head_rows() does not reallocate it under the queued embedding)
     plog_.ensure(std::max(size_t(L) * 4, logits < 0 ? size_t(L) * V_ * 4 : size_t(V_) * 4));
     QASR_CUDA(cudaMemcpyAsync(plog_.get(), ids.data(), size_t(L) * 4, cudaMemcpyHostToDevice, s_));
     embed(w_.embed, plog_.as<int>(), L, x, s_);
     if (A) QASR_CUDA(cudaMemcpyAsync(x + audio_begin * D_, rows.ptr(), rows.size() * 4, cudaMemcpyHostToDevice, s_));
     const float eps = m_.hp.text.rms_eps;
-    set_ints(d_pos(), 0, 0, s_);
-    decoder_layers(L);
-    len_ = L;
-    set_ints(d_pos(), L, 0, s_); // pos = L, count = 0
+    decoder_rows(L); // len_ = L, pos = L
     Tensor out;
     if (logits < 0) {
-        rms_norm(x, L, D_, w_.norm, eps, nullptr, ubf, s_);
-        gemm_w(ubf, L, w_.head, plog_.as<float>(), 0.0f);
-        QASR_CUDA(cudaMemcpyAsync(logits1_.get(), plog_.as<float>() + size_t(L - 1) * V_, size_t(V_) * 4,
-                                  cudaMemcpyDeviceToDevice, s_));
+        const float* lg = head_rows(x, L);
+        QASR_CUDA(cudaMemcpyAsync(logits1_.get(), lg + size_t(L - 1) * V_, size_t(V_) * 4, cudaMemcpyDeviceToDevice, s_));
         out = Tensor({int64_t(L), int64_t(V_)});
-        QASR_CUDA(cudaMemcpyAsync(out.ptr(), plog_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+        QASR_CUDA(cudaMemcpyAsync(out.ptr(), lg, out.size() * 4, cudaMemcpyDeviceToHost, s_));
     } else {
         matvec(w_.head, x + size_t(L - 1) * D_, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
         if (logits > 0) {
@@ -436,7 +433,16 @@ Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, co
     return out;
 }
 
-void CudaSession::decoder_layers(int L) {
+const float* CudaSession::head_rows(const float* x, int n) {
+    pbf_.ensure(size_t(n) * D_ * 2);
+    rms_norm(x, n, D_, w_.norm, m_.hp.text.rms_eps, nullptr, pbf_.as<bf16>(), s_);
+    plog_.ensure(size_t(n) * V_ * 4);
+    gemm_w(pbf_.as<bf16>(), n, w_.head, plog_.as<float>(), 0.0f);
+    return plog_.as<float>();
+}
+
+void CudaSession::decoder_rows(int L) {
+    set_ints(d_pos(), int(len_), 0, s_); // the rows' first position; count = 0
     const int I = I_, qw = Hq_ * hd_;
     pbf_.ensure(size_t(L) * std::max({D_, qw, I}) * 2);
     pqkv_.ensure(size_t(L) * qkvw_ * 4);
@@ -462,6 +468,8 @@ void CudaSession::decoder_layers(int L) {
         swiglu_bf16(pgu_.as<float>(), L, I, ubf, s_);
         gemm_w(ubf, L, l.down, x, 1.0f);
     }
+    len_ += L;
+    set_ints(d_pos(), int(len_), 0, s_);
 }
 
 void CudaSession::extend(const Tensor& xin) {
@@ -471,10 +479,7 @@ void CudaSession::extend(const Tensor& xin) {
     ensure_kv(len_ + n + 1);
     px_.ensure(size_t(n) * D_ * 4);
     QASR_CUDA(cudaMemcpyAsync(px_.get(), xin.ptr(), xin.size() * 4, cudaMemcpyHostToDevice, s_));
-    set_ints(d_pos(), int(len_), 0, s_); // the rows' first position; count = 0
-    decoder_layers(n);
-    len_ += n;
-    set_ints(d_pos(), int(len_), 0, s_);
+    decoder_rows(n);
     ext_rows_ = n;
     QASR_CUDA(cudaStreamSynchronize(s_));
 }
@@ -482,19 +487,14 @@ void CudaSession::extend(const Tensor& xin) {
 Tensor CudaSession::extended_logits(int64_t r0, int64_t n) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (r0 < 0 || n <= 0 || r0 + n > ext_rows_) fail("decoder", "logits of rows outside the last extend()");
-    const float eps = m_.hp.text.rms_eps;
     const float* x = px_.as<float>() + size_t(r0) * D_;
+    const float* lg = logits1_.as<float>();
+    if (n == 1) // as the offline path's first token (prefill → matrix-vector head over the float32 row)
+        matvec(w_.head, x, w_.norm, m_.hp.text.rms_eps, logits1_.as<float>(), Epi::Store, s_);
+    else
+        lg = head_rows(x, int(n));
     Tensor out({n, int64_t(V_)});
-    if (n == 1) { // as the offline path's first token (prefill → matrix-vector head over the float32 row)
-        matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
-        QASR_CUDA(cudaMemcpyAsync(out.ptr(), logits1_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
-    } else {
-        pbf_.ensure(size_t(n) * D_ * 2);
-        rms_norm(x, int(n), D_, w_.norm, eps, nullptr, pbf_.as<bf16>(), s_);
-        plog_.ensure(size_t(n) * V_ * 4);
-        gemm_w(pbf_.as<bf16>(), int(n), w_.head, plog_.as<float>(), 0.0f);
-        QASR_CUDA(cudaMemcpyAsync(out.ptr(), plog_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
-    }
+    QASR_CUDA(cudaMemcpyAsync(out.ptr(), lg, out.size() * 4, cudaMemcpyDeviceToHost, s_));
     QASR_CUDA(cudaStreamSynchronize(s_));
     return out;
 }

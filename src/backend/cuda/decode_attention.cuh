@@ -28,6 +28,13 @@ static_assert(kDecRecord<128> == decode_partial_floats(128) && kDecRecord<64> ==
 // can run the body in its first kDecThreads threads while the others skip it.
 __device__ __forceinline__ void dec_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kDecThreads) : "memory"); }
 
+// Keys [s0, s1) of split sp when `len` keys are split `splits` ways (the last splits may be empty).
+__device__ __forceinline__ void split_keys(int len, int splits, int sp, int& s0, int& s1) {
+    const int chunk = (len + splits - 1) / splits;
+    s0 = min(len, sp * chunk);
+    s1 = min(len, s0 + chunk);
+}
+
 template <int HD>
 __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     constexpr int NW = kDecThreads / kWarp, PER = HD / kWarp, KPW = kDecTile / NW;
@@ -71,8 +78,9 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     for (int i = threadIdx.x; i < HD; i += kDecThreads) vn_s[i] = __ldcg(a.qkv + (a.Hq + a.Hkv + g) * HD + i);
     if (threadIdx.x < kDecMaxG) Ms[threadIdx.x] = -INFINITY, Ls[threadIdx.x] = 0.0f;
     dec_sync();
-    const int len = p + 1, chunk = (len + a.splits - 1) / a.splits;
-    const int s0 = min(len, sp * chunk), s1 = min(len, s0 + chunk);
+    const int len = p + 1;
+    int s0, s1;
+    split_keys(len, a.splits, sp, s0, s1);
     const int64_t row = int64_t(a.Hkv) * HD;
     const float* kb = a.kc + int64_t(g) * HD;
     const float* vb = a.vc + int64_t(g) * HD;

@@ -132,27 +132,19 @@ struct Cursor {
     __device__ void skip_empty(const PersistArgs& a, const Spans& sp) {
         while (ph != kEnd && c >= sp.s[ph].n) {
             c = 0;
-            if (ph == kHead) ph = kEnd;
-            else if (ph == kDown) ph = li + 1 < a.L ? kQKV : kHead, li += li + 1 < a.L ? 1 : 0;
-            else ++ph;
+            if (ph == kHead) {
+                ph = kEnd;
+            } else if (ph != kDown) {
+                ++ph;
+            } else if (li + 1 < a.L) { // the next layer's q/k/v
+                ph = kQKV;
+                ++li;
+            } else {
+                ph = kHead;
+            }
         }
     }
 };
-
-__device__ void issue(const PersistArgs& a, const PersistLayer* layers, const Spans& spans, Cursor& cur, uint16_t* slot,
-                      uint64_t* bar) {
-    cur.skip_empty(a, spans);
-    if (cur.ph == kEnd) return;
-    const Mat m = mat_of(a, layers, cur.li, cur.ph);
-    const Span& sp = spans.s[cur.ph];
-    const int64_t r = sp.r0 + int64_t(cur.c) * sp.cr;
-    const int nr = int(lmin(sp.cr, sp.r1 - r));
-    const uint32_t bytes = uint32_t(nr) * uint32_t(m.k) * 2;
-    mbar_expect(bar, m.dual ? 2 * bytes : bytes);
-    bulk_copy(slot, m.w + r * m.k, bytes, bar);
-    if (m.dual) bulk_copy(slot + int64_t(nr) * m.k, m.w + (r + m.n) * m.k, bytes, bar);
-    ++cur.c;
-}
 
 struct Ring {
     const PersistLayer* layers; // shared-memory copy of the layer table
@@ -164,6 +156,23 @@ struct Ring {
     int consumed = 0; // chunks consumed so far (slot = consumed % kSlots, parity = consumed / kSlots & 1)
     __device__ uint16_t* slot(int i) const { return base + int64_t(i) * (slot_bytes / 2); }
 };
+
+// Thread 0: the next chunk of the stream (if any) into ring slot si, completing on its mbarrier.
+__device__ void issue(const PersistArgs& a, const Ring& ring, Cursor& cur, int si) {
+    cur.skip_empty(a, *ring.spans);
+    if (cur.ph == kEnd) return;
+    uint16_t* slot = ring.slot(si);
+    uint64_t* bar = ring.bars + si;
+    const Mat m = mat_of(a, ring.layers, cur.li, cur.ph);
+    const Span& sp = ring.spans->s[cur.ph];
+    const int64_t r = sp.r0 + int64_t(cur.c) * sp.cr;
+    const int nr = int(lmin(sp.cr, sp.r1 - r));
+    const uint32_t bytes = uint32_t(nr) * uint32_t(m.k) * 2;
+    mbar_expect(bar, m.dual ? 2 * bytes : bytes);
+    bulk_copy(slot, m.w + r * m.k, bytes, bar);
+    if (m.dual) bulk_copy(slot + int64_t(nr) * m.k, m.w + (r + m.n) * m.k, bytes, bar);
+    ++cur.c;
+}
 
 // ---- block-local helpers -------------------------------------------------------------------------------------------
 // The staging loads below are issued kU at a time before any is used: every stage sits on the step's critical
@@ -356,7 +365,7 @@ __device__ void matrix_phase(const PersistArgs& a, int li, Ring& ring, Cursor& c
         if (threadIdx.x == 0) {
             const long long t2 = a.prof ? clock64() : 0;
             fence_proxy_async();
-            issue(a, ring.layers, *ring.spans, cur, ring.slot(si), ring.bars + si);
+            issue(a, ring, cur, si);
             if (a.prof) ring.epi_clk += t2 - t1, ring.issue_clk += clock64() - t2;
         }
         ++ring.consumed;
@@ -385,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_decode_step(PersistArgs a) {
     if (threadIdx.x == 0) {
         for (int i = 0; i < kSlots; ++i) mbar_init(bars + i);
         mbar_fence_init();
-        for (int i = 0; i < kSlots; ++i) issue(a, layers, spans, cur, ring.slot(i), bars + i);
+        for (int i = 0; i < kSlots; ++i) issue(a, ring, cur, i);
     }
     __syncthreads();
     // profile (QASR_CUDA_PERSIST_PROFILE=1): block 0 adds the ns of each phase kind to a.prof[kind]
@@ -406,10 +415,12 @@ __global__ void __launch_bounds__(kThreads, 1) k_decode_step(PersistArgs a) {
     for (int li = 0; li < a.L; ++li) {
         const PersistLayer& l = layers[li];
         { // this block's attention work of the layer reads cached keys/values 0..pos-1: pull them towards L2 now
-            const int len = pos + 1, chunk = (len + a.splits - 1) / a.splits, row = a.Hkv * HD;
+            const int row = a.Hkv * HD, lines = HD * 4 / 128;
             for (int b = blockIdx.x; b < a.Hkv * a.splits; b += gridDim.x) {
-                const int g = b / a.splits, sp = b % a.splits;
-                const int s0 = min(len, sp * chunk), s1 = min(pos, s0 + chunk), lines = HD * 4 / 128;
+                const int g = b / a.splits;
+                int s0, s1;
+                split_keys(pos + 1, a.splits, b % a.splits, s0, s1);
+                s1 = min(s1, pos); // position pos is this step's (written in the attention phase)
                 for (int i = threadIdx.x; i < (s1 - s0) * lines * 2; i += kThreads) {
                     const int j = s0 + i / (2 * lines), ln = i % lines;
                     const float* base = (i / lines) % 2 ? l.vc : l.kc;
