@@ -67,6 +67,14 @@ __device__ __forceinline__ uint32_t code_at(const uint8_t* row, int64_t j, int b
     return (v >> (bit & 7)) & ((1u << bits) - 1u);
 }
 
+// Σ of 8 bf16 weights (one 16-byte load) times xp[0..7]; xp is 16-byte aligned shared memory, read with two
+// vector loads (eight scalar ones, a lane's 32 bytes at a 32-byte stride, put eight lanes on one bank).
+__device__ __forceinline__ float dot8_bf16(const uint4 v, const float* xp) {
+    const float4 a = *reinterpret_cast<const float4*>(xp), b = *reinterpret_cast<const float4*>(xp + 4);
+    return bf(v.x & 0xffffu) * a.x + bf(v.x >> 16) * a.y + bf(v.y & 0xffffu) * a.z + bf(v.y >> 16) * a.w +
+           bf(v.z & 0xffffu) * b.x + bf(v.z >> 16) * b.y + bf(v.w & 0xffffu) * b.z + bf(v.w >> 16) * b.w;
+}
+
 // Dot product of a bf16 row [K] (K a multiple of 8, 16-byte aligned) with x in shared memory; one warp, sum in every lane.
 __device__ __forceinline__ float dot_bf16_row(const uint16_t* row, const float* xs, int K, int lane) {
     float acc = 0.0f;
@@ -82,10 +90,7 @@ __device__ __forceinline__ float dot_bf16_row(const uint16_t* row, const float* 
         for (int b = 0; b < B; ++b) {
             const int c = c0 + b * kWarp;
             if (c >= n8) break;
-            const float* xp = xs + c * 8;
-            acc += bf(v[b].x & 0xffffu) * xp[0] + bf(v[b].x >> 16) * xp[1] + bf(v[b].y & 0xffffu) * xp[2] +
-                   bf(v[b].y >> 16) * xp[3] + bf(v[b].z & 0xffffu) * xp[4] + bf(v[b].z >> 16) * xp[5] +
-                   bf(v[b].w & 0xffffu) * xp[6] + bf(v[b].w >> 16) * xp[7];
+            acc += dot8_bf16(v[b], xs + c * 8);
         }
     }
     return warp_sum(acc);

@@ -84,7 +84,12 @@ __device__ __forceinline__ float dot_q_row(const uint8_t* row, const bf16* sc, c
         } else {
             w[0] = __ldg(p), w[1] = __ldg(p + 1), w[2] = __ldg(p + 2), w[3] = 0;
         }
-        const float* xp = xs + c * 16;
+        float xp[16]; // four vector loads from shared memory instead of sixteen scalar ones (16-way bank conflicts)
+#pragma unroll
+        for (int i = 0; i < 16; i += 4) {
+            const float4 f = *reinterpret_cast<const float4*>(xs + c * 16 + i);
+            xp[i] = f.x, xp[i + 1] = f.y, xp[i + 2] = f.z, xp[i + 3] = f.w;
+        }
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
@@ -107,7 +112,7 @@ __device__ __forceinline__ float dot_q_row(const uint8_t* row, const bf16* sc, c
 
 template <int BITS, int RPW>
 __global__ void __launch_bounds__(256) k_matvec(MvArgs a) {
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     float* xs = smem;
     float* xsum16 = BITS == 16 ? nullptr : smem + a.K;
     __shared__ float red[32];
