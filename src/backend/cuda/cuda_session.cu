@@ -39,7 +39,7 @@ void init_context(int ordinal) noexcept {
 namespace {
 
 constexpr int kRing = 4;
-constexpr int kDecodeSplits = 16;
+constexpr int kDecodeSplits = 32; // most key splits of the decode attention (QASR_CUDA_DEC_SPLITS, default 16)
 
 int64_t conv_len(int64_t n) { return (n + 1) / 2; }
 
@@ -67,6 +67,8 @@ public:
         logits1_.alloc(size_t(V_) * 4);
         part_.alloc(size_t(Hq_) * kDecodeSplits * decode_partial_floats(hd_) * 4); // ≥ kernels.cu's hd + 2 too
         counter_.alloc(size_t(Hkv_) * sizeof(unsigned));
+        const char* dsp = std::getenv("QASR_CUDA_DEC_SPLITS");
+        dec_splits_ = std::clamp(dsp ? std::atoi(dsp) : 16, 1, kDecodeSplits);
         QASR_CUDA(cudaMemset(counter_.get(), 0, size_t(Hkv_) * sizeof(unsigned)));
         const char* fa = std::getenv("QASR_CUDA_FUSED_ATTN");
         fused_attn_ = decode_attention_supported(Hq_, Hkv_, hd_) && !(fa && std::string(fa) == "0");
@@ -219,6 +221,7 @@ private:
     Buffer players_; // PersistLayer [L] on the device, for the KV cache players_kv_
     const void* players_kv_ = nullptr;
     void launch_persistent();
+    int dec_splits_ = 16;    // key splits of the per-layer decode attention
     bool fused_attn_ = true; // decode_attention (q/k-norm + RoPE + KV write + attention + merge in one kernel);
                              // QASR_CUDA_FUSED_ATTN=0: qk_norm_rope_kv + attention (+ merge), three kernels
     // prefill / encoder scratch
@@ -516,7 +519,7 @@ void CudaSession::enqueue_step() {
             da.qkv = qkv1_.as<float>(), da.pos = d_pos(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
             da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
             da.kc = kc(li), da.vc = vc(li), da.o = o1_.as<float>();
-            da.splits = kDecodeSplits, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
+            da.splits = dec_splits_, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
             decode_attention(da, s_);
         } else {
             qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
@@ -524,7 +527,7 @@ void CudaSession::enqueue_step() {
             mark("qk_norm_rope");
             AttnArgs at = dec_attn(li, q1_.as<float>(), o1_.as<float>(), 1);
             at.past = d_pos();
-            at.splits = kDecodeSplits;
+            at.splits = dec_splits_;
             at.part = part_.as<float>();
             attention(at, s_);
         }

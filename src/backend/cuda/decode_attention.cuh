@@ -20,7 +20,7 @@ namespace qasr::cuda::detail {
 constexpr int kDecMaxG = 8;
 constexpr int kDecTile = 32;
 constexpr int kDecThreads = 128;
-constexpr int kDecMergeMax = 16; // splits the last block merges from registers and shared memory
+constexpr int kDecMergeMax = 32; // splits the last block merges from registers and shared memory
 // floats per split partial: acc[hd], max, sum, padded to a multiple of 4 (float4 loads of a record stay aligned)
 template <int HD> constexpr int kDecRecord = HD + 4;
 static_assert(kDecRecord<128> == decode_partial_floats(128) && kDecRecord<64> == decode_partial_floats(64));
@@ -36,17 +36,21 @@ __device__ __forceinline__ void split_keys(int len, int splits, int sp, int& s0,
     s1 = min(len, s0 + chunk);
 }
 
-template <int HD>
+// GC > 0: the query heads per kv head as a constant (the per-head loops unrolled to exactly GC; the block is a
+// long chain of dependent instructions, so their count matters); 0: a.Hq / a.Hkv at run time (≤ kDecMaxG).
+template <int HD, int GC = 0>
 __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
+    static_assert(GC >= 0 && GC <= kDecMaxG);
+    constexpr int GM = GC > 0 ? GC : kDecMaxG;
     constexpr int NW = kDecThreads / kWarp, PER = HD / kWarp, KPW = kDecTile / NW;
     constexpr int DPT = (HD + kDecThreads - 1) / kDecThreads;
-    __shared__ __align__(16) float qs[kDecMaxG][HD];
+    __shared__ __align__(16) float qs[GM][HD];
     __shared__ __align__(16) float kn_s[HD];
     __shared__ __align__(16) float vn_s[HD];
-    __shared__ float ps[kDecMaxG][kDecTile];
-    __shared__ float Ms[kDecMaxG], Ls[kDecMaxG], resc[kDecMaxG];
+    __shared__ float ps[GM][kDecTile];
+    __shared__ float Ms[GM], Ls[GM], resc[GM];
     __shared__ bool last_block;
-    const int G = a.Hq / a.Hkv;
+    const int G = GC > 0 ? GC : a.Hq / a.Hkv;
     const int g = block / a.splits, sp = block % a.splits;
     const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
     const int p = *a.pos;
@@ -77,7 +81,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
         }
     }
     for (int i = threadIdx.x; i < HD; i += kDecThreads) vn_s[i] = __ldcg(a.qkv + (a.Hq + a.Hkv + g) * HD + i);
-    if (threadIdx.x < kDecMaxG) Ms[threadIdx.x] = -INFINITY, Ls[threadIdx.x] = 0.0f;
+    if (threadIdx.x < GM) Ms[threadIdx.x] = -INFINITY, Ls[threadIdx.x] = 0.0f;
     dec_sync();
     const int len = p + 1;
     int s0, s1;
@@ -90,9 +94,9 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             a.kc[int64_t(p) * row + g * HD + i] = kn_s[i];
             a.vc[int64_t(p) * row + g * HD + i] = vn_s[i];
         }
-    float acc[kDecMaxG][DPT];
+    float acc[GM][DPT];
 #pragma unroll
-    for (int gg = 0; gg < kDecMaxG; ++gg)
+    for (int gg = 0; gg < GM; ++gg)
 #pragma unroll
         for (int j = 0; j < DPT; ++j) acc[gg][j] = 0.0f;
     for (int t0 = s0; t0 < s1; t0 += kDecTile) {
@@ -125,7 +129,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
                 const int t = w + u * NW;
                 if (t >= nt) break;
 #pragma unroll
-                for (int gg = 0; gg < kDecMaxG; ++gg) {
+                for (int gg = 0; gg < GM; ++gg) {
                     if (gg >= G) break;
                     float d = 0.0f;
 #pragma unroll
@@ -155,7 +159,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             const int d = threadIdx.x + j * kDecThreads;
             if (HD % kDecThreads != 0 && d >= HD) break;
 #pragma unroll
-            for (int gg = 0; gg < kDecMaxG; ++gg)
+            for (int gg = 0; gg < GM; ++gg)
                 if (gg < G) acc[gg][j] *= resc[gg];
             // every value row of the tile loaded before any is used: one memory round trip per tile, not four
             float vv[kDecTile];
@@ -167,7 +171,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
 #pragma unroll
             for (int u = 0; u < kDecTile; ++u)
 #pragma unroll
-                for (int gg = 0; gg < kDecMaxG; ++gg)
+                for (int gg = 0; gg < GM; ++gg)
                     if (gg < G && u < nt) acc[gg][j] += ps[gg][u] * vv[u];
         }
         dec_sync();
@@ -178,7 +182,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
         const int d = threadIdx.x + j * kDecThreads;
         if (HD % kDecThreads != 0 && d >= HD) break;
 #pragma unroll
-        for (int gg = 0; gg < kDecMaxG; ++gg) {
+        for (int gg = 0; gg < GM; ++gg) {
             if (gg >= G) break;
             if (a.splits == 1) a.o[(g * G + gg) * HD + d] = acc[gg][j] / Ls[gg];
             else a.part[(int64_t(g * G + gg) * a.splits + sp) * PS + d] = acc[gg][j];
@@ -198,8 +202,8 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     if (!last_block) return;
     __threadfence();
     if (a.splits <= kDecMergeMax) { // every record field read in one round trip, not one load after another
-        __shared__ float em[kDecMaxG][kDecMergeMax]; // m_s, then exp(m_s − M) (−1: empty split)
-        __shared__ float Lm[kDecMaxG];
+        __shared__ float em[GM][kDecMergeMax]; // m_s, then exp(m_s − M) (−1: empty split)
+        __shared__ float Lm[GM];
         for (int i = threadIdx.x; i < G * a.splits; i += kDecThreads) {
             const int gg = i / a.splits, s = i % a.splits;
             const float* rec = a.part + (int64_t(g * G + gg) * a.splits + s) * PS;

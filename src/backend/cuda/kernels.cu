@@ -407,11 +407,11 @@ __global__ void k_attention_combine(AttnArgs a) {
     }
 }
 
-template <int HD>
+template <int HD, int GC>
 __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a) {
     dep_wait();
     dep_launch();
-    decode_attention_block<HD>(a, int(blockIdx.x));
+    decode_attention_block<HD, GC>(a, int(blockIdx.x));
 }
 
 // Greedy choice in two kernels: each block reduces a slice to (max, lowest index of the max, Σexp(x − max));
@@ -583,9 +583,11 @@ void decode_attention(const DecAttnArgs& a, cudaStream_t s) {
         fail("cuda", "decode attention: needs head_dim 64/128/256 and at most 8 query heads per kv head");
     if (a.splits < 1 || (a.splits > 1 && (!a.part || !a.counter))) fail("cuda", "decode attention: bad split buffers");
     const dim3 grid(unsigned(a.Hkv * a.splits));
-    if (a.hd == 128) launch(k_decode_attention<128>, grid, dim3(kDecThreads), 0, s, a);
-    else if (a.hd == 64) launch(k_decode_attention<64>, grid, dim3(kDecThreads), 0, s, a);
-    else launch(k_decode_attention<256>, grid, dim3(kDecThreads), 0, s, a);
+    const int G = a.Hq / a.Hkv; // the Qwen3-ASR sizes have 2 query heads per kv head
+    if (a.hd == 128 && G == 2) launch(k_decode_attention<128, 2>, grid, dim3(kDecThreads), 0, s, a);
+    else if (a.hd == 128) launch(k_decode_attention<128, 0>, grid, dim3(kDecThreads), 0, s, a);
+    else if (a.hd == 64) launch(k_decode_attention<64, 0>, grid, dim3(kDecThreads), 0, s, a);
+    else launch(k_decode_attention<256, 0>, grid, dim3(kDecThreads), 0, s, a);
 }
 
 void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,
