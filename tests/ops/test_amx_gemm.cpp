@@ -130,3 +130,72 @@ TEST(AmxQuantGemm, SmallRowsFloat32MatchesDefinition) {
                 }
             }
 }
+
+// amx_gemm_rows over more than 32 x rows (weights copied in 256-column chunks into the aligned buffer, C tiles
+// stored and reloaded between chunks) and over at most 32 (A tiles read where the weights lie), with the weights
+// and the packed-x buffer both off 64-byte alignment as a checkpoint's tensors are: against the definition, K with
+// a tail after the 256-column chunks and a K padded to 32, N not a multiple of 32. Each output row must not depend
+// on how many x rows are multiplied with it (the streaming finals rely on it): row m of a product of M rows equals,
+// bit for bit, the same row in a product of its first 16 rows.
+TEST(AmxQuantGemm, Bf16RowsUnalignedMatchDefinition) {
+    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    for (int64_t K : {100, 640, 896})
+        for (int64_t M : {1, 17, 33, 47, 70, 146}) {
+            const int64_t N = 45, Kp = (K + 31) / 32 * 32, nb = (N + 31) / 32 * 32;
+            const auto x = randn(size_t(M * K), uint32_t(31 + M)), w = randn(size_t(N * K), uint32_t(41 + K));
+            std::vector<uint16_t> wstore(size_t(nb * Kp) + 64, 0);
+            uint16_t* wb = wstore.data() + 4; // 8 bytes off whatever alignment the vector has
+            if (reinterpret_cast<uintptr_t>(wb) % 64 == 0) wb += 4;
+            for (int64_t r = 0; r < N; ++r)
+                for (int64_t k = 0; k < K; ++k) wb[r * Kp + k] = f32_to_bf16(w[size_t(r * K + k)]);
+            std::vector<uint16_t> xstore(cpu::amx_packed_x_size(M, K) + 8);
+            cpu::AmxPackedX px;
+            cpu::amx_pack_x(x.data(), M, K, xstore.data() + 3, px); // the packer aligns inside its buffer
+            ASSERT_EQ(reinterpret_cast<uintptr_t>(px.data) % 64, 0u);
+            const int64_t ldy = N + 3;
+            std::vector<float> y(size_t(M * ldy), -7.0f);
+            cpu::amx_gemm_rows(wb, Kp, nb, N, px, y.data(), ldy);
+            for (int64_t m = 0; m < M; ++m) {
+                for (int64_t n = 0; n < N; ++n) {
+                    double acc = 0, sc = 0;
+                    for (int64_t k = 0; k < K; ++k) {
+                        const double t = double(bf16_to_f32(f32_to_bf16(x[size_t(m * K + k)]))) * bf16_to_f32(wb[n * Kp + k]);
+                        acc += t;
+                        sc += std::fabs(t);
+                    }
+                    ASSERT_NEAR(y[size_t(m * ldy + n)], acc, 1e-5 * sc + 1e-6) << "K " << K << " M " << M << " m " << m << " n " << n;
+                }
+                for (int64_t n = N; n < ldy; ++n) ASSERT_EQ(y[size_t(m * ldy + n)], -7.0f) << "wrote past the rows";
+            }
+            const int64_t M16 = std::min<int64_t>(M, 16);
+            std::vector<uint16_t> xb16(cpu::amx_packed_x_size(M16, K));
+            cpu::AmxPackedX px16;
+            cpu::amx_pack_x(x.data(), M16, K, xb16.data(), px16);
+            std::vector<float> y16(size_t(M16 * ldy), -7.0f);
+            cpu::amx_gemm_rows(wb, Kp, nb, N, px16, y16.data(), ldy);
+            for (int64_t m = 0; m < M16; ++m)
+                for (int64_t n = 0; n < N; ++n)
+                    ASSERT_EQ(y16[size_t(m * ldy + n)], y[size_t(m * ldy + n)]) << "K " << K << " M " << M << " m " << m << " n " << n;
+        }
+}
+
+// The quantized product's rows likewise do not depend on the number of x rows (C tiles kept in registers for ≤ 32
+// rows, stored and reloaded between column chunks for more).
+TEST(AmxQuantGemm, RowsDoNotDependOnM) {
+    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    for (int bits : {4, 8}) {
+        const int64_t K = 640, N = 70, n0 = 3, rows = 67, gs = 64;
+        const Q q(N, K, bits, gs, uint32_t(500 + bits));
+        const auto x = randn(size_t(146 * K), 77);
+        std::vector<float> ref;
+        for (int64_t M : {146, 60, 33, 16, 9, 1}) {
+            std::vector<uint16_t> xb(cpu::amx_packed_x_size(M, K));
+            cpu::AmxPackedX px;
+            cpu::amx_pack_x(x.data(), M, K, xb.data(), px);
+            std::vector<float> y(size_t(M * rows));
+            cpu::amx_q_gemm_rows(q.codes.data(), q.s.data(), q.b.data(), K, bits, int(gs), n0, rows, px, y.data(), rows);
+            if (ref.empty()) ref = y;
+            for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << bits << "-bit M " << M << " at " << i;
+        }
+    }
+}

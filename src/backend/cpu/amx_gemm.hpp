@@ -14,7 +14,8 @@ bool amx_available();
 void amx_load_tile_config();
 
 // x packed once per product for amx_gemm_rows: bf16 in the tile layout (see amx_gemm.cpp), M padded to Mp (a
-// multiple of 16) with zero rows.
+// multiple of 16) with zero rows. amx_packed_x_size includes 64 bytes of slack: amx_pack_x puts the tiles at the
+// first 64-byte boundary of `out` (px.data), since unaligned tile loads cost ~5× as much.
 struct AmxPackedX {
     uint16_t* data = nullptr;
     int64_t M = 0, Mp = 0, Kp = 0;
@@ -23,13 +24,14 @@ size_t amx_packed_x_size(int64_t M, int64_t K); // uint16 count
 void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX& px);
 
 // Rows [0, nb) of bf16 weights Wt (row stride ldw elements, K padded with zeros to px.Kp, nb a multiple of 32
-// rows, padded with zero rows) times packed x → y[m, n0 + r] for r < n_valid, m < px.M.
+// rows, padded with zero rows) times packed x → y[m, r] for r < n_valid, m < px.M. Wt needs no alignment: for more
+// than 32 x rows it is copied 32 rows × 256 columns at a time into an aligned buffer.
 void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const AmxPackedX& px, float* y,
                    int64_t ldy);
 
 // Rows [n0, n0 + rows) of an MLX affine matrix (gs a multiple of 32) times packed x → y[m, r] (row stride ldy)
-// for r < rows, m < px.M: 32 rows at a time are dequantized to bf16 (as amx_q_to_bf16) into a per-thread buffer
-// and multiplied while it is in L2.
+// for r < rows, m < px.M: 32 rows × 256 columns at a time are dequantized to bf16 (as amx_q_to_bf16) into an
+// aligned per-thread buffer and multiplied while it is in L1.
 void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                      int64_t n0, int64_t rows, const AmxPackedX& px, float* y, int64_t ldy);
 
