@@ -136,3 +136,40 @@ TEST(Kernels, RowSharesHandOutEveryRowOnce) {
                                                         << " row " << r;
             }
 }
+
+// cpu::RowShares::initial_rows: the shares as init() lays them out partition [0, N) in thread order (threads past
+// threads() get an empty range at N), and a thread that runs first starts at the front of its own share (the
+// rows the fused decode step prefetches ahead of a product).
+TEST(Kernels, RowSharesInitialRowsAreWhereOwnersStart) {
+    for (const int64_t N : {1, 15, 16, 17, 1000, 4099, 151936})
+        for (const int nt : {1, 2, 3, 8})
+            for (const int64_t per_thread : {1, 8, 256}) {
+                cpu::RowShares sh;
+                sh.init(N, nt, per_thread);
+                const std::string what = "N " + std::to_string(N) + " nt " + std::to_string(nt) + " blocks " +
+                                         std::to_string(per_thread);
+                int64_t next = 0;
+                for (int t = 0; t < nt + 1; ++t) {
+                    int64_t r0 = -1, r1 = -1;
+                    sh.initial_rows(t, r0, r1);
+                    if (t >= sh.threads()) {
+                        EXPECT_EQ(r0, N) << what << " t " << t;
+                        EXPECT_EQ(r1, N) << what << " t " << t;
+                        continue;
+                    }
+                    EXPECT_EQ(r0, next) << what << " t " << t;
+                    EXPECT_LT(r0, r1) << what << " t " << t;
+                    next = r1;
+                }
+                EXPECT_EQ(next, N) << what;
+                for (int t = 0; t < sh.threads(); ++t) { // fresh shares, thread t alone first
+                    sh.init(N, nt, per_thread);
+                    int64_t r0, r1, first = -1;
+                    sh.initial_rows(t, r0, r1);
+                    sh.run(t, [&](int64_t a, int64_t) {
+                        if (first < 0) first = a;
+                    });
+                    EXPECT_EQ(first, r0) << what << " t " << t;
+                }
+            }
+}
