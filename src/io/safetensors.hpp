@@ -50,6 +50,9 @@ struct TensorToWrite {
     std::vector<int64_t> shape;
     std::vector<uint8_t> bytes;
 };
+// Writes one .safetensors file; its data section starts 64-byte aligned and so does every tensor whose size is a
+// multiple of kTensorAlign (those are stored first).
+constexpr size_t kTensorAlign = 64;
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -69,6 +69,41 @@ TEST(Safetensors, ParsesAndValidates) {
     EXPECT_THROW(parse_safetensors(huge.data(), huge.size(), "t"), Error);
 }
 
+TEST(Safetensors, WriterAlignsTensorsToCacheLines) {
+    const std::string dir = (fs::temp_directory_path() / ("qasr_align_" + std::to_string(getpid()))).string();
+    fs::create_directories(dir);
+    std::vector<TensorToWrite> ts;
+    std::mt19937 rng(7);
+    // odd-sized tensors between 64-multiples: the multiples must still land on 64-byte boundaries
+    for (const int64_t n : {3, 64, 5, 128, 1, 1024, 7, 96}) {
+        TensorToWrite t{"t" + std::to_string(ts.size()), DType::F32, {n}, std::vector<uint8_t>(size_t(n) * 4)};
+        for (auto& b : t.bytes) b = uint8_t(rng());
+        ts.push_back(t);
+    }
+    write_safetensors(dir + "/x.safetensors", ts, {{"format", "pt"}});
+    const TensorStore st = TensorStore::open_file(dir + "/x.safetensors");
+    ASSERT_EQ(st.tensors().size(), ts.size());
+    const uint8_t* base = nullptr;
+    for (const auto& [name, r] : st.tensors()) {
+        if (!base || r.data < base) base = r.data; // the data section's first byte
+    }
+    std::ifstream f(dir + "/x.safetensors", std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    EXPECT_EQ((8 + n) % kTensorAlign, 0u) << "data section offset " << 8 + n;
+    for (const auto& t : ts) {
+        const TensorRef* r = st.find(t.name);
+        ASSERT_NE(r, nullptr) << t.name;
+        ASSERT_EQ(r->nbytes, t.bytes.size());
+        EXPECT_EQ(std::memcmp(r->data, t.bytes.data(), t.bytes.size()), 0) << t.name; // round trip
+        if (t.bytes.size() % kTensorAlign == 0) { // aligned within the file, and the mapping is page-aligned
+            EXPECT_EQ((8 + n + size_t(r->data - base)) % kTensorAlign, 0u) << t.name;
+        }
+    }
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % kTensorAlign, 0u) << "mapped data section";
+    fs::remove_all(dir);
+}
+
 TEST(Safetensors, FuzzedHeadersNeverCrash) {
     const std::string h = R"({"w":{"dtype":"BF16","shape":[3,5],"data_offsets":[0,30]},"b":{"dtype":"F32","shape":[1],"data_offsets":[30,34]}})";
     auto base = st_bytes(h, 34);
