@@ -410,28 +410,31 @@ size_t amx_packed_x_size(int64_t M, int64_t K) {
     return size_t(Mp * Kp) + 32; // + 64 bytes: amx_pack_x aligns the tiles to 64 bytes inside the buffer
 }
 
-// Layout: tile (mb, kb) at ((mb * KB) + kb) * 512 uint16; inside, row r (k pair) × 16 m × 2. x is rounded to
-// bf16 row by row (vector), then each tile is a 16×16 transpose of 32-bit (k-pair) units.
+// Layout: tile (mb, kb) at ((mb * KB) + kb) * 512 uint16; inside, row r (k pair) × 16 m × 2.
 void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX& px) {
     const int64_t Mp = (M + 15) / 16 * 16, Kp = (K + 31) / 32 * 32, KB = Kp / 32;
     out = align64(out);
     px = {out, M, Mp, Kp};
-    thread_local std::vector<uint32_t> rows; // bf16 rows of x as k-pairs, [Mp, Kp/2]
-    rows.resize(size_t(Mp * Kp / 2));
-    std::fill(rows.begin() + M * Kp / 2, rows.end(), 0u); // padding rows; the others are overwritten
-    thread_local std::vector<uint16_t> tmp;
-    tmp.assign(size_t(Kp), 0);
-    for (int64_t m = 0; m < M; ++m) {
-        amx_f32_to_bf16(x + m * K, tmp.data(), size_t(K));
-        std::memcpy(rows.data() + m * Kp / 2, tmp.data(), size_t(Kp) * 2);
-    }
+    // Per tile: 16 rows × 32 columns of x rounded to bf16 in registers (16 k-pairs each, zero past M and K), then a
+    // 16 × 16 transpose of the 32-bit pairs gives the tile's rows (pair p of the 16 m).
     for (int64_t mb = 0; mb < Mp / 16; ++mb)
         for (int64_t kb = 0; kb < KB; ++kb) {
-            uint32_t t[256];
-            const uint32_t* src = rows.data() + mb * 16 * (Kp / 2) + kb * 16;
-            for (int c = 0; c < 16; ++c)
-                for (int r = 0; r < 16; ++r) t[r * 16 + c] = src[c * (Kp / 2) + r];
-            std::memcpy(out + (mb * KB + kb) * 512, t, sizeof(t));
+            const int64_t k0 = kb * 32;
+            const int64_t a = std::clamp<int64_t>(K - k0, 0, 16), b = std::clamp<int64_t>(K - k0 - 16, 0, 16);
+            const __mmask16 ma = __mmask16((1u << a) - 1u), mb16 = __mmask16((1u << b) - 1u);
+            __m512 r[16];
+            for (int i = 0; i < 16; ++i) {
+                const int64_t m = mb * 16 + i;
+                if (m < M) {
+                    const float* src = x + m * K + k0;
+                    r[i] = (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mb16, src + 16), _mm512_maskz_loadu_ps(ma, src));
+                } else {
+                    r[i] = _mm512_setzero_ps();
+                }
+            }
+            transpose16x16(r);
+            uint16_t* t = out + (mb * KB + kb) * 512;
+            for (int j = 0; j < 16; ++j) _mm512_store_ps(reinterpret_cast<float*>(t + j * 32), r[j]);
         }
 }
 
