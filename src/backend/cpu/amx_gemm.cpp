@@ -309,6 +309,11 @@ void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* b
         return;
     }
     const int64_t KC = std::max<int64_t>(gs, 256 / gs * gs);
+    { // the first block's codes into L2 at once (later blocks are prefetched one block ahead, chunk by chunk)
+        const char* p0 = reinterpret_cast<const char*>(W + n0 * row_bytes);
+        const int64_t bytes = std::min<int64_t>(32, rows) * row_bytes;
+        for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p0 + o, _MM_HINT_T1);
+    }
     chunked_rows(rows, K, KC, px, y, ldy, [&](int64_t r, int64_t k0, int64_t kc, uint16_t* dst) {
         const uint8_t* row = W + (n0 + r) * row_bytes;
         const uint8_t* nxt = row + 32 * row_bytes + k0 * bits / 8; // the same columns of the next block, into L1
