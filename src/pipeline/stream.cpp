@@ -388,7 +388,26 @@ void StreamSession::step(bool final, bool pause) {
             ++accepted;
             if (lookup) ++lookup_accepted;
             else ++st.accepted_tokens;
-            if (draft_logits.rows() == 0) draft_logits = head_rows(1, int64_t(draft.size()));
+            if (draft_logits.rows() == 0) {
+                // Only the rows this loop can still read: row i is read at iteration n + i + 1 (< cap), after
+                // draft tokens 1..i were accepted without an EOS or the repetition stop. At least two rows (a
+                // single row would take the matrix-vector path, whose values differ slightly from the batch's).
+                int64_t need = 0;
+                int run = run_len, last = tok;
+                for (size_t i = 0; i < draft.size() && n + int(i) + 1 < cap; ++i) {
+                    need = int64_t(i) + 1;
+                    if (i + 1 == draft.size()) break;
+                    const int t = draft[i + 1];
+                    if (model_->is_eos(t)) break;
+                    run = t == last ? run + 1 : 1;
+                    if (run > DecodeOptions{}.repetition_limit) break;
+                    last = t;
+                }
+                need = std::min<int64_t>(int64_t(draft.size()), std::max<int64_t>(need, 2));
+                draft_logits = head_rows(1, need);
+            }
+            if (int64_t(accepted) > draft_logits.rows()) // (not reached: the rows above are all the loop reads)
+                draft_logits = head_rows(1, int64_t(draft.size()));
             cur = draft_logits.row(int64_t(accepted) - 1);
             continue;
         }
