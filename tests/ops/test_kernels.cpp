@@ -97,7 +97,7 @@ TEST(Kernels, QuantizedGemvMatchesPortable) {
     for (const cpu::KernelTable* T : simd_tables())
         for (int bits : {4, 6, 8})
             for (int gs : {32, 64, 128})
-                for (int64_t groups : {1, 3, 5})
+                for (int64_t groups : {1, 3, 5, 17}) // 17: a full vector of 16 groups' scales and a tail
                     for (int64_t N : {1, 7, 33}) {
                         const int64_t K = gs * groups;
                         const QMat q(N, K, bits, gs, uint32_t(bits * 1000 + gs * 10 + groups + N));
@@ -165,8 +165,8 @@ TEST(Kernels, FloatGemvAndVectorOpsMatchPortable) {
 }
 
 // The AVX-512 VNNI preparation of x (int16 per group with a float scale, group sums) against its definition:
-// scale = max|x_g| / 32767, codes lrint(x / scale) (4-bit: the even columns then the odd ones per 64), sums in
-// column order.
+// scale = max|x_g| / 32767, codes lrint(x / scale) (the even columns then the odd ones per 64), sums in column
+// order.
 TEST(Kernels, Int16PrepMatchesDefinition) {
     SKIP_IF_FORCED_ISA_MISSING();
     if (!cpu::isa_supported(Isa::Avx512) || !__builtin_cpu_supports("avx512vnni")) GTEST_SKIP() << "no AVX512-VNNI";
@@ -187,7 +187,8 @@ TEST(Kernels, Int16PrepMatchesDefinition) {
                     EXPECT_EQ(xs[size_t(g)], s);
                     EXPECT_EQ(xp[size_t(K / 2 + g)], sc);
                     for (int j = 0; j < gs; ++j) {
-                        const int col = bits == 4 ? (j / 64) * 64 + (j % 64 < 32 ? 2 * (j % 64) : 2 * (j % 64 - 32) + 1) : j;
+                        // 4- and 8-bit (gs % 64 == 0 here): per 64 columns the even ones, then the odd ones
+                        const int col = (j / 64) * 64 + (j % 64 < 32 ? 2 * (j % 64) : 2 * (j % 64 - 32) + 1);
                         ASSERT_EQ(xi[g * gs + j], int16_t(std::lrint(x[size_t(g * gs + col)] * inv)))
                             << "q" << bits << " gs" << gs << " group " << g << " j " << j;
                     }
