@@ -8,16 +8,6 @@
 
 namespace qasr::cpu {
 
-// A side stream: bytes that the fused decode step (backend/cpu/decode_step_cpu.cpp) wants in L2 soon, the first
-// rows of this thread's share of its next matrix-vector product. The AVX-512 attention kernels prefetch a few of
-// its lines per cache row (attention walks short per-head streams and stalls on their latency, leaving most of the
-// memory bandwidth unused), and the step's barrier prefetches it while a thread waits. Per thread; empty unless set.
-struct SideStream {
-    const char* p = nullptr;   // next line to prefetch
-    const char* end = nullptr; // end of the stream (p ≥ end: nothing left)
-};
-extern thread_local SideStream t_side;
-
 // o = softmax(scale · q·kᵀ) · v for one query over positions [0, len) of KV heads [c0, c1) and the query heads
 // c0·group … c1·group − 1 that share them. q, o: the full rows [Hq·hd] (only those heads are read / written);
 // s: scratch of (c1 − c0)·group·len floats. A float32 cache keeps ops::softmax_row (the reference arithmetic); a

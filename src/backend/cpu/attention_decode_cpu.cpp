@@ -3,8 +3,6 @@
 
 namespace qasr::cpu {
 
-thread_local SideStream t_side;
-
 void attend_one(const KernelTable& K, const float* q, const ops::KvView& kv, float* o, int64_t len, int64_t c0,
                 int64_t c1, int64_t group, int64_t hd, float scale, float* s) {
     // The kernels walk the positions of one call: of all heads in the range at once where the heads of a position

@@ -9,11 +9,7 @@
 //     on its own copy, the same arithmetic on the same values, instead of by one thread behind a barrier;
 //   - q/k norms, RoPE, the KV-cache append and attention are split by KV heads: a thread works on the heads whose
 //     query, key and value rows it then attends with, so no barrier separates them;
-//   - SiLU·up is split by elements;
-//   - before each barrier a thread points cpu::t_side at the first rows of its share of the next product: it
-//     prefetches them into L2 while it waits at the barrier and, after the q/k/v product, while its attention
-//     kernels wait on the KV cache (the memory bus is otherwise idle then; each phase starts from L2 instead of
-//     ramping up a cold stream). Prefetches only: values unchanged.
+//   - SiLU·up is split by elements.
 // Every value is computed by the same kernels in the same order as in Decoder::forward, so the result is bit for
 // bit that of the per-op path (and independent of the thread count), except SiLU·up of quantized checkpoints, which
 // takes the vectorized exp of their multi-row pass (ops::silu_mul_fast; still independent of the thread count).
@@ -87,45 +83,17 @@ public:
             return;
         }
         for (int spins = 0; gen_.load(std::memory_order_acquire) == g; ++spins) {
-#if defined(__x86_64__) || defined(__i386__)
-            cpu::SideStream& side = cpu::t_side; // a waiting thread streams the start of its next share into L2
-            for (int i = 0; i < kWaitLines && side.p < side.end; ++i, side.p += 64) _mm_prefetch(side.p, _MM_HINT_T1);
-#endif
             if (spins < kSpins) cpu_relax();
             else std::this_thread::yield();
         }
     }
 
 private:
-    static constexpr int kWaitLines = 2; // side-stream lines per spin
     static constexpr int kSpins = 20000; // ≈ 0.1–1 ms of pause loops before yielding
     alignas(64) std::atomic<int> count_{0};
     alignas(64) std::atomic<uint32_t> gen_{0};
     int n_ = 1;
 };
-
-// Points cpu::t_side (see attention_decode.hpp) at the first kSideBytes of thread t's own share of the product
-// over the matrices Ws (rows as one index space; within the matrix where the share starts: codes of a quantized
-// matrix, values otherwise). The owner walks its share from the front, so these are the first bytes it reads.
-constexpr int64_t kSideBytes = int64_t(512) << 10;
-void side_stream(const cpu::RowShares& rows, std::initializer_list<const WeightMatrix*> Ws, int t) {
-    int64_t r0, r1;
-    rows.initial_rows(t, r0, r1);
-    for (const WeightMatrix* W : Ws) { // the matrix where t's share starts
-        if (r0 >= W->rows) {
-            r0 -= W->rows, r1 -= W->rows;
-            continue;
-        }
-        r1 = std::min(r1, W->rows);
-        const int64_t row_bytes =
-            W->fmt == WFormat::Q ? W->cols * W->bits / 8 : W->cols * (W->fmt == WFormat::BF16 ? 2 : 4);
-        const char* p = static_cast<const char*>(W->data) + r0 * row_bytes;
-        cpu::t_side.p = p;
-        cpu::t_side.end = p + std::min<int64_t>((r1 - r0) * row_bytes, kSideBytes);
-        return;
-    }
-    cpu::t_side = {};
-}
 
 constexpr int64_t kBlocksPerThread = 256; // row blocks per thread and product (cpu::RowShares: ≥ 16 rows each)
 
@@ -213,7 +181,6 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
             std::memcpy(u.data(), xt.data(), size_t(D) * 4);
             cpu::rms_norm_serial(u.data(), 1, D, l.in_norm.ptr(), eps);
             product(sh.shares[4 * li], u.data(), {&l.q.w, &l.k.w, &l.v.w}, {q, k, v});
-            side_stream(sh.shares[4 * li + 1], {&l.o.w}, t); // prefetched during the wait and attention
             sh.barrier.wait();
             if (c0 < c1) {
                 float* qh = q + c0 * group * hd;
@@ -229,27 +196,18 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
             }
             sh.barrier.wait();
             product(sh.shares[4 * li + 1], o, {&l.o.w}, {a});
-            side_stream(sh.shares[4 * li + 2], {&l.gate.w, &l.up.w}, t);
             sh.barrier.wait();
             add(xt.data(), a, size_t(D));
             std::memcpy(u.data(), xt.data(), size_t(D) * 4);
             cpu::rms_norm_serial(u.data(), 1, D, l.post_norm.ptr(), eps);
             product(sh.shares[4 * li + 2], u.data(), {&l.gate.w, &l.up.w}, {g, up});
-            side_stream(sh.shares[4 * li + 3], {&l.down.w}, t); // during both waits and the SiLU
             sh.barrier.wait();
             silu(g + e0, up + e0, size_t(e1 - e0));
             sh.barrier.wait();
             product(sh.shares[4 * li + 3], g, {&l.down.w}, {a});
-            if (li + 1 < L) {
-                const DecoderLayerW& n = w.layers[li + 1];
-                side_stream(sh.shares[4 * li + 4], {&n.q.w, &n.k.w, &n.v.w}, t);
-            } else {
-                cpu::t_side = {};
-            }
             sh.barrier.wait();
             add(xt.data(), a, size_t(D));
         }
-        cpu::t_side = {};
         if (t == 0) std::memcpy(x, xt.data(), size_t(D) * 4);
     }
     cache.len = past + 1;

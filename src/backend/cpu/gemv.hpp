@@ -4,7 +4,6 @@
 #include "backend/cpu/kernels.hpp"
 #include "ops/weight.hpp"
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -31,13 +30,6 @@ public:
     // concurrently with run().
     void init(int64_t N, int nt, int64_t blocks_per_thread);
     int threads() const { return nt_; }
-    // Rows of thread t's own share as init() laid it out (the owner walks it from the front; thieves take its
-    // back): where t starts, for prefetching ahead of the product.
-    void initial_rows(int t, int64_t& r0, int64_t& r1) const {
-        const int64_t blocks = (N_ + per_ - 1) / per_;
-        r0 = t < nt_ ? std::min(N_, blocks * t / nt_ * per_) : N_;
-        r1 = t < nt_ ? std::min(N_, blocks * (t + 1) / nt_ * per_) : N_;
-    }
     // Thread t of the team runs fn(r0, r1) on blocks of its share, then on stolen ones, until none is left.
     template <typename F> void run(int t, F&& fn) {
         int64_t b, e;

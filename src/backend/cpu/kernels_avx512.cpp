@@ -2,7 +2,6 @@
 // vectors. 6-bit codes with a group size that is not a multiple of 64 use the AVX2 kernels (every AVX-512 CPU
 // has AVX2).
 #include "backend/cpu/kernels.hpp"
-#include "backend/cpu/attention_decode.hpp"
 #include "backend/cpu/exp_avx512.hpp"
 
 #include <immintrin.h>
@@ -409,13 +408,6 @@ void a5_axpy(float a, const float* x, float* y, int64_t n) {
 // q (resp. o) stays in registers for hd ≤ 256 and four keys run as independent chains; per (head, key) the
 // operations and their order are those of a5_dot / a5_axpy, for float32 and bf16 (widened exactly) caches alike.
 constexpr int64_t kAttnBlock = 16;
-// Up to n lines of the side stream (cpu::t_side, see attention_decode.hpp) into L2: kSideLines per cache row
-// attended (a K/V row is 4 lines at hd = 128 in bf16). With 2 per row the 0.6B decode's attention brings in
-// ≈180 KB of each thread's share of the o projection per layer.
-constexpr int kSideLines = 2;
-inline void side_prefetch(const char*& p, const char* end, int n) {
-    for (int i = 0; i < n && p < end; ++i, p += 64) _mm_prefetch(p, _MM_HINT_T1);
-}
 template <typename T> inline void prefetch_row(const T* p, int64_t n) {
     for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + b, _MM_HINT_T0);
 }
@@ -454,8 +446,6 @@ void attn_scores_t(const float* q, const T* k, int64_t ld, int64_t n, int64_t nk
         return;
     }
     const int64_t nv = hd / 16;
-    const char* sp = t_side.p;
-    constexpr int sl = kSideLines;
     for (int64_t j0 = 0; j0 < n; j0 += kAttnBlock) {
         const int64_t j1 = std::min(n, j0 + kAttnBlock);
         for (int64_t h = 0; h < nkv * group; ++h) {
@@ -466,10 +456,8 @@ void attn_scores_t(const float* q, const T* k, int64_t ld, int64_t n, int64_t nk
             float* sh = s + h * n;
             int64_t j = j0;
             for (; j + 4 <= j1; j += 4) {
-                if (pf_k) {
+                if (pf_k)
                     for (int64_t t = j + kAttnBlock; t < std::min(n, j + kAttnBlock + 4); ++t) prefetch_row(kh + t * ld, hd);
-                    side_prefetch(sp, t_side.end, 4 * sl);
-                }
                 const T* k0 = kh + j * ld;
                 __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
                        a3 = _mm512_setzero_ps();
@@ -492,7 +480,6 @@ void attn_scores_t(const float* q, const T* k, int64_t ld, int64_t n, int64_t nk
             }
         }
     }
-    t_side.p = sp;
 }
 
 template <typename T>
@@ -504,8 +491,6 @@ void attn_wsum_t(const float* p, const T* v, int64_t ld, int64_t n, int64_t nkv,
         return;
     }
     const int64_t nv = hd / 16;
-    const char* sp = t_side.p;
-    constexpr int sl = kSideLines;
     for (int64_t j0 = 0; j0 < n; j0 += kAttnBlock) {
         const int64_t j1 = std::min(n, j0 + kAttnBlock);
         for (int64_t h = 0; h < nkv * group; ++h) {
@@ -516,10 +501,7 @@ void attn_wsum_t(const float* p, const T* v, int64_t ld, int64_t n, int64_t nkv,
             for (int64_t c = 0; c < nv; ++c) ov[c] = _mm512_loadu_ps(oh + 16 * c);
             const float* ph = p + h * n;
             for (int64_t j = j0; j < j1; ++j) {
-                if (pf_v) {
-                    if (j + kAttnBlock < n) prefetch_row(vh + (j + kAttnBlock) * ld, hd);
-                    side_prefetch(sp, t_side.end, sl);
-                }
+                if (pf_v && j + kAttnBlock < n) prefetch_row(vh + (j + kAttnBlock) * ld, hd);
                 const __m512 pj = _mm512_set1_ps(ph[j]);
                 const T* vj = vh + j * ld;
                 for (int64_t c = 0; c < nv; ++c) ov[c] = _mm512_fmadd_ps(pj, ld16(vj + 16 * c), ov[c]);
@@ -527,7 +509,6 @@ void attn_wsum_t(const float* p, const T* v, int64_t ld, int64_t n, int64_t nkv,
             for (int64_t c = 0; c < nv; ++c) _mm512_storeu_ps(oh + 16 * c, ov[c]);
         }
     }
-    t_side.p = sp;
 }
 
 void a5_attn_scores(const float* q, const float* k, int64_t ld, int64_t n, int64_t nkv, int64_t group, int64_t hd,
