@@ -201,63 +201,42 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     dec_sync();
     if (!last_block) return;
     __threadfence();
-    if (a.splits <= kDecMergeMax) { // every record field read in one round trip, not one load after another
-        __shared__ float em[GM][kDecMergeMax]; // m_s, then exp(m_s − M) (−1: empty split)
-        __shared__ float Lm[GM];
-        for (int i = threadIdx.x; i < G * a.splits; i += kDecThreads) {
-            const int gg = i / a.splits, s = i % a.splits;
-            const float* rec = a.part + (int64_t(g * G + gg) * a.splits + s) * PS;
-            em[gg][s] = __ldcg(rec + HD);
-            ps[gg][s] = __ldcg(rec + HD + 1); // l_s (ps is free after the key tiles)
-        }
-        dec_sync();
-        if (threadIdx.x < G) { // same operations in the same order as the loop below: the same floats
-            const int gg = threadIdx.x;
-            float M = -INFINITY;
-            for (int s = 0; s < a.splits; ++s) M = fmaxf(M, em[gg][s]);
-            float L = 0.0f;
-            for (int s = 0; s < a.splits; ++s) {
-                const float ms = em[gg][s];
-                float e = -1.0f;
-                if (ms > -INFINITY) e = expf(ms - M), L += ps[gg][s] * e;
-                em[gg][s] = e;
-            }
-            Lm[gg] = L;
-        }
-        dec_sync();
-        for (int gg = 0; gg < G; ++gg)
-            for (int d = threadIdx.x; d < HD; d += kDecThreads) {
-                const float* rec = a.part + int64_t(g * G + gg) * a.splits * PS + d;
-                float v[kDecMergeMax];
-#pragma unroll
-                for (int s = 0; s < kDecMergeMax; ++s) v[s] = s < a.splits ? __ldcg(rec + s * PS) : 0.0f;
-                float o = 0.0f;
-#pragma unroll
-                for (int s = 0; s < kDecMergeMax; ++s)
-                    if (s < a.splits && em[gg][s] >= 0.0f) o += v[s] * em[gg][s];
-                a.o[(g * G + gg) * HD + d] = o / Lm[gg];
-            }
-        if (threadIdx.x == 0) a.counter[g] = 0;
-        return;
+    // every record field in one round trip, then every partial value a thread needs in a second (splits ≤ kDecMergeMax)
+    __shared__ float em[GM][kDecMergeMax]; // m_s, then exp(m_s − M) (−1: empty split)
+    __shared__ float Lm[GM];
+    for (int i = threadIdx.x; i < G * a.splits; i += kDecThreads) {
+        const int gg = i / a.splits, s = i % a.splits;
+        const float* rec = a.part + (int64_t(g * G + gg) * a.splits + s) * PS;
+        em[gg][s] = __ldcg(rec + HD);
+        ps[gg][s] = __ldcg(rec + HD + 1); // l_s (ps is free after the key tiles)
     }
-    for (int gg = 0; gg < G; ++gg) {
-        const float* rec = a.part + int64_t(g * G + gg) * a.splits * PS;
+    dec_sync();
+    if (threadIdx.x < G) { // M, then L and the weights in split order (o below sums in the same order)
+        const int gg = threadIdx.x;
         float M = -INFINITY;
-        for (int s = 0; s < a.splits; ++s) M = fmaxf(M, __ldcg(rec + s * PS + HD));
+        for (int s = 0; s < a.splits; ++s) M = fmaxf(M, em[gg][s]);
         float L = 0.0f;
         for (int s = 0; s < a.splits; ++s) {
-            const float ms = __ldcg(rec + s * PS + HD);
-            if (ms > -INFINITY) L += __ldcg(rec + s * PS + HD + 1) * expf(ms - M);
+            const float ms = em[gg][s];
+            float e = -1.0f;
+            if (ms > -INFINITY) e = expf(ms - M), L += ps[gg][s] * e;
+            em[gg][s] = e;
         }
-        for (int d = threadIdx.x; d < HD; d += kDecThreads) {
-            float o = 0.0f;
-            for (int s = 0; s < a.splits; ++s) {
-                const float ms = __ldcg(rec + s * PS + HD);
-                if (ms > -INFINITY) o += __ldcg(rec + s * PS + d) * expf(ms - M);
-            }
-            a.o[(g * G + gg) * HD + d] = o / L;
-        }
+        Lm[gg] = L;
     }
+    dec_sync();
+    for (int gg = 0; gg < G; ++gg)
+        for (int d = threadIdx.x; d < HD; d += kDecThreads) {
+            const float* rec = a.part + int64_t(g * G + gg) * a.splits * PS + d;
+            float v[kDecMergeMax];
+#pragma unroll
+            for (int s = 0; s < kDecMergeMax; ++s) v[s] = s < a.splits ? __ldcg(rec + s * PS) : 0.0f;
+            float o = 0.0f;
+#pragma unroll
+            for (int s = 0; s < kDecMergeMax; ++s)
+                if (s < a.splits && em[gg][s] >= 0.0f) o += v[s] * em[gg][s];
+            a.o[(g * G + gg) * HD + d] = o / Lm[gg];
+        }
     if (threadIdx.x == 0) a.counter[g] = 0;
 }
 

@@ -581,7 +581,8 @@ bool decode_attention_supported(int Hq, int Hkv, int hd) {
 void decode_attention(const DecAttnArgs& a, cudaStream_t s) {
     if (!decode_attention_supported(a.Hq, a.Hkv, a.hd))
         fail("cuda", "decode attention: needs head_dim 64/128/256 and at most 8 query heads per kv head");
-    if (a.splits < 1 || (a.splits > 1 && (!a.part || !a.counter))) fail("cuda", "decode attention: bad split buffers");
+    if (a.splits < 1 || a.splits > kDecMergeMax || (a.splits > 1 && (!a.part || !a.counter)))
+        fail("cuda", "decode attention: splits must be 1.." + std::to_string(kDecMergeMax) + " with split buffers");
     const dim3 grid(unsigned(a.Hkv * a.splits));
     const int G = a.Hq / a.Hkv; // the Qwen3-ASR sizes have 2 query heads per kv head
     if (a.hd == 128 && G == 2) launch(k_decode_attention<128, 2>, grid, dim3(kDecThreads), 0, s, a);
