@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -353,6 +354,61 @@ TEST(Kernels, SoftmaxMatchesSoftmaxRow) {
                         EXPECT_NEAR(b[size_t(i)], a[size_t(i)], 2e-7 + 1e-6 * a[size_t(i)]) << T->name << " n " << n << " at " << i;
                 }
             }
+}
+
+// The exact-erf GELU of each table against its definition in double (0.5·x·(1 + erf(x/√2))): for x ≥ 0 (no
+// cancellation) within 3 ulp of the result; for x < 0, where 1 + erf cancels, within 3 ulp of |x|·2^-24 (the float
+// rounding of erf near −1, which std::erf has as well). A dense sweep over every erf interval and its edges, tails
+// of every length, and the special values; ops::gelu_erf (chunks over the team) equals the table's kernel.
+TEST(Kernels, GeluErfMatchesDefinition) {
+    SKIP_IF_FORCED_ISA_MISSING();
+    std::vector<const cpu::KernelTable*> tables = simd_tables();
+    tables.push_back(&cpu::portable_kernels());
+    std::vector<float> x;
+    for (float v = -9.0f; v <= 9.0f; v += 0.000377f) x.push_back(v);
+    for (int i = 0; i <= 40; ++i) // interval edges of erf(x/√2) and their neighbours
+        for (const float e : {float(i) / 8.0f * float(M_SQRT2)}) {
+            x.push_back(e);
+            x.push_back(std::nextafter(e, 100.0f));
+            x.push_back(std::nextafter(e, -100.0f));
+            x.push_back(-e);
+        }
+    for (const float v : {1e-30f, -1e-30f, 1e-6f, -1e-6f, 3e-39f, 0.0f, -0.0f, 1e30f, -1e30f}) x.push_back(v);
+    for (const cpu::KernelTable* T : tables) {
+        std::vector<float> y = x;
+        T->gelu_erf(y.data(), y.size());
+        double worst = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            const double xd = x[i], ref = 0.5 * xd * (1.0 + std::erf(xd * M_SQRT1_2));
+            const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(xd >= 0 ? ref : xd), 1e-37)) - 23);
+            const double err = std::fabs(double(y[i]) - ref) / ulp;
+            worst = std::max(worst, err);
+            EXPECT_LE(err, 3.0) << T->name << " x " << x[i] << ": " << y[i] << " vs " << ref;
+            if (x[i] == 0.0f) {
+                EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i])) << T->name;
+            }
+        }
+        RecordProperty(std::string("worst_ulp_") + T->name, std::to_string(worst));
+        const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> sp = {inf, nan, -nan, 2.0f};
+        T->gelu_erf(sp.data(), sp.size());
+        EXPECT_EQ(sp[0], inf) << T->name;
+        EXPECT_TRUE(std::isnan(sp[1]) && std::isnan(sp[2])) << T->name;
+        // tails: every length up to 40 gives the same values as the long call, and nothing past n is written
+        for (size_t n = 1; n <= 40; ++n) {
+            std::vector<float> t(x.begin() + 1000, x.begin() + 1000 + long(n));
+            t.push_back(123.0f);
+            T->gelu_erf(t.data(), n);
+            for (size_t i = 0; i < n; ++i) EXPECT_EQ(t[i], y[1000 + i]) << T->name << " n " << n;
+            EXPECT_EQ(t[n], 123.0f) << T->name << " n " << n;
+        }
+    }
+    // the op: the active table's kernel, also over the team (n > 65536, a partial last chunk)
+    auto big = randn(200003, 77, 3.0f);
+    std::vector<float> a = big;
+    ops::gelu_erf(a.data(), a.size());
+    cpu::kernels().gelu_erf(big.data(), big.size());
+    EXPECT_EQ(a, big);
 }
 
 // RoPE through a table of the positions' cosines and sines (computed once per decoder step for every layer) is

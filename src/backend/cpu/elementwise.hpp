@@ -10,4 +10,19 @@ namespace qasr::cpu {
 void rms_norm_serial(float* x, int64_t rows, int64_t d, const float* w, float eps); // in place, as ops::rms_norm
 void silu_mul_serial(float* gate, const float* up, size_t n);                        // as ops::silu_mul
 
+// x ← 0.5·x·(1 + erf(x/√2)) with std::erf (the portable table's gelu_erf; ops::gelu_erf runs the active table's).
+void gelu_erf_serial(float* x, size_t n);
+
+// erf on [0, 4) in 32 intervals of width 1/8 for the SIMD tables: interval i (i = ⌊8|x|⌋) holds the degree-7
+// Taylor polynomial of erf around its centre (0 for interval 0, where the series is odd and keeps full relative
+// precision near 0; (i + ½)/8 otherwise), coefficients from the Hermite recurrence in long double, rounded to
+// float. Truncation < 3e-10 relative on every interval (far under float's 6e-8); Horner in float32 FMA adds
+// ≈1 ulp. erf = 1 from |x| ≥ 4 (erf(4) rounds to 1 in float). c[j][i]: coefficient of t^j on interval i,
+// t = |x| − centre_i (centre: ctr[i]).
+struct ErfTable {
+    alignas(64) float c[8][32];
+    alignas(64) float ctr[32];
+};
+const ErfTable& erf_table();
+
 } // namespace qasr::cpu

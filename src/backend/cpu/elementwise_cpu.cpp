@@ -35,6 +35,39 @@ void silu_mul_serial(float* gate, const float* up, size_t n) {
     for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void gelu_erf_serial(float* x, size_t n) {
+    for (size_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * float(M_SQRT1_2)));
+}
+
+namespace {
+ErfTable make_erf_table() {
+    ErfTable t{};
+    const long double two_over_sqrt_pi = 1.128379167095512573896158903121545172L;
+    for (int i = 0; i < 32; ++i) {
+        const long double c = i == 0 ? 0.0L : (i + 0.5L) / 8.0L;
+        t.ctr[i] = float(c);
+        // erf^(n)(c) = (2/√π)·(−1)^(n−1)·H_{n−1}(c)·e^(−c²) (physicists' Hermite polynomials); a_n = erf^(n)(c)/n!
+        long double H[8];
+        H[0] = 1.0L;
+        H[1] = 2.0L * c;
+        for (int k = 1; k < 7; ++k) H[k + 1] = 2.0L * c * H[k] - 2.0L * k * H[k - 1];
+        const long double g = two_over_sqrt_pi * std::exp(-c * c);
+        long double fact = 1.0L;
+        t.c[0][i] = float(std::erf(c));
+        for (int n = 1; n < 8; ++n) {
+            fact *= n;
+            t.c[n][i] = float(g * ((n - 1) % 2 ? -1.0L : 1.0L) * H[n - 1] / fact);
+        }
+    }
+    return t;
+}
+} // namespace
+
+const ErfTable& erf_table() {
+    static const ErfTable t = make_erf_table();
+    return t;
+}
+
 } // namespace qasr::cpu
 
 namespace qasr::ops {
@@ -62,8 +95,14 @@ void rms_norm(float* x, int64_t rows, int64_t d, const float* w, float eps) {
 }
 
 void gelu_erf(float* x, size_t n) {
-#pragma omp parallel for if (n > 65536)
-    for (size_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * float(M_SQRT1_2)));
+    // the active table's kernel (AVX2 / AVX-512: the vector erf of cpu::erf_table, ≤ 2 ulp from std::erf; portable:
+    // std::erf), in chunks over the team when there is enough work
+    void (*const k)(float*, size_t) = cpu::kernels().gelu_erf;
+    constexpr size_t kChunk = 16384;
+    if (n <= 65536) return k(x, n);
+    const int64_t chunks = int64_t((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) k(x + size_t(c) * kChunk, std::min(kChunk, n - size_t(c) * kChunk));
 }
 
 void silu_mul(float* gate, const float* up, size_t n) {

@@ -52,6 +52,10 @@ struct KernelTable {
     // In-place softmax of one row (the decode attention over a bf16 cache). The portable table computes it as
     // ops::softmax_row (std::exp, double sum); SIMD tables may use the vector exp of sum_exp.
     void (*softmax)(float* x, int64_t n);
+    // x ← 0.5·x·(1 + erf(x·(1/√2))) in place (the encoder's exact-erf GELU). The portable table uses std::erf; the
+    // SIMD tables the piecewise polynomial of cpu::erf_table (elementwise.hpp: ≤ 2 ulp from std::erf), with the
+    // same float operations around it.
+    void (*gelu_erf)(float* x, size_t n);
 };
 
 const KernelTable& portable_kernels();

@@ -2,9 +2,11 @@
 // Quantized products use fused dequantize + FMA: codes are widened to float and multiplied with x permuted into
 // the order the codes come out of the unpacking (q_prep), scale applied per group, bias via the group sums of x.
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/elementwise.hpp"
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 namespace qasr::cpu {
@@ -199,11 +201,38 @@ float a2_sum(const float* x, int64_t n) {
 double a2_sum_exp(const float* x, int64_t n, float m) { return portable_kernels().sum_exp(x, n, m); }
 void a2_softmax(float* x, int64_t n) { portable_kernels().softmax(x, n); }
 
+// The erf of a5_gelu_erf on 8 lanes; the coefficients are gathered (the index is clamped to 31 first, NaN too).
+void a2_gelu_erf(float* x, size_t n) {
+    const ErfTable& T = erf_table();
+    const __m256 rs2 = _mm256_set1_ps(float(M_SQRT1_2)), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 eight = _mm256_set1_ps(8.0f), last = _mm256_set1_ps(31.0f), four = _mm256_set1_ps(4.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    auto gelu = [&](__m256 v) {
+        const __m256 z = _mm256_mul_ps(v, rs2);
+        const __m256 az = _mm256_andnot_ps(sign, z);
+        const __m256i idx = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_mul_ps(az, eight), last));
+        const __m256 t = _mm256_sub_ps(az, _mm256_i32gather_ps(T.ctr, idx, 4));
+        __m256 p = _mm256_i32gather_ps(T.c[7], idx, 4);
+        for (int j = 6; j >= 0; --j) p = _mm256_fmadd_ps(p, t, _mm256_i32gather_ps(T.c[j], idx, 4));
+        p = _mm256_blendv_ps(p, one, _mm256_cmp_ps(az, four, _CMP_GE_OQ));
+        const __m256 e = _mm256_or_ps(p, _mm256_and_ps(z, sign));
+        return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e));
+    };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, gelu(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        alignas(32) float buf[8] = {};
+        std::memcpy(buf, x + i, (n - i) * sizeof(float));
+        _mm256_store_ps(buf, gelu(_mm256_load_ps(buf)));
+        std::memcpy(x + i, buf, (n - i) * sizeof(float));
+    }
+}
+
 const KernelTable kAvx2{Isa::Avx2,  "avx2",            a2_q_prep,           a2_q_gemv, a2_bf16_gemv,
                         a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a2_dot,    a2_axpy,
                         generic_attn_scores<a2_dot>, generic_attn_wsum<a2_axpy>, a2_sum,
                         generic_attn_scores_bf16<a2_dot>, generic_attn_wsum_bf16<a2_axpy>, a2_sum_exp,
-                        a2_softmax};
+                        a2_softmax, a2_gelu_erf};
 
 } // namespace
 

@@ -2,6 +2,7 @@
 // vectors. 6-bit codes with a group size that is not a multiple of 64 use the AVX2 kernels (every AVX-512 CPU
 // has AVX2).
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/exp_avx512.hpp"
 
 #include <immintrin.h>
@@ -581,10 +582,44 @@ void a5_softmax(float* x, int64_t n) {
     }
 }
 
+// erf by the 32-interval table of cpu::erf_table: the interval's coefficients are picked per lane with vpermt2ps
+// (two registers of 16 per coefficient), Horner in t = |x| − centre, 1 from |x| ≥ 4, the sign of x copied back. NaN
+// takes interval 31 and stays NaN.
+void a5_gelu_erf(float* x, size_t n) {
+    const ErfTable& T = erf_table();
+    __m512 lo[8], hi[8];
+    for (int j = 0; j < 8; ++j) {
+        lo[j] = _mm512_load_ps(T.c[j]);
+        hi[j] = _mm512_load_ps(T.c[j] + 16);
+    }
+    const __m512 ctr_lo = _mm512_load_ps(T.ctr), ctr_hi = _mm512_load_ps(T.ctr + 16);
+    const __m512 rs2 = _mm512_set1_ps(float(M_SQRT1_2)), half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    const __m512 eight = _mm512_set1_ps(8.0f), last = _mm512_set1_ps(31.0f), four = _mm512_set1_ps(4.0f);
+    const __m512i sign = _mm512_set1_epi32(int32_t(0x80000000u));
+    auto gelu = [&](__m512 v) {
+        const __m512 z = _mm512_mul_ps(v, rs2);
+        const __m512 az = _mm512_abs_ps(z);
+        const __m512i idx = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_mul_ps(az, eight), last));
+        const __m512 t = _mm512_sub_ps(az, _mm512_permutex2var_ps(ctr_lo, idx, ctr_hi));
+        __m512 p = _mm512_permutex2var_ps(lo[7], idx, hi[7]);
+        for (int j = 6; j >= 0; --j) p = _mm512_fmadd_ps(p, t, _mm512_permutex2var_ps(lo[j], idx, hi[j]));
+        p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(az, four, _CMP_GE_OQ), p, one);
+        const __m512 e = _mm512_castsi512_ps(
+            _mm512_or_si512(_mm512_castps_si512(p), _mm512_and_si512(_mm512_castps_si512(z), sign)));
+        return _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e));
+    };
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, gelu(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        const __mmask16 k = __mmask16((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(x + i, k, gelu(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+}
+
 const KernelTable kAvx512{Isa::Avx512, "avx512",          a5_q_prep,           a5_q_gemv, a5_bf16_gemv,
                           a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a5_dot,    a5_axpy,
                           a5_attn_scores,      a5_attn_wsum,      a5_sum,
-                          a5_attn_scores_bf16, a5_attn_wsum_bf16, a5_sum_exp, a5_softmax};
+                          a5_attn_scores_bf16, a5_attn_wsum_bf16, a5_sum_exp, a5_softmax, a5_gelu_erf};
 
 } // namespace
 

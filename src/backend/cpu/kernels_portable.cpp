@@ -1,5 +1,6 @@
 // The portable kernel table (plain C++, the reference for the SIMD tables) and the start-up ISA selection.
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/elementwise.hpp"
 
 #include "core/error.hpp"
 #include "ops/ops.hpp"
@@ -88,7 +89,7 @@ void p_softmax(float* x, int64_t n) { ops::softmax_row(x, n); } // the reference
 const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,          p_q_gemv, p_bf16_gemv,
                             p_f32_gemv,    generic_q_dequant, generic_bf16_to_f32, p_dot,  p_axpy,
                             generic_attn_scores<p_dot>, generic_attn_wsum<p_axpy>, p_sum,
-                            generic_attn_scores_bf16<p_dot>, generic_attn_wsum_bf16<p_axpy>, p_sum_exp, p_softmax};
+                            generic_attn_scores_bf16<p_dot>, generic_attn_wsum_bf16<p_axpy>, p_sum_exp, p_softmax, gelu_erf_serial};
 
 const KernelTable* g_active = nullptr;
 
