@@ -52,6 +52,7 @@ public:
     Tensor forward(Tensor x, KvCache& cache, const TapFn* tap = nullptr) const;
     // logits [n, V] for hidden rows h [n, D].
     Tensor logits(const Tensor& h) const;
+    const WeightMatrix& head() const { return w_.lm_head.empty() ? w_.embed : w_.lm_head; } // [V, D]
     // Embeds token ids → [n, D].
     Tensor embed(const std::vector<int>& ids) const;
     const TextHParams& hparams() const { return hp_; }

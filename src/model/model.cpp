@@ -3,7 +3,9 @@
 #include "model/model.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "core/timer.hpp"
+#include "ops/ops.hpp"
 
 #include <algorithm>
 #include <sys/stat.h>
@@ -14,6 +16,16 @@ static Model make_model(const std::string& dir, HParams hp, Tokenizer tok) {
     SpecialIds sp = SpecialIds::resolve(tok);
     MelFrontend mel(hp.audio.n_mels);
     return Model{dir, std::move(hp), {}, std::move(tok), sp, {}, std::move(mel), 0, nullptr};
+}
+
+const ops::HeadScreen* Model::head_screen() const {
+    std::call_once(caches->head_once, [&] {
+        const DecoderW& d = weights.dec;
+        Stopwatch sw;
+        caches->head = ops::head_screen(d.lm_head.empty() ? d.embed : d.lm_head);
+        if (caches->head) log(LogLevel::Info, "LM head row norms for the screened greedy choice: " + std::to_string(sw.ms()) + " ms");
+    });
+    return caches->head.get();
 }
 
 std::shared_ptr<const Model> Model::load(const std::string& dir, const std::string& device) {

@@ -10,10 +10,21 @@
 
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace qasr {
+
+namespace ops {
+struct HeadScreen;
+}
+
+// Derived data computed on first use (thread-safe), shared by copies of the Model.
+struct ModelCaches {
+    std::once_flag head_once;
+    std::shared_ptr<const ops::HeadScreen> head;
+};
 
 struct Model {
     std::string dir;
@@ -29,6 +40,10 @@ struct Model {
     // device: "cpu" (default), "cuda", "cuda:N" (see backend/device.hpp).
     static std::shared_ptr<const Model> load(const std::string& dir, const std::string& device = "cpu");
     bool is_eos(int id) const { return std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end(); }
+    // Row norms of the LM head for the screened greedy choice over several rows (ops::head_screen; null where it
+    // does not apply), computed on the first call (one pass over the head).
+    const ops::HeadScreen* head_screen() const;
+    std::shared_ptr<ModelCaches> caches = std::make_shared<ModelCaches>();
 };
 
 } // namespace qasr

@@ -5,6 +5,7 @@
 #include "ops/weight.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace qasr::ops {
@@ -41,6 +42,15 @@ private:
 };
 // The matrix-matrix product behind linear() for M > 1 (tiles over the OpenMP team, sgemm per tile).
 void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y);
+
+// Greedy choice over several hidden rows h [n, K] under an LM head W [V, K]: out[i] = the first index of the maximum
+// of row i's float32 logits. With a screen (head_screen: MLX 4/6/8-bit heads on AVX-512 + AMX, else null) the
+// logits are those of the float32 few-row product (s·q + b in float32, one row at a time, whatever n is), found
+// without computing them all: a bf16 AMX pass over every row, a per-row error bound (from the head's row norms)
+// that leaves a handful of candidates, and the candidates rescored exactly. Without one: linear() in float32.
+struct HeadScreen;
+std::shared_ptr<const HeadScreen> head_screen(const WeightMatrix& W); // per-row norms of W (one pass over it)
+void head_argmax(const float* h, int64_t n, const WeightMatrix& W, const HeadScreen* screen, int* out);
 
 void layer_norm(float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps);  // in place
 void rms_norm(float* x, int64_t rows, int64_t d, const float* w, float eps);                    // in place

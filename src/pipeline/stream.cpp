@@ -362,15 +362,16 @@ void StreamSession::step(bool final, bool pause) {
     st.draft_tokens = int(draft.size());
     const int64_t fed = x.rows();
     engine_->forward(std::move(x));
-    // Logits of the last fed position alone (one matrix-vector pass over the head); those of the draft positions
-    // in one batch, only once the first draft token is confirmed (a batch has a fixed cost of a few such passes).
+    // Logits of the last fed position alone (one matrix-vector pass over the head); the greedy tokens of the draft
+    // positions in one batch, only once the first draft token is confirmed (engine argmax: screened on the CPU).
     int64_t h0 = fed - int64_t(draft.size()) - 1;
     auto head_rows = [&](int64_t r0, int64_t n) { return engine_->logits(h0 + r0, n); };
-    Tensor logits = head_rows(0, 1), draft_logits;
+    Tensor logits = head_rows(0, 1);
+    std::vector<int> draft_next; // draft_next[i]: the greedy token after draft token i
     st.prefill_ms = phase.ms();
     phase.reset();
     const int64_t V = logits.cols();
-    const float* cur = logits.ptr();
+    int next = argmax(logits.ptr(), V);
     std::vector<int> gen;
     // The draft whose KV rows follow position `base` in the cache: first the previous hypothesis (verified in the
     // prefill pass), later lookup drafts (verified in a sequential pass together with the token before them).
@@ -379,7 +380,7 @@ void StreamSession::step(bool final, bool pause) {
     const bool lookups = opts_.speculative && !(final && opts_.exact_final);
     int run_len = 0;
     for (int n = 0; n < cap; ++n) {
-        const int tok = argmax(cur, V);
+        const int tok = next;
         if (model_->is_eos(tok)) break;
         run_len = (!gen.empty() && gen.back() == tok) ? run_len + 1 : 1;
         if (run_len > DecodeOptions{}.repetition_limit) break; // the offline guard's default
@@ -388,10 +389,10 @@ void StreamSession::step(bool final, bool pause) {
             ++accepted;
             if (lookup) ++lookup_accepted;
             else ++st.accepted_tokens;
-            if (draft_logits.rows() == 0) {
+            if (draft_next.empty()) {
                 // Only the rows this loop can still read: row i is read at iteration n + i + 1 (< cap), after
-                // draft tokens 1..i were accepted without an EOS or the repetition stop. At least two rows (a
-                // single row would take the matrix-vector path, whose values differ slightly from the batch's).
+                // draft tokens 1..i were accepted without an EOS or the repetition stop. At least two rows (on
+                // the device a single row takes the matrix-vector path, whose values differ slightly from the batch's).
                 int64_t need = 0;
                 int run = run_len, last = tok;
                 for (size_t i = 0; i < draft.size() && n + int(i) + 1 < cap; ++i) {
@@ -404,16 +405,16 @@ void StreamSession::step(bool final, bool pause) {
                     last = t;
                 }
                 need = std::min<int64_t>(int64_t(draft.size()), std::max<int64_t>(need, 2));
-                draft_logits = head_rows(1, need);
+                draft_next = engine_->argmax(h0 + 1, need);
             }
-            if (int64_t(accepted) > draft_logits.rows()) // (not reached: the rows above are all the loop reads)
-                draft_logits = head_rows(1, int64_t(draft.size()));
-            cur = draft_logits.row(int64_t(accepted) - 1);
+            if (accepted > draft_next.size()) // (not reached: the rows above are all the loop reads)
+                draft_next = engine_->argmax(h0 + 1, int64_t(draft.size()));
+            next = draft_next[accepted - 1];
             continue;
         }
         engine_->truncate(int64_t(base + accepted)); // rows of the rejected draft tokens
         draft.clear();
-        draft_logits = Tensor();
+        draft_next.clear();
         accepted = 0;
         if (n + 1 == cap) break; // no logits needed after the last token
         // Next pass: the token, plus a lookup draft of what may follow it when the tokens so far suggest one.
@@ -428,7 +429,7 @@ void StreamSession::step(bool final, bool pause) {
         engine_->forward(engine_->embed(run));
         h0 = 0;
         logits = head_rows(0, 1);
-        cur = logits.ptr();
+        next = argmax(logits.ptr(), V);
         ++st.decode_steps;
     }
     engine_->truncate(int64_t(base + accepted));

@@ -5,16 +5,27 @@
 #include "model/decoder.hpp"
 #include "model/encoder.hpp"
 #include "model/model.hpp"
+#include "ops/ops.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace qasr {
+
+std::vector<int> StreamEngine::argmax(int64_t r0, int64_t n) {
+    const Tensor l = logits(r0, n);
+    std::vector<int> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = int(std::max_element(l.row(i), l.row(i) + l.cols()) - l.row(i));
+    return out;
+}
 
 namespace {
 
 class CpuEngine final : public StreamEngine {
 public:
-    explicit CpuEngine(std::shared_ptr<const Model> m) : m_(std::move(m)), dec_(m_->weights.dec, m_->hp.text) {}
+    explicit CpuEngine(std::shared_ptr<const Model> m) : m_(std::move(m)), dec_(m_->weights.dec, m_->hp.text) {
+        screen_ = m_->head_screen(); // once per model: here rather than inside the first final
+    }
     Tensor stem(const Tensor& mel) override {
         return encode_stem_chunk(m_->weights.enc, m_->hp.audio, mel.ptr(), mel.cols(), mel.cols());
     }
@@ -39,12 +50,19 @@ public:
         std::memcpy(hr.ptr(), h_.row(r0), size_t(n * D) * sizeof(float));
         return dec_.logits(hr);
     }
+    std::vector<int> argmax(int64_t r0, int64_t n) override {
+        if (r0 < 0 || n < 0 || r0 + n > h_.rows()) fail("stream", "logits of rows outside the last pass");
+        std::vector<int> out(static_cast<size_t>(n));
+        ops::head_argmax(h_.row(r0), n, dec_.head(), screen_, out.data());
+        return out;
+    }
 
 private:
     std::shared_ptr<const Model> m_;
     Decoder dec_;
     KvCache cache_;
     Tensor h_;
+    const ops::HeadScreen* screen_ = nullptr;
 };
 
 class DeviceEngine final : public StreamEngine {

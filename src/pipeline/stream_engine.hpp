@@ -29,6 +29,9 @@ public:
     virtual void forward(Tensor x) = 0;
     // Logits [n, V] of rows r0 … r0+n-1 of the last forward().
     virtual Tensor logits(int64_t r0, int64_t n) = 0;
+    // Greedy tokens of rows r0 … r0+n-1 of the last forward(): the first index of each row's maximum logit. The
+    // CPU engine finds them without computing every logit exactly (ops::head_argmax); by default, from logits().
+    virtual std::vector<int> argmax(int64_t r0, int64_t n);
 };
 
 // The model's device when it has one, else the CPU.
