@@ -155,12 +155,20 @@ void head_argmax(const float* h, int64_t n, const WeightMatrix& W, const HeadScr
         return;
     }
 #ifdef QASR_HAVE_AMX
+    // The bf16 AMX product (x and w rounded to bf16, float32 sums: the arithmetic B_j is derived for), for any n
     std::vector<float> approx(size_t(n * V));
-    {
-        Bf16GemmScope bf16(true);
-        gemm(h, n, W, approx.data()); // AMX for any n (linear would take the matrix-vector path for one row)
-    }
     const auto* codes = static_cast<const uint8_t*>(W.data);
+    {
+        thread_local std::vector<uint16_t> xbuf;
+        xbuf.resize(cpu::amx_packed_x_size(n, K));
+        cpu::AmxPackedX px;
+        cpu::amx_pack_x(h, n, K, xbuf.data(), px);
+        const int64_t tiles = (V + 127) / 128;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(int(std::min<int64_t>(num_threads(), tiles)))
+        for (int64_t t = 0; t < tiles; ++t)
+            cpu::amx_q_gemm_rows(codes, W.scales, W.biases, K, W.bits, W.group_size, t * 128,
+                                 std::min<int64_t>(128, V - t * 128), px, approx.data() + t * 128, V);
+    }
     const double u = std::ldexp(1.0, -24), acc = 2.0 * double(K + 64) * u; // both sums' accumulation, with margin
     std::vector<int64_t> cand;
     std::vector<float> exact;
