@@ -3,6 +3,7 @@
 // For each M: all decoder matrices once (ops::linear, as a decoder pass runs them), the LM head (in the decoder's
 // precision scope, and as Decoder::logits runs it: float32 path), and a whole
 // Decoder::forward of M positions after a 150-position cache. Best of 5 after one warm-up (ms).
+// GEMM_BENCH_CHECKSUM=1: also a hash of the outputs (forward: and the cache rows written), to compare builds bit for bit.
 #include "model/decoder.hpp"
 #include "model/encoder.hpp"
 #include "model/model.hpp"
@@ -20,6 +21,11 @@ namespace {
 double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+uint64_t fnv_bytes(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+    return h;
+}
+uint64_t fnv(const Tensor& t) { return fnv_bytes(t.ptr(), t.size() * 4); }
 template <typename F> double best_of(int n, F f) {
     f();
     double best = 1e30;
@@ -56,7 +62,9 @@ int main(int argc, char** argv) {
             Tensor x({M, int64_t(ahp.d_model)});
             for (auto& v : x.data) v = 0.1f * nd(rng);
             const double ms = best_of(5, [&] { encode_rows(model->weights.enc, ahp, x, M); });
-            std::printf("encoder rows %lld: %.1f ms\n", (long long)M, ms);
+            std::printf("encoder rows %lld: %.1f ms", (long long)M, ms);
+            if (std::getenv("GEMM_BENCH_CHECKSUM")) std::printf("  checksum %016llx", (unsigned long long)fnv(encode_rows(model->weights.enc, ahp, x, M)));
+            std::printf("\n");
         }
         return 0;
     }
@@ -90,6 +98,19 @@ int main(int argc, char** argv) {
             dec.forward(in, base);
             base.truncate(150, kv_row);
         });
-        std::printf("%6lld %12.1f %10.1f %12.1f %12.1f\n", (long long)M, mats, hd, hd32, fw);
+        std::printf("%6lld %12.1f %10.1f %12.1f %12.1f", (long long)M, mats, hd, hd32, fw);
+        if (std::getenv("GEMM_BENCH_CHECKSUM")) { // the pass's output and the cache rows it wrote, bit for bit
+            const Tensor out = dec.forward(in, base);
+            uint64_t h = fnv(out);
+            const size_t es = base.bf16 ? 2 : 4;
+            for (size_t l = 0; l < base.k.size(); ++l)
+                for (int64_t c = 0; c < base.heads; ++c)
+                    for (const void* kv : {base.k[l], base.v[l]})
+                        h = fnv_bytes(static_cast<const char*>(kv) + size_t((c * base.cap + 150) * base.head_dim) * es,
+                                      size_t(M * base.head_dim) * es, h);
+            base.truncate(150, kv_row);
+            std::printf("  checksum %016llx", (unsigned long long)h);
+        }
+        std::printf("\n");
     }
 }

@@ -140,11 +140,19 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
     cache.reserve(past + n, Hkv, hd, kv_cache_bf16(w_.bf16_compute));
     std::vector<float> cs(size_t(n * hd)); // RoPE angles of these positions, shared by every layer
     ops::rope_table(n, hd, past, inv_freq_.data(), cs.data());
-    // Activations allocated once per pass and reused by every layer (the products write their outputs whole).
+    // Activations: per-thread buffers reused by every layer and every pass (the products write their outputs whole,
+    // so no zero fill; a fresh allocation per pass cost page faults and clearing, ~3 % of a 146-row pass).
     const bool any = !w_.layers.empty();
     const int64_t Nq = any ? w_.layers[0].q.w.rows : 0, Nkv = any ? w_.layers[0].k.w.rows : 0;
     const int64_t I = any ? w_.layers[0].gate.w.rows : 0;
-    Tensor u({n, D}), q({n, Nq}), k({n, Nkv}), v({n, Nkv}), o({n, Hq * hd}), a({n, D}), g({n, I}), up({n, I});
+    thread_local Tensor buf[8];
+    const auto shaped = [&](int i, int64_t cols) -> Tensor& {
+        buf[i].shape = {n, cols};
+        buf[i].data.resize(size_t(n * cols));
+        return buf[i];
+    };
+    Tensor &u = shaped(0, D), &q = shaped(1, Nq), &k = shaped(2, Nkv), &v = shaped(3, Nkv), &o = shaped(4, Hq * hd),
+           &a = shaped(5, D), &g = shaped(6, I), &up = shaped(7, I);
     // several matrices of one input: fused matrix-vector products for one row, one GEMM each otherwise
     const auto products = [&](const Tensor& in, std::vector<const WeightMatrix*> Ws, std::vector<Tensor*> ys) {
         if (n == 1) {
@@ -160,16 +168,25 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         }
         ops::linear_multi_rows(in.ptr(), n, Ws.data(), out.data(), Ws.size());
     };
+    // Row-parallel steps between the products (ops::add_rms_norm_rows, ops::qk_norm_rope_rows): the values of
+    // add / copy / rms_norm / rope_cs / the cache write op by op, in fewer parallel regions.
+    struct Put {
+        KvCache* cache;
+        size_t li;
+        const float *k, *v;
+        int64_t row, past;
+    };
+    const auto put = [](void* ctx, int64_t t) {
+        const Put& p = *static_cast<const Put*>(ctx);
+        p.cache->write(p.li, p.k + t * p.row, p.v + t * p.row, p.past + t, 1);
+    };
+    if (any) ops::add_rms_norm_rows(x.ptr(), nullptr, u.ptr(), n, D, w_.layers[0].in_norm.ptr(), hp_.rms_eps);
     for (size_t li = 0; li < w_.layers.size(); ++li) {
         const DecoderLayerW& l = w_.layers[li];
-        std::memcpy(u.ptr(), x.ptr(), size_t(n * D) * 4);
-        ops::rms_norm(u.ptr(), n, D, l.in_norm.ptr(), hp_.rms_eps);
         products(u, {&l.q.w, &l.k.w, &l.v.w}, {&q, &k, &v});
-        ops::rms_norm(q.ptr(), n * Hq, hd, l.q_norm.ptr(), hp_.rms_eps);
-        ops::rms_norm(k.ptr(), n * Hkv, hd, l.k_norm.ptr(), hp_.rms_eps);
-        ops::rope_cs(q.ptr(), n, Hq, hd, cs.data());
-        ops::rope_cs(k.ptr(), n, Hkv, hd, cs.data());
-        cache.write(li, k.ptr(), v.ptr(), past, n);
+        Put pc{&cache, li, k.ptr(), v.ptr(), Nkv, past};
+        ops::qk_norm_rope_rows(q.ptr(), k.ptr(), n, Hq, Hkv, hd, l.q_norm.ptr(), l.k_norm.ptr(), hp_.rms_eps,
+                               cs.data(), put, &pc);
         ops::KvView kv;
         kv.k = cache.k[li];
         kv.v = cache.v[li];
@@ -178,18 +195,24 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         kv.bf16 = cache.bf16;
         ops::causal_attention(q.ptr(), kv, o.ptr(), n, past, Hq, Hkv, hd);
         products(o, {&l.o.w}, {&a});
-        ops::add(x.ptr(), a.ptr(), x.size());
-        std::memcpy(u.ptr(), x.ptr(), size_t(n * D) * 4);
-        ops::rms_norm(u.ptr(), n, D, l.post_norm.ptr(), hp_.rms_eps);
-        products(u, {&l.gate.w, &l.up.w}, {&g, &up});
-        // the quantized checkpoints' multi-row pass takes the vectorized exp; float checkpoints and the
-        // single-row step keep ops::silu_mul
-        if (n > 1 && w_.bf16_compute) ops::silu_mul_fast(g.ptr(), up.ptr(), g.size());
-        else ops::silu_mul(g.ptr(), up.ptr(), g.size());
+        ops::add_rms_norm_rows(x.ptr(), a.ptr(), u.ptr(), n, D, l.post_norm.ptr(), hp_.rms_eps);
+        // the quantized checkpoints' multi-row pass takes the vectorized exp (fused into the gate/up product where
+        // it can be); float checkpoints and the single-row step keep ops::silu_mul
+        if (n > 1 && w_.bf16_compute) {
+            ops::linear_swiglu_rows(u.ptr(), n, l.gate.w, l.up.w, g.ptr());
+        } else {
+            products(u, {&l.gate.w, &l.up.w}, {&g, &up});
+            ops::silu_mul(g.ptr(), up.ptr(), g.size());
+        }
         products(g, {&l.down.w}, {&a});
-        ops::add(x.ptr(), a.ptr(), x.size());
+        // the residual, and the next layer's input norm
+        const bool last = li + 1 == w_.layers.size();
+        ops::add_rms_norm_rows(x.ptr(), a.ptr(), last ? nullptr : u.ptr(), n, D,
+                               last ? nullptr : w_.layers[li + 1].in_norm.ptr(), hp_.rms_eps);
         if (tap) (*tap)("dec_layer." + std::to_string(li), x);
     }
+    if (n * (D + Nq + 2 * Nkv + Hq * hd + D + 2 * I) > (int64_t(16) << 20)) // keep at most 64 MB per thread
+        for (Tensor& t : buf) t = Tensor();
     cache.len = past + n;
     ops::rms_norm(x.ptr(), n, D, w_.norm.ptr(), hp_.rms_eps);
     return x;

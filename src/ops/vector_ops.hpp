@@ -17,6 +17,23 @@ void silu_mul_fast(float* gate, const float* up, size_t n);
 // values); quantized matrices in the bf16 scope with AMX go through one parallel pass with x packed once.
 void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws, float* const* ys, size_t count);
 
+// h = silu(x·gateᵀ)·(x·upᵀ) [M, gate.rows] for two matrices of one shape: the values of linear_multi_rows on both
+// followed by silu_mul_fast (bit for bit). Quantized matrices in the bf16 scope with AMX and the AVX-512 table
+// are combined per 32-row block inside the product (cpu::amx_q_swiglu_rows: neither product is written out);
+// otherwise it runs exactly that sequence (with a scratch buffer for the up product).
+void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, const WeightMatrix& up, float* h);
+
+// Row-parallel pieces of the multi-row decoder pass, each bit for bit the per-op sequence it replaces (the same
+// serial kernels per row; rows are independent): fewer parallel regions per layer and no serial stretches.
+// x[r] += a[r] (a may be null: no add), then, if u is not null, u[r] = rms_norm(x[r]) (w, eps), for rows r < n of
+// width d: ops::add + a copy + ops::rms_norm.
+void add_rms_norm_rows(float* x, const float* a, float* u, int64_t n, int64_t d, const float* w, float eps);
+// Per row t < n of q [n, Hq·hd] and k [n, Hkv·hd]: the heads RMS-normalized (qw, kw: [hd]), then rotated with row t
+// of the RoPE table cs [n, hd] (ops::rope_cs), then put(t) (e.g. the row's KV-cache write), on the team: the same
+// values as ops::rms_norm over n·Hq and n·Hkv rows, ops::rope_cs on q and k, and put over all rows afterwards.
+void qk_norm_rope_rows(float* q, float* k, int64_t n, int64_t Hq, int64_t Hkv, int64_t hd, const float* qw,
+                       const float* kw, float eps, const float* cs, void (*put)(void* ctx, int64_t t), void* ctx);
+
 // y[i] = f32_to_bf16(x[i]) (nearest even, NaN quiet), bit for bit, vectorized where the AVX-512 table is active.
 void round_to_bf16(const float* x, uint16_t* y, size_t n);
 

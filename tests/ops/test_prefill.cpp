@@ -190,6 +190,110 @@ TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
     ops::set_num_threads(0);
 }
 
+// linear_swiglu_rows is linear_multi_rows on gate and up followed by silu_mul_fast, bit for bit (under avx512 with
+// AMX the fused kernel, otherwise that very sequence): 8- and 4-bit pairs, group sizes 64 and 32, K = 256 and 96
+// (a partial column chunk), row counts with a tail of the 64-row tiles and of the 32-row blocks, x row counts on
+// both sides of the 32-row blocking (and 1: the matrix-vector path), 1 and 2 threads.
+TEST(Kernels, LinearSwigluRowsEqualsProductsThenSiluMulFast) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    struct Case {
+        int64_t N, K;
+        int bits, gs;
+    };
+    std::mt19937 r(29);
+    for (const Case c : {Case{200, 256, 8, 64}, Case{72, 256, 4, 64}, Case{45, 96, 8, 32}}) {
+        std::vector<uint8_t> codes[2];
+        std::vector<uint16_t> s[2], b[2];
+        WeightMatrix w[2];
+        for (int i = 0; i < 2; ++i) {
+            codes[i].resize(size_t(c.N * c.K * c.bits / 8));
+            for (auto& v : codes[i])
+                v = uint8_t(r());
+            const auto sf = gauss(size_t(c.N * c.K / c.gs), uint32_t(c.N + i), 0.01f),
+                       bf = gauss(sf.size(), uint32_t(c.N + i + 7), 0.1f);
+            for (size_t j = 0; j < sf.size(); ++j)
+                s[i].push_back(f32_to_bf16(sf[j])), b[i].push_back(f32_to_bf16(bf[j]));
+            w[i].fmt = WFormat::Q;
+            w[i].rows = c.N;
+            w[i].cols = c.K;
+            w[i].bits = c.bits;
+            w[i].group_size = c.gs;
+            w[i].data = codes[i].data();
+            w[i].scales = s[i].data();
+            w[i].biases = b[i].data();
+        }
+        ops::Bf16GemmScope scope(true);
+        for (const int threads : {1, 2})
+            for (const int64_t M : {1, 2, 17, 33, 70}) {
+                ops::set_num_threads(threads);
+                const auto x = gauss(size_t(M * c.K), uint32_t(M * 3 + c.N), 1.0f);
+                std::vector<float> ref(size_t(M * c.N)), up(ref.size()),
+                    got(ref.size() + 1, std::numeric_limits<float>::quiet_NaN());
+                const WeightMatrix* Ws[2] = {&w[0], &w[1]};
+                float* ys[2] = {ref.data(), up.data()};
+                ops::linear_multi_rows(x.data(), M, Ws, ys, 2);
+                ops::silu_mul_fast(ref.data(), up.data(), ref.size());
+                ops::linear_swiglu_rows(x.data(), M, w[0], w[1], got.data());
+                EXPECT_TRUE(std::isnan(got.back())) << "wrote past the end";
+                got.pop_back();
+                EXPECT_EQ(got, ref) << "N " << c.N << " K " << c.K << " bits " << c.bits << " M " << M << " threads "
+                                    << threads;
+            }
+    }
+    ops::set_num_threads(0);
+}
+
+// The row-parallel pieces of the multi-row pass equal the op sequences they replace, bit for bit, and put() sees
+// every row once: add + copy + rms_norm (with and without the add and the norm), q/k head norms + RoPE.
+TEST(Kernels, RowFusedNormsEqualOpSequence) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    for (const int threads : {1, 2})
+        for (const int64_t n : {1, 3, 40}) {
+            ops::set_num_threads(threads);
+            for (const int64_t d : {100, 1024}) {
+                const auto x0 = gauss(size_t(n * d), uint32_t(n + d), 2.0f), a = gauss(x0.size(), uint32_t(n * d), 1.0f);
+                const auto w = gauss(size_t(d), uint32_t(d), 1.0f);
+                for (const bool with_add : {false, true})
+                    for (const bool with_norm : {false, true}) {
+                        std::vector<float> xr = x0, ur(x0.size()), xg = x0, ug(x0.size(), -1.0f);
+                        if (with_add) ops::add(xr.data(), a.data(), xr.size());
+                        if (with_norm) {
+                            ur = xr;
+                            ops::rms_norm(ur.data(), n, d, w.data(), 1e-6f);
+                        }
+                        ops::add_rms_norm_rows(xg.data(), with_add ? a.data() : nullptr, with_norm ? ug.data() : nullptr,
+                                               n, d, w.data(), 1e-6f);
+                        EXPECT_EQ(xg, xr) << n << " " << d;
+                        if (with_norm) {
+                            EXPECT_EQ(ug, ur) << n << " " << d;
+                        }
+                    }
+            }
+            const int64_t Hq = 4, Hkv = 2, hd = 64;
+            auto q = gauss(size_t(n * Hq * hd), uint32_t(n), 3.0f), k = gauss(size_t(n * Hkv * hd), uint32_t(n + 1), 3.0f);
+            const auto qw = gauss(size_t(hd), 5, 1.0f), kw = gauss(size_t(hd), 6, 1.0f);
+            std::vector<float> inv(size_t(hd / 2)), cs(size_t(n * hd));
+            for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(std::pow(1e6, -2.0 * double(i) / double(hd)));
+            ops::rope_table(n, hd, 37, inv.data(), cs.data());
+            auto qr = q, kr = k;
+            ops::rms_norm(qr.data(), n * Hq, hd, qw.data(), 1e-6f);
+            ops::rms_norm(kr.data(), n * Hkv, hd, kw.data(), 1e-6f);
+            ops::rope_cs(qr.data(), n, Hq, hd, cs.data());
+            ops::rope_cs(kr.data(), n, Hkv, hd, cs.data());
+            std::vector<int> seen(size_t(n), 0);
+            ops::qk_norm_rope_rows(q.data(), k.data(), n, Hq, Hkv, hd, qw.data(), kw.data(), 1e-6f, cs.data(),
+                                   [](void* ctx, int64_t t) {
+#pragma omp atomic
+                                       ++(*static_cast<std::vector<int>*>(ctx))[size_t(t)];
+                                   },
+                                   &seen);
+            EXPECT_EQ(q, qr) << n;
+            EXPECT_EQ(k, kr) << n;
+            EXPECT_EQ(seen, std::vector<int>(size_t(n), 1)) << n;
+        }
+    ops::set_num_threads(0);
+}
+
 // round_to_bf16 is f32_to_bf16 bit for bit: ties to even both ways, denormals, infinities, NaN (kept quiet).
 TEST(Kernels, RoundToBf16IsExact) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";

@@ -4,6 +4,7 @@
 // layout: tile (m16, k32) row r holds (x[m][2r], x[m][2r+1]) for the 16 m). C tiles hold yᵀ and are transposed on
 // the way out. Blocks of 32 W rows × 32 x rows use all 8 tiles (4 C, 2 A, 2 B).
 #include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/exp_avx512.hpp"
 #include "backend/cpu/transpose16.hpp"
 
 #include <immintrin.h>
@@ -209,76 +210,103 @@ void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* bia
 
 namespace {
 
-// 32 rows of A at a time are written KC columns at a time (fill(r, k0, kc, dst): row r of the rows handled, columns
-// [k0, k0 + kc) as bf16 at dst) into an aligned L1-resident buffer and multiplied right away, so the A tiles come
-// from L1. With at most 32 x rows the C tiles stay in tile registers for the whole block; with more, each block of
-// 32 x rows keeps its C tiles in yT (L1) between column chunks (exact: float32 stored and reloaded). K (a multiple
-// of 32) and KC (a multiple of 32) need not divide each other. → y[m, r] for r < rows, m < px.M.
+// One block of nr ≤ 32 rows of A (fill(r, k0, kc, dst): row r of the block, columns [k0, k0 + kc) as bf16 at dst),
+// written KC columns at a time into the aligned L1-resident buffer wb (32·KC) and multiplied right away, so the A
+// tiles come from L1 → yT (32 rows, row stride Mp; rows past nr are zero). With at most 32 x rows the C tiles stay
+// in tile registers for the whole block; with more, each block of 32 x rows keeps its C tiles in yT (L1) between
+// column chunks (exact: float32 stored and reloaded). K (a multiple of 32) and KC (a multiple of 32) need not
+// divide each other.
 template <typename Fill>
-void chunked_rows(int64_t rows, int64_t K, int64_t KC, const AmxPackedX& px, float* y, int64_t ldy, Fill fill) {
-    amx_load_tile_config();
+void block_rows(int64_t nr, int64_t K, int64_t KC, const AmxPackedX& px, float* yT, uint16_t* wb, Fill fill) {
     const int64_t Mp = px.Mp, KB = px.Kp / 32;
-    thread_local std::vector<uint16_t> wbv;
-    thread_local std::vector<float> yTv;
-    float* const yT = aligned_buf(yTv, size_t(32 * Mp));
-    uint16_t* const wb = aligned_buf(wbv, size_t(32 * KC));
     const bool small = Mp <= 32;
-    for (int64_t blk = 0; blk < rows; blk += 32) {
-        const int64_t nr = std::min<int64_t>(32, rows - blk);
-        if (nr < 32) std::fill(wb + nr * KC, wb + 32 * KC, uint16_t(0));
-        if (small) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-        }
-        for (int64_t k0 = 0; k0 < K; k0 += KC) {
-            const int64_t kc = std::min(KC, K - k0);
-            for (int64_t r = 0; r < nr; ++r) fill(blk + r, k0, kc, wb + r * KC);
-            for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
-                const bool two = m0 + 32 <= Mp;
-                const uint16_t* b0p = px.data + (m0 / 16) * KB * 512;
-                const uint16_t* b1p = b0p + KB * 512;
-                float* c = yT + m0;
-                if (!small) {
-                    if (k0 == 0) {
-                        _tile_zero(0);
-                        _tile_zero(1);
-                        _tile_zero(2);
-                        _tile_zero(3);
-                    } else {
-                        _tile_loadd(0, c, Mp * 4);
-                        _tile_loadd(2, c + 16 * Mp, Mp * 4);
-                        if (two) {
-                            _tile_loadd(1, c + 16, Mp * 4);
-                            _tile_loadd(3, c + 16 * Mp + 16, Mp * 4);
-                        }
-                    }
-                }
-                for (int64_t kb = 0; kb < kc / 32; ++kb) {
-                    const int64_t kx = k0 / 32 + kb;
-                    _tile_loadd(4, wb + kb * 32, KC * 2);
-                    _tile_loadd(5, wb + 16 * KC + kb * 32, KC * 2);
-                    _tile_loadd(6, b0p + kx * 512, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(2, 5, 6);
+    if (nr < 32) std::fill(wb + nr * KC, wb + 32 * KC, uint16_t(0));
+    if (small) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        const int64_t kc = std::min(KC, K - k0);
+        for (int64_t r = 0; r < nr; ++r) fill(r, k0, kc, wb + r * KC);
+        for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
+            const bool two = m0 + 32 <= Mp;
+            const uint16_t* b0p = px.data + (m0 / 16) * KB * 512;
+            const uint16_t* b1p = b0p + KB * 512;
+            float* c = yT + m0;
+            if (!small) {
+                if (k0 == 0) {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                } else {
+                    _tile_loadd(0, c, Mp * 4);
+                    _tile_loadd(2, c + 16 * Mp, Mp * 4);
                     if (two) {
-                        _tile_loadd(7, b1p + kx * 512, 64);
-                        _tile_dpbf16ps(1, 4, 7);
-                        _tile_dpbf16ps(3, 5, 7);
-                    }
-                }
-                if (!small || k0 + kc >= K) {
-                    _tile_stored(0, c, Mp * 4);
-                    _tile_stored(2, c + 16 * Mp, Mp * 4);
-                    if (two) {
-                        _tile_stored(1, c + 16, Mp * 4);
-                        _tile_stored(3, c + 16 * Mp + 16, Mp * 4);
+                        _tile_loadd(1, c + 16, Mp * 4);
+                        _tile_loadd(3, c + 16 * Mp + 16, Mp * 4);
                     }
                 }
             }
+            for (int64_t kb = 0; kb < kc / 32; ++kb) {
+                const int64_t kx = k0 / 32 + kb;
+                _tile_loadd(4, wb + kb * 32, KC * 2);
+                _tile_loadd(5, wb + 16 * KC + kb * 32, KC * 2);
+                _tile_loadd(6, b0p + kx * 512, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(2, 5, 6);
+                if (two) {
+                    _tile_loadd(7, b1p + kx * 512, 64);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            if (!small || k0 + kc >= K) {
+                _tile_stored(0, c, Mp * 4);
+                _tile_stored(2, c + 16 * Mp, Mp * 4);
+                if (two) {
+                    _tile_stored(1, c + 16, Mp * 4);
+                    _tile_stored(3, c + 16 * Mp + 16, Mp * 4);
+                }
+            }
         }
-        transpose_out(yT, Mp, px.M, nr, y + blk, ldy);
+    }
+}
+
+// Rows [0, rows) of A in blocks of 32 (fill(r, k0, kc, dst) with r counted from 0) → y[m, r] for r < rows,
+// m < px.M.
+template <typename Fill>
+void chunked_rows(int64_t rows, int64_t K, int64_t KC, const AmxPackedX& px, float* y, int64_t ldy, Fill fill) {
+    amx_load_tile_config();
+    thread_local std::vector<uint16_t> wbv;
+    thread_local std::vector<float> yTv;
+    float* const yT = aligned_buf(yTv, size_t(32 * px.Mp));
+    uint16_t* const wb = aligned_buf(wbv, size_t(32 * KC));
+    for (int64_t blk = 0; blk < rows; blk += 32) {
+        const int64_t nr = std::min<int64_t>(32, rows - blk);
+        block_rows(nr, K, KC, px, yT, wb, [&](int64_t r, int64_t k0, int64_t kc, uint16_t* dst) { fill(blk + r, k0, kc, dst); });
+        transpose_out(yT, px.Mp, px.M, nr, y + blk, ldy);
+    }
+}
+
+// h[m, n] = silu(gT[n, m])·uT[n, m] (silu_mul512, the arithmetic of ops::silu_mul_fast) for n < n_valid, m < M:
+// transpose_out of both blocks, combined before the store.
+void transpose_swiglu_out(const float* gT, const float* uT, int64_t Mp, int64_t M, int64_t n_valid, float* h,
+                          int64_t ldh) {
+    for (int64_t n0 = 0; n0 < n_valid; n0 += 16) {
+        const int64_t nn = std::min<int64_t>(16, n_valid - n0);
+        const __mmask16 mask = __mmask16((1u << nn) - 1u);
+        for (int64_t m0 = 0; m0 < M; m0 += 16) {
+            __m512 g[16], u[16];
+            for (int i = 0; i < 16; ++i) g[i] = _mm512_loadu_ps(gT + (n0 + i) * Mp + m0);
+            transpose16x16(g);
+            for (int i = 0; i < 16; ++i) u[i] = _mm512_loadu_ps(uT + (n0 + i) * Mp + m0);
+            transpose16x16(u);
+            const int64_t mm = std::min<int64_t>(16, M - m0);
+            for (int64_t i = 0; i < mm; ++i) _mm512_mask_storeu_ps(h + (m0 + i) * ldh + n0, mask, silu_mul512(g[i], u[i]));
+        }
     }
 }
 
@@ -320,6 +348,42 @@ void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* b
         for (int64_t o = 0; o < kc * bits / 8; o += 64) _mm_prefetch((const char*)(nxt + o), _MM_HINT_T0);
         deq_groups(row, scales + (n0 + r) * ng, biases + (n0 + r) * ng, k0 / gs, (k0 + kc) / gs, bits, gs, dst);
     });
+}
+
+void amx_q_swiglu_rows(const QMatrixRef& gate, const QMatrixRef& up, int64_t K, int64_t n0, int64_t rows,
+                       const AmxPackedX& px, float* h, int64_t ldh) {
+    amx_load_tile_config();
+    const int bits = gate.bits, gs = gate.gs;
+    const int64_t ng = K / gs, row_bytes = K * bits / 8;
+    const int64_t KC = std::max<int64_t>(gs, 256 / gs * gs);
+    thread_local std::vector<uint16_t> wbv;
+    thread_local std::vector<float> gTv, uTv;
+    float* const gT = aligned_buf(gTv, size_t(32 * px.Mp));
+    float* const uT = aligned_buf(uTv, size_t(32 * px.Mp));
+    uint16_t* const wb = aligned_buf(wbv, size_t(32 * KC));
+    {
+        const char* p0 = reinterpret_cast<const char*>(gate.W + n0 * row_bytes);
+        const int64_t bytes = std::min<int64_t>(32, rows) * row_bytes;
+        for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p0 + o, _MM_HINT_T1);
+    }
+    // the gate block, then the up block of the same rows, then both combined; each fill prefetches the codes
+    // multiplied next (gate → the same rows of up, up → the next rows of gate)
+    for (int64_t blk = 0; blk < rows; blk += 32) {
+        const int64_t nr = std::min<int64_t>(32, rows - blk), r0 = n0 + blk;
+        block_rows(nr, K, KC, px, gT, wb, [&](int64_t r, int64_t k0, int64_t kc, uint16_t* dst) {
+            const uint8_t* nxt = up.W + (r0 + r) * row_bytes + k0 * bits / 8;
+            for (int64_t o = 0; o < kc * bits / 8; o += 64) _mm_prefetch((const char*)(nxt + o), _MM_HINT_T0);
+            deq_groups(gate.W + (r0 + r) * row_bytes, gate.scales + (r0 + r) * ng, gate.biases + (r0 + r) * ng, k0 / gs,
+                       (k0 + kc) / gs, bits, gs, dst);
+        });
+        block_rows(nr, K, KC, px, uT, wb, [&](int64_t r, int64_t k0, int64_t kc, uint16_t* dst) {
+            const uint8_t* nxt = gate.W + (r0 + r + 32) * row_bytes + k0 * bits / 8;
+            for (int64_t o = 0; o < kc * bits / 8; o += 64) _mm_prefetch((const char*)(nxt + o), _MM_HINT_T0);
+            deq_groups(up.W + (r0 + r) * row_bytes, up.scales + (r0 + r) * ng, up.biases + (r0 + r) * ng, k0 / gs,
+                       (k0 + kc) / gs, bits, gs, dst);
+        });
+        transpose_swiglu_out(gT, uT, px.Mp, px.M, nr, h + blk, ldh);
+    }
 }
 
 namespace {

@@ -35,6 +35,19 @@ void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid,
 void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                      int64_t n0, int64_t rows, const AmxPackedX& px, float* y, int64_t ldy);
 
+// SwiGLU of two MLX affine matrices of one shape (gate, up: same K, bits, gs; gs a multiple of 32 dividing K):
+// h[m, r] = silu(x·gateᵀ)[m, n0 + r]·(x·upᵀ)[m, n0 + r] (row stride ldh) for r < rows, m < px.M. Per 32-row block
+// the gate and up products run as amx_q_gemm_rows runs them (same float32 values) and are combined on the way out
+// with the vector exp of ops::silu_mul_fast, so h equals amx_q_gemm_rows of both followed by silu_mul_avx512, bit
+// for bit, without writing the two products out.
+struct QMatrixRef {
+    const uint8_t* W;
+    const uint16_t *scales, *biases;
+    int bits, gs;
+};
+void amx_q_swiglu_rows(const QMatrixRef& gate, const QMatrixRef& up, int64_t K, int64_t n0, int64_t rows,
+                       const AmxPackedX& px, float* h, int64_t ldh);
+
 // Rows [r0, r1) of an MLX affine matrix (gs a multiple of 32) dequantized straight to bf16, row stride ldo
 // (float32 s·q + b rounded to nearest even; vectorized for 8 and 4 bits).
 void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,

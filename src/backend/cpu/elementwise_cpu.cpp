@@ -2,6 +2,7 @@
 #include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
+#include "ops/vector_ops.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -92,6 +93,35 @@ void rms_norm(float* x, int64_t rows, int64_t d, const float* w, float eps) {
     // (not the per-head q/k norms of a decode step: 16 × 128 values)
 #pragma omp parallel for if (rows > 8 && rows * d >= 16384)
     for (int64_t r = 0; r < rows; ++r) cpu::rms_norm_serial(x + r * d, 1, d, w, eps);
+}
+
+void add_rms_norm_rows(float* x, const float* a, float* u, int64_t n, int64_t d, const float* w, float eps) {
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t r = 0; r < n; ++r) {
+        float* xr = x + r * d;
+        if (a) {
+            const float* ar = a + r * d;
+            for (int64_t i = 0; i < d; ++i) xr[i] += ar[i];
+        }
+        if (u) {
+            std::copy(xr, xr + d, u + r * d);
+            cpu::rms_norm_serial(u + r * d, 1, d, w, eps);
+        }
+    }
+}
+
+void qk_norm_rope_rows(float* q, float* k, int64_t n, int64_t Hq, int64_t Hkv, int64_t hd, const float* qw,
+                       const float* kw, float eps, const float* cs, void (*put)(void* ctx, int64_t t), void* ctx) {
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t t = 0; t < n; ++t) {
+        float* qt = q + t * Hq * hd;
+        float* kt = k + t * Hkv * hd;
+        cpu::rms_norm_serial(qt, Hq, hd, qw, eps);
+        cpu::rms_norm_serial(kt, Hkv, hd, kw, eps);
+        rope_cs(qt, 1, Hq, hd, cs + t * hd);
+        rope_cs(kt, 1, Hkv, hd, cs + t * hd);
+        if (put) put(ctx, t);
+    }
 }
 
 void gelu_erf(float* x, size_t n) {

@@ -23,4 +23,10 @@ inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, nn);
 }
 
+// silu(g)·u = g / (1 + e^(−g)) · u with exp512 (ops::silu_mul_fast's arithmetic, per lane).
+inline __m512 silu_mul512(__m512 g, __m512 u) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
 } // namespace qasr::cpu

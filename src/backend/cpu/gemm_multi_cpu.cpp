@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "ops/ops.hpp"
+#include "backend/cpu/kernels.hpp"
 #ifdef QASR_HAVE_AMX
 #include "backend/cpu/amx_gemm.hpp"
 #endif
@@ -52,6 +53,40 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
 #endif
     for (size_t i = 0; i < count; ++i)
         linear(x, M, *Ws[i], nullptr, ys[i]);
+}
+
+void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, const WeightMatrix& up, float* h) {
+    if (M <= 0) return;
+    if (gate.rows != up.rows || gate.cols != up.cols) fail("linear", "linear_swiglu_rows: gate and up differ in shape");
+    const int64_t N = gate.rows, K = gate.cols;
+#ifdef QASR_HAVE_AMX
+    const bool fused = M > 1 && gate.fmt == WFormat::Q && up.fmt == WFormat::Q && gate.bits == up.bits &&
+                       gate.group_size == up.group_size && gate.group_size % 32 == 0 && K % gate.group_size == 0;
+    if (fused && bf16_gemm_enabled() && cpu::amx_available() && cpu::kernels().isa == cpu::Isa::Avx512) {
+        thread_local std::vector<uint16_t> xbuf;
+        xbuf.resize(cpu::amx_packed_x_size(M, K));
+        cpu::AmxPackedX px;
+        cpu::amx_pack_x(x, M, K, xbuf.data(), px);
+        const cpu::QMatrixRef g{static_cast<const uint8_t*>(gate.data), gate.scales, gate.biases, gate.bits,
+                                gate.group_size};
+        const cpu::QMatrixRef u{static_cast<const uint8_t*>(up.data), up.scales, up.biases, up.bits, up.group_size};
+        // 64-row tiles (each runs both matrices: the work of two 64-row tiles of linear_multi_rows)
+        const int64_t tiles = (N + 63) / 64;
+        const int nt = int(std::min<int64_t>(num_threads(), tiles));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int64_t t = 0; t < tiles; ++t) {
+            const int64_t n0 = t * 64;
+            cpu::amx_q_swiglu_rows(g, u, K, n0, std::min<int64_t>(64, N - n0), px, h + n0, N);
+        }
+        return;
+    }
+#endif
+    thread_local std::vector<float> ubuf;
+    ubuf.resize(size_t(M * N));
+    const WeightMatrix* Ws[2] = {&gate, &up};
+    float* ys[2] = {h, ubuf.data()};
+    linear_multi_rows(x, M, Ws, ys, 2);
+    silu_mul_fast(h, ubuf.data(), size_t(M * N));
 }
 
 } // namespace qasr::ops

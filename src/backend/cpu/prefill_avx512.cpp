@@ -200,23 +200,14 @@ void amx_causal_attention(const float* q, const uint16_t* k, const uint16_t* v, 
     }
 }
 
-namespace {
-
-inline __m512 silu_mul16(__m512 g, __m512 u) {
-    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
-}
-
-} // namespace
-
 void silu_mul_avx512(float* gate, const float* up, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(gate + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+        _mm512_storeu_ps(gate + i, silu_mul512(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
     if (i < n) {
         const __mmask16 m = __mmask16((1u << (n - i)) - 1u);
         _mm512_mask_storeu_ps(gate + i, m,
-                              silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+                              silu_mul512(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
     }
 }
 
