@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "ops/ops.hpp"
+#include "ops/vector_ops.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,21 +18,44 @@ int64_t valid_after_stem(int64_t l) { return conv_out_len(conv_out_len(conv_out_
 
 void gelu(Tensor& t) { ops::gelu_erf(t.ptr(), t.size()); }
 
-void encoder_layer(const EncoderLayerW& w, Tensor& h, int64_t heads, int64_t window) {
-    const int64_t n = h.rows(), d = h.cols();
-    Tensor a = h;
-    ops::layer_norm(a.ptr(), n, d, w.attn_norm.w.ptr(), w.attn_norm.b.ptr(), 1e-5f);
-    Tensor q = ops::linear(a, w.q.w, &w.q.b), k = ops::linear(a, w.k.w, &w.k.b), v = ops::linear(a, w.v.w, &w.v.b);
-    Tensor o({n, d});
-    ops::windowed_attention(q.ptr(), k.ptr(), v.ptr(), o.ptr(), n, heads, d / heads, window);
-    Tensor proj = ops::linear(o, w.o.w, &w.o.b);
-    ops::add(h.ptr(), proj.ptr(), h.size());
-    Tensor f = h;
-    ops::layer_norm(f.ptr(), n, d, w.ffn_norm.w.ptr(), w.ffn_norm.b.ptr(), 1e-5f);
-    Tensor u = ops::linear(f, w.fc1.w, &w.fc1.b);
-    gelu(u);
-    Tensor dn = ops::linear(u, w.fc2.w, &w.fc2.b);
-    ops::add(h.ptr(), dn.ptr(), h.size());
+// Per-thread activation buffers reused by every layer and call (the products and attention write their outputs
+// whole; no zero fill or page faults per call). At most 32 MB are kept between calls.
+struct LayerBufs {
+    std::vector<float> a, q, k, v, o, y, u;
+    void fit(int64_t n, int64_t d, int64_t ffn) {
+        for (auto* b : {&a, &q, &k, &v, &o, &y}) b->resize(size_t(n * d));
+        u.resize(size_t(n * ffn));
+    }
+    void trim() {
+        if (a.size() * 6 + u.size() > (size_t(8) << 20))
+            for (auto* b : {&a, &q, &k, &v, &o, &y, &u}) std::vector<float>().swap(*b);
+    }
+};
+
+const float* bias_of(const Linear& l) { return l.b.data.empty() ? nullptr : l.b.ptr(); }
+
+// One layer; `a` holds layer_norm(h) (attn_norm) on entry. The biases, residual adds, norms and GELU run as
+// row-parallel ops between the products (same float32 values as ops::linear with its bias, ops::add,
+// ops::layer_norm and ops::gelu_erf op by op). With `next`, a leaves holding the next layer's attn_norm of h.
+void encoder_layer(const EncoderLayerW& w, const EncoderLayerW* next, float* h, int64_t n, int64_t d, int64_t heads,
+                   int64_t window, LayerBufs& B) {
+    const int64_t ffn = w.fc1.w.rows;
+    ops::linear(B.a.data(), n, w.q.w, nullptr, B.q.data());
+    ops::linear(B.a.data(), n, w.k.w, nullptr, B.k.data());
+    ops::linear(B.a.data(), n, w.v.w, nullptr, B.v.data());
+    ops::bias_rows(B.q.data(), bias_of(w.q), n, d, false);
+    ops::bias_rows(B.k.data(), bias_of(w.k), n, d, false);
+    ops::bias_rows(B.v.data(), bias_of(w.v), n, d, false);
+    ops::windowed_attention(B.q.data(), B.k.data(), B.v.data(), B.o.data(), n, heads, d / heads, window);
+    ops::linear(B.o.data(), n, w.o.w, nullptr, B.y.data());
+    ops::residual_layer_norm_rows(h, B.y.data(), bias_of(w.o), B.a.data(), n, d, w.ffn_norm.w.ptr(), w.ffn_norm.b.ptr(),
+                                  1e-5f);
+    ops::linear(B.a.data(), n, w.fc1.w, nullptr, B.u.data());
+    ops::bias_rows(B.u.data(), bias_of(w.fc1), n, ffn, true);
+    ops::linear(B.u.data(), n, w.fc2.w, nullptr, B.y.data());
+    ops::residual_layer_norm_rows(h, B.y.data(), bias_of(w.fc2), next ? B.a.data() : nullptr, n, d,
+                                  next ? next->attn_norm.w.ptr() : nullptr, next ? next->attn_norm.b.ptr() : nullptr,
+                                  1e-5f);
 }
 
 } // namespace
@@ -101,14 +125,24 @@ Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t 
     if (x.cols() != d) fail("encoder", "stem rows have " + std::to_string(x.cols()) + " columns, model wants " +
                                            std::to_string(d));
     if (tap) (*tap)("enc_in", x);
+    thread_local LayerBufs B;
+    if (!w.layers.empty()) {
+        B.fit(A, d, w.layers[0].fc1.w.rows);
+        const EncoderLayerW& l0 = w.layers[0];
+        ops::residual_layer_norm_rows(x.ptr(), nullptr, nullptr, B.a.data(), A, d, l0.attn_norm.w.ptr(),
+                                      l0.attn_norm.b.ptr(), 1e-5f);
+    }
     for (size_t i = 0; i < w.layers.size(); ++i) {
-        encoder_layer(w.layers[i], x, hp.n_heads, window);
+        const EncoderLayerW* next = i + 1 < w.layers.size() ? &w.layers[i + 1] : nullptr;
+        encoder_layer(w.layers[i], next, x.ptr(), A, d, hp.n_heads, window, B);
         if (tap) (*tap)("enc_layer." + std::to_string(i), x);
     }
+    B.trim();
     ops::layer_norm(x.ptr(), A, d, w.ln_post.w.ptr(), w.ln_post.b.ptr(), 1e-5f);
     if (tap) (*tap)("enc_out", x);
-    Tensor p = ops::linear(x, w.proj1.w, &w.proj1.b);
-    gelu(p);
+    Tensor p({A, w.proj1.w.rows});
+    ops::linear(x.ptr(), A, w.proj1.w, nullptr, p.ptr());
+    ops::bias_rows(p.ptr(), w.proj1.b.data.empty() ? nullptr : w.proj1.b.ptr(), A, w.proj1.w.rows, true);
     Tensor out = ops::linear(p, w.proj2.w, &w.proj2.b);
     if (tap) (*tap)("proj_out", out);
     return out;

@@ -34,6 +34,14 @@ void add_rms_norm_rows(float* x, const float* a, float* u, int64_t n, int64_t d,
 void qk_norm_rope_rows(float* q, float* k, int64_t n, int64_t Hq, int64_t Hkv, int64_t hd, const float* qw,
                        const float* kw, float eps, const float* cs, void (*put)(void* ctx, int64_t t), void* ctx);
 
+// The same for the encoder layers (float32 arithmetic of ops::add / ops::layer_norm / ops::gelu_erf per row, on the
+// team): per row r < n of width d, if y: h[r] += y[r] + bias (bias may be null: h[r] += y[r]); then, if out:
+// out[r] = layer_norm(h[r]) (w, b, eps). And y[r] += bias (bias_rows), followed by the active table's GELU when
+// gelu (as ops::linear's bias then ops::gelu_erf).
+void residual_layer_norm_rows(float* h, const float* y, const float* bias, float* out, int64_t n, int64_t d,
+                              const float* w, const float* b, float eps);
+void bias_rows(float* y, const float* bias, int64_t n, int64_t d, bool gelu);
+
 // y[i] = f32_to_bf16(x[i]) (nearest even, NaN quiet), bit for bit, vectorized where the AVX-512 table is active.
 void round_to_bf16(const float* x, uint16_t* y, size_t n);
 

@@ -73,18 +73,51 @@ const ErfTable& erf_table() {
 
 namespace qasr::ops {
 
+namespace {
+void layer_norm_row(float* v, int64_t d, const float* w, const float* b, float eps) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < d; ++i) mean += v[i];
+    mean /= double(d);
+    for (int64_t i = 0; i < d; ++i) var += (v[i] - mean) * (v[i] - mean);
+    var /= double(d);
+    const float inv = float(1.0 / std::sqrt(var + double(eps)));
+    const float m = float(mean);
+    for (int64_t i = 0; i < d; ++i) v[i] = (v[i] - m) * inv * w[i] + b[i];
+}
+} // namespace
+
 void layer_norm(float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps) {
 #pragma omp parallel for if (rows > 8)
-    for (int64_t r = 0; r < rows; ++r) {
-        float* v = x + r * d;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < d; ++i) mean += v[i];
-        mean /= double(d);
-        for (int64_t i = 0; i < d; ++i) var += (v[i] - mean) * (v[i] - mean);
-        var /= double(d);
-        const float inv = float(1.0 / std::sqrt(var + double(eps)));
-        const float m = float(mean);
-        for (int64_t i = 0; i < d; ++i) v[i] = (v[i] - m) * inv * w[i] + b[i];
+    for (int64_t r = 0; r < rows; ++r) layer_norm_row(x + r * d, d, w, b, eps);
+}
+
+void residual_layer_norm_rows(float* h, const float* y, const float* bias, float* out, int64_t n, int64_t d,
+                              const float* w, const float* b, float eps) {
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t r = 0; r < n; ++r) {
+        float* hr = h + r * d;
+        if (y) {
+            const float* yr = y + r * d;
+            if (bias)
+                for (int64_t i = 0; i < d; ++i) hr[i] += yr[i] + bias[i];
+            else
+                for (int64_t i = 0; i < d; ++i) hr[i] += yr[i];
+        }
+        if (out) {
+            std::copy(hr, hr + d, out + r * d);
+            layer_norm_row(out + r * d, d, w, b, eps);
+        }
+    }
+}
+
+void bias_rows(float* y, const float* bias, int64_t n, int64_t d, bool gelu) {
+    void (*const g)(float*, size_t) = cpu::kernels().gelu_erf;
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t r = 0; r < n; ++r) {
+        float* yr = y + r * d;
+        if (bias)
+            for (int64_t i = 0; i < d; ++i) yr[i] += bias[i];
+        if (gelu) g(yr, size_t(d));
     }
 }
 
