@@ -428,8 +428,16 @@ void StreamSession::step(bool final, bool pause) {
         base = size_t(engine_->length()) + 1;
         engine_->forward(engine_->embed(run));
         h0 = 0;
-        logits = head_rows(0, 1);
-        next = argmax(logits.ptr(), V);
+        if (!draft.empty() && engine_->screened_argmax()) {
+            // the token's row and the lookup draft's rows in one pass over the head (a lookup draft is short and
+            // usually right: one screened pass instead of a matrix-vector pass and then a screened one)
+            const std::vector<int> toks = engine_->argmax(0, 1 + int64_t(draft.size()));
+            next = toks[0];
+            draft_next.assign(toks.begin() + 1, toks.end());
+        } else {
+            logits = head_rows(0, 1);
+            next = argmax(logits.ptr(), V);
+        }
         ++st.decode_steps;
     }
     engine_->truncate(int64_t(base + accepted));

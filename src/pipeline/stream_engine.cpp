@@ -56,6 +56,7 @@ public:
         ops::head_argmax(h_.row(r0), n, dec_.head(), screen_, out.data());
         return out;
     }
+    bool screened_argmax() const override { return screen_ != nullptr; }
 
 private:
     std::shared_ptr<const Model> m_;

@@ -32,6 +32,8 @@ public:
     // Greedy tokens of rows r0 … r0+n-1 of the last forward(): the first index of each row's maximum logit. The
     // CPU engine finds them without computing every logit exactly (ops::head_argmax); by default, from logits().
     virtual std::vector<int> argmax(int64_t r0, int64_t n);
+    // Whether argmax() over n rows costs about one pass over the head whatever n is (the CPU's screened choice).
+    virtual bool screened_argmax() const { return false; }
 };
 
 // The model's device when it has one, else the CPU.
