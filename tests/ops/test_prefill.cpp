@@ -294,6 +294,49 @@ TEST(Kernels, RowFusedNormsEqualOpSequence) {
     ops::set_num_threads(0);
 }
 
+// The encoder's windowed attention against a double-precision reference: float32 scope (ops::softmax_row) and the
+// bf16 scope of quantized checkpoints (the table's softmax, vector exp); windows with a short last one, 1 and 2
+// threads. Outside the bf16 scope the result does not depend on the table.
+TEST(Kernels, WindowedAttentionMatchesReference) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    const int64_t heads = 3, hd = 64, D = heads * hd;
+    for (const int threads : {1, 2})
+        for (const int64_t n : {5, 37})
+            for (const int64_t window : {16, 104}) {
+                ops::set_num_threads(threads);
+                const auto q = gauss(size_t(n * D), uint32_t(n + window), 1.0f), k = gauss(q.size(), uint32_t(n * 7), 1.0f),
+                           v = gauss(q.size(), uint32_t(n * 11), 1.0f);
+                std::vector<double> ref(q.size());
+                for (int64_t h = 0; h < heads; ++h)
+                    for (int64_t i = 0; i < n; ++i) {
+                        const int64_t w0 = i / window * window, w1 = std::min(n, w0 + window);
+                        std::vector<double> p(size_t(w1 - w0));
+                        double mx = -1e300, sum = 0;
+                        for (int64_t j = w0; j < w1; ++j) {
+                            double dot = 0;
+                            for (int64_t c = 0; c < hd; ++c) dot += double(q[size_t(i * D + h * hd + c)]) * k[size_t(j * D + h * hd + c)];
+                            p[size_t(j - w0)] = dot / std::sqrt(double(hd));
+                            mx = std::max(mx, p[size_t(j - w0)]);
+                        }
+                        for (double& x : p) sum += (x = std::exp(x - mx));
+                        for (int64_t c = 0; c < hd; ++c) {
+                            double acc = 0;
+                            for (int64_t j = w0; j < w1; ++j) acc += p[size_t(j - w0)] / sum * v[size_t(j * D + h * hd + c)];
+                            ref[size_t(i * D + h * hd + c)] = acc;
+                        }
+                    }
+                for (const bool bf16 : {false, true}) {
+                    ops::Bf16GemmScope scope(bf16);
+                    std::vector<float> o(q.size(), std::numeric_limits<float>::quiet_NaN());
+                    ops::windowed_attention(q.data(), k.data(), v.data(), o.data(), n, heads, hd, window);
+                    for (size_t i = 0; i < o.size(); ++i)
+                        ASSERT_NEAR(o[i], ref[i], 2e-6 + 2e-6 * std::fabs(ref[i]))
+                            << "n " << n << " window " << window << " bf16 " << bf16 << " at " << i;
+                }
+            }
+    ops::set_num_threads(0);
+}
+
 // round_to_bf16 is f32_to_bf16 bit for bit: ties to even both ways, denormals, infinities, NaN (kept quiet).
 TEST(Kernels, RoundToBf16IsExact) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";

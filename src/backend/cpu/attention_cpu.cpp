@@ -51,6 +51,9 @@ void windowed_attention(const float* q, const float* k, const float* v, float* o
                         int64_t hd, int64_t window) {
     const int64_t D = heads * hd;
     const float scale = 1.0f / std::sqrt(float(hd));
+    // float checkpoints: ops::softmax_row (the reference arithmetic); the bf16 scope (quantized checkpoints, whose
+    // products round to bf16 already) takes the table's softmax (vector exp, as the decoder over a bf16 cache)
+    void (*const softmax)(float*, int64_t) = bf16_gemm_enabled() ? cpu::kernels().softmax : softmax_row;
 #ifdef QASR_HAVE_OPENBLAS
     {
         const int64_t nw = (n + window - 1) / window;
@@ -62,7 +65,8 @@ void windowed_attention(const float* q, const float* k, const float* v, float* o
                 for (int64_t w = 0; w < nw; ++w) {
                     const int64_t w0 = w * window, len = std::min(n, w0 + window) - w0;
                     head_block(q + w0 * D + h * hd, D, k + w0 * D + h * hd, v + w0 * D + h * hd, D,
-                               o + w0 * D + h * hd, D, len, len, hd, scale, sc.data(), [&](int64_t) { return len; });
+                               o + w0 * D + h * hd, D, len, len, hd, scale, sc.data(), [&](int64_t) { return len; },
+                               softmax);
                 }
         }
         return;
@@ -81,7 +85,7 @@ void windowed_attention(const float* q, const float* k, const float* v, float* o
                     const float* kj = k + j * D + h * hd;
                     s[size_t(j - w0)] = K.dot(qi, kj, hd) * scale;
                 }
-                softmax_row(s.data(), w1 - w0);
+                softmax(s.data(), w1 - w0);
                 float* oi = o + i * D + h * hd;
                 for (int64_t c = 0; c < hd; ++c) oi[c] = 0;
                 for (int64_t j = w0; j < w1; ++j) {
