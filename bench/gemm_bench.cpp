@@ -56,6 +56,20 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.f, 1.f);
     std::printf("%6s %12s %10s %12s %12s\n", "M", "matrices_ms", "head_ms", "head_f32_ms", "forward_ms");
+    if (std::getenv("GEMM_BENCH_STEM")) { // encode_stem_chunk of one 100-frame chunk (M: frames of the chunk)
+        const AudioHParams& ahp = model->hp.audio;
+        for (int64_t M : Ms) {
+            const int64_t cf = ahp.chunk_frames();
+            std::vector<float> mel(size_t(ahp.n_mels * cf));
+            for (auto& v : mel) v = 0.5f * nd(rng);
+            const double ms = best_of(5, [&] { encode_stem_chunk(model->weights.enc, ahp, mel.data(), cf, std::min(M, cf)); });
+            std::printf("stem chunk %lld frames: %.1f ms", (long long)M, ms);
+            if (std::getenv("GEMM_BENCH_CHECKSUM"))
+                std::printf("  checksum %016llx", (unsigned long long)fnv(encode_stem_chunk(model->weights.enc, ahp, mel.data(), cf, std::min(M, cf))));
+            std::printf("\n");
+        }
+        return 0;
+    }
     if (std::getenv("GEMM_BENCH_ENCODER")) { // encode_rows over M packed stem rows (one attention window)
         const AudioHParams& ahp = model->hp.audio;
         for (int64_t M : Ms) {

@@ -94,8 +94,20 @@ Tensor encode_stem_chunk(const EncoderW& w, const AudioHParams& hp, const float*
     const int64_t H2 = conv_out_len(H1), W2 = conv_out_len(W1);
     const int64_t H3 = conv_out_len(H2), W3 = conv_out_len(W2);
     const int64_t valid = valid_after_stem(l);
-    // `in` starts zeroed: a shorter chunk is the zero-padded tail chunk (spec §4.1).
-    Tensor in({1, n_mels, cf}), c1({Ch, H1, W1}), c2({Ch, H2, W2}), c3({Ch, H3, W3}), flat({W3, Ch * H3});
+    // `in` starts zeroed: a shorter chunk is the zero-padded tail chunk (spec §4.1). The conv outputs (written whole
+    // by the convolutions and the flatten) are per-thread buffers kept between calls: fresh ones cost ~8 MB of zero
+    // fill and page faults per chunk.
+    Tensor in({1, n_mels, cf});
+    thread_local Tensor c1, c2, c3, flat;
+    const auto shaped = [](Tensor& t, std::vector<int64_t> shape) -> Tensor& {
+        t.data.resize(Tensor::count(shape));
+        t.shape = std::move(shape);
+        return t;
+    };
+    shaped(c1, {Ch, H1, W1});
+    shaped(c2, {Ch, H2, W2});
+    shaped(c3, {Ch, H3, W3});
+    shaped(flat, {W3, Ch * H3});
     for (int64_t f = 0; f < n_mels; ++f) std::memcpy(in.ptr() + f * cf, mel + f * stride, size_t(l) * sizeof(float));
     ops::conv3x3_s2(in.ptr(), 1, n_mels, cf, w.conv1_w.ptr(), w.conv1_b.ptr(), Ch, c1.ptr());
     if (trace) trace->conv1 = c1;
@@ -111,7 +123,9 @@ Tensor encode_stem_chunk(const EncoderW& w, const AudioHParams& hp, const float*
             for (int64_t f = 0; f < H3; ++f) flat.data[size_t(t * Ch * H3 + ch * H3 + f)] = c3.data[size_t((ch * H3 + f) * W3 + t)];
     Tensor co = ops::linear(flat, w.conv_out.w);
     if (trace) trace->conv_out = co;
-    const Tensor pe = sinusoid_table(W3, d); // positions restart in every chunk (spec §4.4)
+    // positions restart in every chunk (spec §4.4): the same table for every chunk, computed once per thread
+    thread_local Tensor pe;
+    if (pe.shape != std::vector<int64_t>{W3, d}) pe = sinusoid_table(W3, d);
     Tensor x({valid, d});
     for (int64_t t = 0; t < valid; ++t)
         for (int64_t i = 0; i < d; ++i)
