@@ -1,7 +1,6 @@
 // 3×3 stride-2 convolution as im2col + matrix product (the conv stem of the audio encoder).
 #include "ops/ops.hpp"
 
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -29,18 +28,7 @@ void conv3x3_s2(const float* in, int64_t Cin, int64_t H, int64_t W, const float*
                     }
         }
     float* tmp = tmp_buf.get();
-    if (bf16_gemm_enabled() && !std::getenv("QASR_STEM_F32")) {
-        // bf16 compute (quantized checkpoints): the product on the bf16 path of the encoder's layers (AMX tiles
-        // where present), ~5× the float32 sgemm's speed for the stem's 480 × 4320 second convolution
-        WeightMatrix Wm;
-        Wm.fmt = WFormat::F32;
-        Wm.rows = Cout;
-        Wm.cols = K;
-        Wm.data = w;
-        gemm(cols, P, Wm, tmp);
-    } else {
-        linear(cols, P, K, w, Cout, nullptr, tmp);
-    }
+    linear(cols, P, K, w, Cout, nullptr, tmp);
     // [P, Cout] → [Cout, P] with the bias added on the way (the same float add linear() would have done), on the team
 #pragma omp parallel for if (P * Cout > 65536)
     for (int64_t o = 0; o < Cout; ++o) {
