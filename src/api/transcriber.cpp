@@ -76,6 +76,7 @@ void Transcriber::warmup() const {
     o.decode.max_new_tokens = dev ? 4 : 2;
     if (!dev) {
         transcribe(noise, o);
+        impl_->model->head_screen(); // the LM head's row norms for streams' draft verification (~75 ms, once)
         return;
     }
     for (int seconds : {30, 20, 11, 5, 2})
