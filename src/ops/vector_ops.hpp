@@ -24,7 +24,9 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
 void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, const WeightMatrix& up, float* h);
 
 // Row-parallel pieces of the multi-row decoder pass, each bit for bit the per-op sequence it replaces (the same
-// serial kernels per row; rows are independent): fewer parallel regions per layer and no serial stretches.
+// serial kernels per row; rows are independent): fewer parallel regions per layer and no serial stretches. In the
+// bf16 scope with the AVX-512 table their RMSNorms sum the squares with 16 partial sums instead of 4 (the last bit
+// of a row's scale may differ from ops::rms_norm, rarely); otherwise bit for bit.
 // x[r] += a[r] (a may be null: no add), then, if u is not null, u[r] = rms_norm(x[r]) (w, eps), for rows r < n of
 // width d: ops::add + a copy + ops::rms_norm.
 void add_rms_norm_rows(float* x, const float* a, float* u, int64_t n, int64_t d, const float* w, float eps);

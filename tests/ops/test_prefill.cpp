@@ -294,6 +294,41 @@ TEST(Kernels, RowFusedNormsEqualOpSequence) {
     ops::set_num_threads(0);
 }
 
+// In the bf16 scope (quantized checkpoints) the row norms of the multi-row pass take the AVX-512 kernel where that
+// table is active (16 partial sums): within 2 ulp of ops::rms_norm for widths with and without vector tails;
+// outside the scope (float checkpoints) they stay bit for bit (RowFusedNormsEqualOpSequence).
+TEST(Kernels, RowNormsInBf16ScopeMatchRmsNorm) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    ops::Bf16GemmScope scope(true);
+    for (const int64_t d : {1, 7, 16, 17, 100, 128, 1024})
+        for (const float sd : {1e-3f, 1.0f, 300.0f}) {
+            const int64_t n = 5;
+            const auto x0 = gauss(size_t(n * d), uint32_t(d * 13) + uint32_t(sd), sd);
+            const auto w = gauss(size_t(d), uint32_t(d), 1.0f);
+            std::vector<float> ref = x0, x = x0, u(x0.size());
+            ops::rms_norm(ref.data(), n, d, w.data(), 1e-6f);
+            ops::add_rms_norm_rows(x.data(), nullptr, u.data(), n, d, w.data(), 1e-6f);
+            EXPECT_EQ(x, x0);
+            for (size_t i = 0; i < u.size(); ++i)
+                ASSERT_NEAR(u[i], ref[i], 2.4e-7 * std::fabs(ref[i])) << "d " << d << " sd " << sd << " at " << i;
+            // the head norms alike (n rows of 2 + 1 heads of width d)
+            auto q = gauss(size_t(n * 2 * d), uint32_t(d) + 5, sd), k = gauss(size_t(n * d), uint32_t(d) + 6, sd);
+            if (d % 2 == 0) {
+                std::vector<float> inv(size_t(d / 2), 0.0f), cs(size_t(n * d));
+                ops::rope_table(n, d, 0, inv.data(), cs.data()); // angle 0: cos 1, sin 0 (the rotation is exact)
+                auto qr = q, kr = k;
+                ops::rms_norm(qr.data(), n * 2, d, w.data(), 1e-6f);
+                ops::rms_norm(kr.data(), n, d, w.data(), 1e-6f);
+                ops::qk_norm_rope_rows(q.data(), k.data(), n, 2, 1, d, w.data(), w.data(), 1e-6f, cs.data(), nullptr,
+                                       nullptr);
+                for (size_t i = 0; i < q.size(); ++i)
+                    ASSERT_NEAR(q[i], qr[i], 2.4e-7 * std::fabs(qr[i])) << "q d " << d << " at " << i;
+                for (size_t i = 0; i < k.size(); ++i)
+                    ASSERT_NEAR(k[i], kr[i], 2.4e-7 * std::fabs(kr[i])) << "k d " << d << " at " << i;
+            }
+        }
+}
+
 // The encoder's windowed attention against a double-precision reference: float32 scope (ops::softmax_row) and the
 // bf16 scope of quantized checkpoints (the table's softmax, vector exp); windows with a short last one, 1 and 2
 // threads. Outside the bf16 scope the result does not depend on the table.

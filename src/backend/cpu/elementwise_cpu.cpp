@@ -3,6 +3,9 @@
 #include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
 #include "ops/vector_ops.hpp"
+#ifdef QASR_HAVE_AMX
+#include "backend/cpu/prefill_avx512.hpp"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -128,7 +131,20 @@ void rms_norm(float* x, int64_t rows, int64_t d, const float* w, float eps) {
     for (int64_t r = 0; r < rows; ++r) cpu::rms_norm_serial(x + r * d, 1, d, w, eps);
 }
 
+namespace {
+// The row norms of the multi-row pass: in the bf16 scope (quantized checkpoints) with the AVX-512 table the vector
+// kernel (16 partial sums); float checkpoints keep rms_norm_serial, the decode step's arithmetic, bit for bit.
+using RowNorm = void (*)(float*, int64_t, int64_t, const float*, float);
+RowNorm row_norm() {
+#ifdef QASR_HAVE_AMX
+    if (bf16_gemm_enabled() && cpu::kernels().isa == cpu::Isa::Avx512) return cpu::rms_norm_rows_avx512;
+#endif
+    return cpu::rms_norm_serial;
+}
+} // namespace
+
 void add_rms_norm_rows(float* x, const float* a, float* u, int64_t n, int64_t d, const float* w, float eps) {
+    const RowNorm norm = row_norm();
 #pragma omp parallel for schedule(static) if (n > 1)
     for (int64_t r = 0; r < n; ++r) {
         float* xr = x + r * d;
@@ -138,19 +154,20 @@ void add_rms_norm_rows(float* x, const float* a, float* u, int64_t n, int64_t d,
         }
         if (u) {
             std::copy(xr, xr + d, u + r * d);
-            cpu::rms_norm_serial(u + r * d, 1, d, w, eps);
+            norm(u + r * d, 1, d, w, eps);
         }
     }
 }
 
 void qk_norm_rope_rows(float* q, float* k, int64_t n, int64_t Hq, int64_t Hkv, int64_t hd, const float* qw,
                        const float* kw, float eps, const float* cs, void (*put)(void* ctx, int64_t t), void* ctx) {
+    const RowNorm norm = row_norm();
 #pragma omp parallel for schedule(static) if (n > 1)
     for (int64_t t = 0; t < n; ++t) {
         float* qt = q + t * Hq * hd;
         float* kt = k + t * Hkv * hd;
-        cpu::rms_norm_serial(qt, Hq, hd, qw, eps);
-        cpu::rms_norm_serial(kt, Hkv, hd, kw, eps);
+        norm(qt, Hq, hd, qw, eps);
+        norm(kt, Hkv, hd, kw, eps);
         rope_cs(qt, 1, Hq, hd, cs + t * hd);
         rope_cs(kt, 1, Hkv, hd, cs + t * hd);
         if (put) put(ctx, t);

@@ -211,6 +211,37 @@ void silu_mul_avx512(float* gate, const float* up, size_t n) {
     }
 }
 
+void rms_norm_rows_avx512(float* x, int64_t rows, int64_t d, const float* w, float eps) {
+    for (int64_t r = 0; r < rows; ++r) {
+        float* v = x + r * d;
+        __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+        int64_t i = 0;
+        for (; i + 16 <= d; i += 16) {
+            const __m512 f = _mm512_loadu_ps(v + i);
+            const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+            const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+            s0 = _mm512_fmadd_pd(lo, lo, s0); // the squares of floats are exact in double
+            s1 = _mm512_fmadd_pd(hi, hi, s1);
+        }
+        if (i < d) {
+            const __mmask16 m = __mmask16((1u << (d - i)) - 1u);
+            const __m512 f = _mm512_maskz_loadu_ps(m, v + i);
+            const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+            const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+            s0 = _mm512_fmadd_pd(lo, lo, s0);
+            s1 = _mm512_fmadd_pd(hi, hi, s1);
+        }
+        const double ss = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+        const float inv = float(1.0 / std::sqrt(ss / double(d) + double(eps)));
+        const __m512 vi = _mm512_set1_ps(inv);
+        for (i = 0; i < d; i += 16) {
+            const __mmask16 m = d - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (d - i)) - 1u);
+            _mm512_mask_storeu_ps(v + i, m,
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + i), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, v + i), vi)));
+        }
+    }
+}
+
 void f32_to_bf16_avx512(const float* x, uint16_t* y, size_t n) {
     const auto conv = [](__m512i b) {
         const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));

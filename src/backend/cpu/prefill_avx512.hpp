@@ -19,6 +19,11 @@ void amx_causal_attention(const float* q, const uint16_t* k, const uint16_t* v, 
 // gate[i] = silu(gate[i])·up[i] for i < n with a vector exp (a few ulp from std::exp). One thread.
 void silu_mul_avx512(float* gate, const float* up, size_t n);
 
+// RMSNorm of `rows` rows of d values in place (x ← w·(x·inv), inv = 1/√(mean(x²) + eps) from a double sum of
+// squares), as cpu::rms_norm_serial but with 16 partial sums (two vectors of 8 doubles) instead of 4: the same
+// exact squares summed in another order, so inv may differ in its last bit (rarely). One thread.
+void rms_norm_rows_avx512(float* x, int64_t rows, int64_t d, const float* w, float eps);
+
 // f32 → bf16 round to nearest even, NaN kept quiet: bit for bit qasr::f32_to_bf16 (denormals kept). One thread.
 void f32_to_bf16_avx512(const float* x, uint16_t* y, size_t n);
 
