@@ -182,9 +182,10 @@ void head_argmax(const float* h, int64_t n, const WeightMatrix& W, const HeadScr
             d2 += (double(x[c]) - xt) * (double(x[c]) - xt);
         }
         const double xn = std::sqrt(x2), xtn = std::sqrt(xt2);
-        // B_j = werr_j·a + wnorm_j·b (+ an absolute floor for flushed denormals), evaluated in float with its
-        // operands rounded up and a relative margin for the few float roundings of the evaluation itself.
-        const float a = up(xn * (1 + 1e-6)), b = up((std::sqrt(d2) + acc * (xn + xtn)) * (1 + 1e-6) + 1e-30);
+        // B_j = werr_j·a + wnorm_j·b + an absolute floor (denormal products the tiles flush: < K·2⁻¹²⁶ in all),
+        // evaluated in float with its operands rounded up and a relative margin for the evaluation's own roundings.
+        const float a = up(xn * (1 + 1e-6)), b = up((std::sqrt(d2) + acc * (xn + xtn)) * (1 + 1e-6));
+        constexpr float floor_abs = 1e-30f;
         const float* L = approx.data() + i * V;
         const float* we = screen->werr.data();
         const float* wn = screen->wnorm.data();
@@ -193,11 +194,11 @@ void head_argmax(const float* h, int64_t n, const WeightMatrix& W, const HeadScr
         bool finite = true;
         for (int64_t j = 0; j < V; ++j) {
             finite = finite && std::isfinite(L[j]);
-            T = std::max(T, L[j] - (we[j] * a + wn[j] * b) * 1.01f);
+            T = std::max(T, L[j] - ((we[j] * a + wn[j] * b) * 1.01f + floor_abs));
         }
         cand.clear();
         for (int64_t j = 0; finite && j < V; ++j)
-            if (L[j] + (we[j] * a + wn[j] * b) * 1.01f >= T) {
+            if (L[j] + ((we[j] * a + wn[j] * b) * 1.01f + floor_abs) >= T) {
                 cand.push_back(j);
                 if (cand.size() > kMaxCandidates) break;
             }
