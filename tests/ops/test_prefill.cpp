@@ -1,6 +1,7 @@
 // Operators of the quantized checkpoints' multi-row decoder pass (ops/vector_ops.hpp and the AMX causal attention
 // behind ops::causal_attention over a bf16 cache), under each forced ISA (QASR_ISA; the AMX and AVX-512 kernels run
 // under avx512, the others check the fallbacks).
+#include "backend/cpu/amx_gemm.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/dtype.hpp"
 #include "ops/ops.hpp"
@@ -327,6 +328,34 @@ TEST(Kernels, RowNormsInBf16ScopeMatchRmsNorm) {
                     ASSERT_NEAR(k[i], kr[i], 2.4e-7 * std::fabs(kr[i])) << "k d " << d << " at " << i;
             }
         }
+}
+
+// amx_pack_x (on the team for large x) writes the tile layout of its definition: tile (mb, kb) row p holds, for the
+// 16 x rows of block mb, bf16(x[m][32kb + 2p]) and bf16(x[m][32kb + 2p + 1]) (zero past M and K); the same bytes
+// with 1 and 2 threads.
+TEST(Kernels, AmxPackXLayoutOnTheTeam) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    for (const auto& [M, K] : {std::pair<int64_t, int64_t>{150, 1000}, {17, 3072}, {3, 64}}) {
+        const auto x = gauss(size_t(M * K), uint32_t(M + K), 2.0f);
+        std::vector<uint16_t> b1(cpu::amx_packed_x_size(M, K)), b2(b1.size());
+        cpu::AmxPackedX p1, p2;
+        ops::set_num_threads(1);
+        cpu::amx_pack_x(x.data(), M, K, b1.data(), p1);
+        ops::set_num_threads(2);
+        cpu::amx_pack_x(x.data(), M, K, b2.data(), p2);
+        ops::set_num_threads(0);
+        ASSERT_EQ(p1.Mp, p2.Mp);
+        const int64_t KB = p1.Kp / 32;
+        EXPECT_EQ(0, std::memcmp(p1.data, p2.data, size_t(p1.Mp * p1.Kp) * 2)) << M << " " << K;
+        for (int64_t m = 0; m < p1.Mp; ++m)
+            for (int64_t k = 0; k < p1.Kp; ++k) {
+                const int64_t mb = m / 16, kb = k / 32, p = (k % 32) / 2;
+                const uint16_t got = p2.data[(mb * KB + kb) * 512 + p * 32 + (m % 16) * 2 + (k % 2)];
+                const uint16_t want = m < M && k < K ? f32_to_bf16(x[size_t(m * K + k)]) : uint16_t(0);
+                ASSERT_EQ(got, want) << "M " << M << " K " << K << " m " << m << " k " << k;
+            }
+    }
 }
 
 // The encoder's windowed attention against a double-precision reference: float32 scope (ops::softmax_row) and the
