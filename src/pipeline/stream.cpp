@@ -345,6 +345,17 @@ void StreamSession::step(bool final, bool pause) {
     if (opts_.speculative && !(final && opts_.exact_final) && hyp_.size() > prefix.size())
         draft.assign(hyp_.begin() + long(prefix.size()),
                      hyp_.begin() + long(std::min(hyp_.size(), prefix.size() + size_t(std::max(cap - 1, 0)))));
+    { // only the draft tokens the loop below can accept: it stops at an EOS and at the repetition limit, so the rows
+      // of later draft tokens would never be read
+        size_t k = 0;
+        int run = 0;
+        for (; k < draft.size(); ++k) {
+            if (model_->is_eos(draft[k])) break;
+            run = (k > 0 && draft[k] == draft[k - 1]) ? run + 1 : 1;
+            if (run > DecodeOptions{}.repetition_limit) break;
+        }
+        draft.resize(k);
+    }
     std::vector<int> all = ids;
     all.insert(all.end(), draft.begin(), draft.end());
     size_t reuse = 0;
