@@ -146,6 +146,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             const float pe = lane < nt ? expf(sc - Mn) : 0.0f;
             if (lane < kDecTile) ps[gg][lane] = pe;
             const float sum = warp_sum(pe);
+            __syncwarp(); // every lane has read Ms[gg] before lane 0 replaces it (racecheck: WAR inside the warp)
             if (lane == 0) {
                 const float r = expf(Mo - Mn);
                 resc[gg] = r;

@@ -57,14 +57,17 @@ __device__ __forceinline__ float bf(uint32_t bits16) { return __uint_as_float(bi
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 
-// Code j of a row's little-endian bit stream.
+// Code j of a row's little-endian bit stream. The second byte is read only when the code reaches into it: the last
+// code of a matrix can end in its last byte (compute-sanitizer found the unconditional read one byte past the end).
 __device__ __forceinline__ uint32_t code_at(const uint8_t* row, int64_t j, int bits) {
     if (bits == 8) return row[j];
     if (bits == 4) return (row[j >> 1] >> ((j & 1) * 4)) & 15u;
     const int64_t bit = j * bits;
+    const int sh = int(bit & 7);
     const uint8_t* p = row + (bit >> 3);
-    const uint32_t v = uint32_t(p[0]) | (uint32_t(p[1]) << 8);
-    return (v >> (bit & 7)) & ((1u << bits) - 1u);
+    uint32_t v = p[0];
+    if (sh + bits > 8) v |= uint32_t(p[1]) << 8;
+    return (v >> sh) & ((1u << bits) - 1u);
 }
 
 // Σ of 8 bf16 weights (one 16-byte load) times xp[0..7]; xp is 16-byte aligned shared memory, read with two

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# compute-sanitizer over the CUDA ops tests on the GPU machine, in one `run` call: memcheck (out-of-bounds and
+# misaligned accesses; the two cudaMalloc "errors" it lists are the deliberate out-of-memory test), racecheck
+# (shared-memory hazards, warnings included) and synccheck.
+#   OUT=... bash scripts/cuda_sanitize.sh BUILD_DIR
+set -uo pipefail
+b=${1:?build dir}
+source "$(dirname "$0")/cuda_env.sh"
+cs=/usr/local/cuda/bin/compute-sanitizer
+t="$b/tests/ops/qasr_cuda_tests"
+timeout 500 "$cs" --tool memcheck --leak-check no "$t" > "$out/memcheck.log" 2>&1
+log "memcheck rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/memcheck.log" | tr '\n' ' ') $(grep -c 'Invalid' "$out/memcheck.log") invalid accesses; $(grep 'ERROR SUMMARY' "$out/memcheck.log")"
+timeout 300 "$cs" --tool racecheck --racecheck-report hazard "$t" --gtest_filter='-*Persistent*:*Stream*' > "$out/racecheck.log" 2>&1
+log "racecheck rc=$? $(grep 'RACECHECK SUMMARY' "$out/racecheck.log")"
+timeout 200 "$cs" --tool synccheck "$t" --gtest_filter='*FusedDecode*:*Matvec*:*Tiny*' > "$out/synccheck.log" 2>&1
+log "synccheck rc=$? $(grep 'ERROR SUMMARY' "$out/synccheck.log")"
