@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
+#include <vector>
 
 namespace qasr {
 namespace {
@@ -20,15 +22,27 @@ void gelu(Tensor& t) { ops::gelu_erf(t.ptr(), t.size()); }
 
 // Per-thread activation buffers reused by every layer and call (the products and attention write their outputs
 // whole; no zero fill or page faults per call). At most 32 MB are kept between calls.
+// 64-byte aligned storage: the AMX products store 64-byte output rows, which straddle two cache lines at malloc's
+// 16-byte alignment.
+template <typename T> struct Align64 {
+    using value_type = T;
+    Align64() = default;
+    template <typename U> Align64(const Align64<U>&) {}
+    T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+    void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+    template <typename U> bool operator==(const Align64<U>&) const { return true; }
+};
+using AVec = std::vector<float, Align64<float>>;
+
 struct LayerBufs {
-    std::vector<float> a, q, k, v, o, y, u;
+    AVec a, q, k, v, o, y, u;
     void fit(int64_t n, int64_t d, int64_t ffn) {
         for (auto* b : {&a, &q, &k, &v, &o, &y}) b->resize(size_t(n * d));
         u.resize(size_t(n * ffn));
     }
     void trim() {
         if (a.size() * 6 + u.size() > (size_t(8) << 20))
-            for (auto* b : {&a, &q, &k, &v, &o, &y, &u}) std::vector<float>().swap(*b);
+            for (auto* b : {&a, &q, &k, &v, &o, &y, &u}) AVec().swap(*b);
     }
 };
 
