@@ -6,6 +6,8 @@
 #include "backend/cpu/amx_gemm.hpp"
 #include "core/dtype.hpp"
 
+#include "random_util.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,16 +16,9 @@
 #include <vector>
 
 using namespace qasr;
+using qasr::test::randn;
 
 namespace {
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-    std::mt19937 r(seed);
-    std::normal_distribution<float> d(0, 1);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(r);
-    return v;
-}
 
 struct Q {
     int64_t N, K;

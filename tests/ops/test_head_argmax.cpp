@@ -8,6 +8,8 @@
 #include "ops/ops.hpp"
 #include "ops/weight.hpp"
 
+#include "random_util.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,14 +68,6 @@ std::vector<int> reference(const std::vector<float>& h, int64_t n, const WeightM
     return out;
 }
 
-std::vector<float> gauss(size_t n, uint32_t seed) {
-    std::mt19937 r(seed);
-    std::normal_distribution<float> d(0, 1);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(r);
-    return v;
-}
-
 } // namespace
 
 TEST(HeadArgmax, ScreenedEqualsFloat32Argmax) {
@@ -89,7 +83,7 @@ TEST(HeadArgmax, ScreenedEqualsFloat32Argmax) {
         q.bind();
         const auto screen = ops::head_screen(q.w);
         if (!screen) GTEST_SKIP() << "no AMX + AVX-512 here: head_argmax takes the float32 logits themselves";
-        std::vector<float> h = gauss(size_t(n * K), 7u + uint32_t(bits));
+        std::vector<float> h = qasr::test::randn(size_t(n * K), 7u + uint32_t(bits));
         for (int64_t c = 0; c < K; ++c) h[size_t(12 * K + c)] = 1e-3f * float(c % 7); // a small row: tiny gaps
         std::vector<int> got(static_cast<size_t>(n));
         ops::head_argmax(h.data(), n, q.w, screen.get(), got.data());
@@ -116,7 +110,7 @@ TEST(HeadArgmax, FindsTheFloat32ArgmaxWhereBf16OrdersRowsDifferently) {
     std::fill(q.b.begin(), q.b.end(), f32_to_bf16(1.0f));
     const auto screen = ops::head_screen(q.w);
     if (!screen) GTEST_SKIP() << "no AMX + AVX-512 here";
-    const std::vector<float> h = gauss(size_t(n * K), 8);
+    const std::vector<float> h = qasr::test::randn(size_t(n * K), 8);
     std::vector<int> got(static_cast<size_t>(n));
     ops::head_argmax(h.data(), n, q.w, screen.get(), got.data());
     const std::vector<int> want = reference(h, n, q.w);
@@ -141,7 +135,7 @@ TEST(HeadArgmax, AllRowsEqualRescoresTheWholeRow) {
     q.bind();
     const auto screen = ops::head_screen(q.w);
     if (!screen) GTEST_SKIP() << "no AMX + AVX-512 here";
-    const std::vector<float> h = gauss(size_t(n * K), 3);
+    const std::vector<float> h = qasr::test::randn(size_t(n * K), 3);
     std::vector<int> got(static_cast<size_t>(n));
     ops::head_argmax(h.data(), n, q.w, screen.get(), got.data());
     EXPECT_EQ(got, reference(h, n, q.w));
@@ -151,7 +145,7 @@ TEST(HeadArgmax, AllRowsEqualRescoresTheWholeRow) {
 TEST(HeadArgmax, WithoutScreenTakesTheLogits) {
     const int64_t V = 300, K = 64, n = 4;
     QHead q(V, K, 8, 32, 9);
-    const std::vector<float> h = gauss(size_t(n * K), 4);
+    const std::vector<float> h = qasr::test::randn(size_t(n * K), 4);
     std::vector<int> got(static_cast<size_t>(n));
     ops::head_argmax(h.data(), n, q.w, nullptr, got.data());
     EXPECT_EQ(got, reference(h, n, q.w));

@@ -8,6 +8,8 @@
 #include "ops/ops.hpp"
 #include "ops/weight.hpp"
 
+#include "random_util.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <vector>
 
 using namespace qasr;
+using qasr::test::randn;
 using cpu::Isa;
 
 namespace {
@@ -28,14 +31,6 @@ std::vector<const cpu::KernelTable*> simd_tables() {
     for (Isa i : {Isa::Avx2, Isa::Avx512})
         if (cpu::isa_supported(i)) t.push_back(i == Isa::Avx2 ? cpu::avx2_kernels() : cpu::avx512_kernels());
     return t;
-}
-
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
-    std::mt19937 r(seed);
-    std::normal_distribution<float> d(0, sd);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(r);
-    return v;
 }
 
 std::vector<uint16_t> rand_bf16(size_t n, uint32_t seed, float sd) {

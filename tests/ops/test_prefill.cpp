@@ -8,6 +8,8 @@
 #include "ops/vector_ops.hpp"
 #include "ops/weight.hpp"
 
+#include "random_util.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,15 +31,6 @@ bool isa_missing() {
     return !cpu::isa_supported(v == "avx2" ? cpu::Isa::Avx2 : v == "avx512" ? cpu::Isa::Avx512 : cpu::Isa::Portable);
 }
 
-std::vector<float> gauss(size_t n, uint32_t seed, float sd) {
-    std::mt19937 r(seed);
-    std::normal_distribution<float> d(0, sd);
-    std::vector<float> v(n);
-    for (auto& x : v)
-        x = d(r);
-    return v;
-}
-
 } // namespace
 
 // Causal attention of n queries over a head-major bf16 cache (cap > past + n, GQA 2:1) against a double-precision
@@ -54,12 +47,12 @@ TEST(Kernels, PrefillAttentionOverBf16CacheMatchesReference) {
                 for (const int64_t past : {0, 5, 70}) {
                     ops::set_num_threads(threads);
                     const int64_t total = past + n, cap = total + 9;
-                    const auto kf = gauss(size_t(Hkv * cap * hd), uint32_t(total * 3 + hd), 1.0f);
-                    const auto vf = gauss(kf.size(), uint32_t(total * 5 + hd), 1.0f);
+                    const auto kf = qasr::test::randn(size_t(Hkv * cap * hd), uint32_t(total * 3 + hd), 1.0f);
+                    const auto vf = qasr::test::randn(kf.size(), uint32_t(total * 5 + hd), 1.0f);
                     std::vector<uint16_t> kb(kf.size()), vb(vf.size());
                     for (size_t i = 0; i < kf.size(); ++i)
                         kb[i] = f32_to_bf16(kf[i]), vb[i] = f32_to_bf16(vf[i]);
-                    const auto q = gauss(size_t(n * Hq * hd), uint32_t(n * 7 + past), 1.5f);
+                    const auto q = qasr::test::randn(size_t(n * Hq * hd), uint32_t(n * 7 + past), 1.5f);
                     std::vector<float> o(size_t(n * Hq * hd), std::numeric_limits<float>::quiet_NaN());
                     ops::KvView kv;
                     kv.k = kb.data();
@@ -105,8 +98,8 @@ TEST(Kernels, PrefillAttentionOverBf16CacheMatchesReference) {
 TEST(Kernels, SiluMulFastMatchesSiluMul) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
     for (const size_t n : {size_t(1), size_t(15), size_t(17), size_t(1000), size_t(70001)}) {
-        auto g = gauss(n, uint32_t(n), 8.0f);
-        const auto up = gauss(n, uint32_t(n + 1), 1.0f);
+        auto g = qasr::test::randn(n, uint32_t(n), 8.0f);
+        const auto up = qasr::test::randn(n, uint32_t(n + 1), 1.0f);
         const float specials[] = {-120.0f,
                                   -89.0f,
                                   -87.5f,
@@ -156,8 +149,8 @@ TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
         m.codes.resize(size_t(rows[i] * K * bits[i] / 8));
         for (auto& c : m.codes)
             c = uint8_t(r());
-        const auto sf = gauss(size_t(rows[i] * K / 64), uint32_t(i + 1), 0.01f),
-                   bf = gauss(sf.size(), uint32_t(i + 9), 0.1f);
+        const auto sf = qasr::test::randn(size_t(rows[i] * K / 64), uint32_t(i + 1), 0.01f),
+                   bf = qasr::test::randn(sf.size(), uint32_t(i + 9), 0.1f);
         for (size_t j = 0; j < sf.size(); ++j)
             m.s.push_back(f32_to_bf16(sf[j])), m.b.push_back(f32_to_bf16(bf[j]));
         m.w.fmt = WFormat::Q;
@@ -173,7 +166,7 @@ TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
     for (const int threads : {1, 2})
         for (const int64_t M : {2, 17, 33, 70}) {
             ops::set_num_threads(threads);
-            const auto x = gauss(size_t(M * K), uint32_t(M), 1.0f);
+            const auto x = qasr::test::randn(size_t(M * K), uint32_t(M), 1.0f);
             std::vector<const WeightMatrix*> Ws;
             std::vector<std::vector<float>> ref(mats.size()), got(mats.size());
             std::vector<float*> ys;
@@ -210,8 +203,8 @@ TEST(Kernels, LinearSwigluRowsEqualsProductsThenSiluMulFast) {
             codes[i].resize(size_t(c.N * c.K * c.bits / 8));
             for (auto& v : codes[i])
                 v = uint8_t(r());
-            const auto sf = gauss(size_t(c.N * c.K / c.gs), uint32_t(c.N + i), 0.01f),
-                       bf = gauss(sf.size(), uint32_t(c.N + i + 7), 0.1f);
+            const auto sf = qasr::test::randn(size_t(c.N * c.K / c.gs), uint32_t(c.N + i), 0.01f),
+                       bf = qasr::test::randn(sf.size(), uint32_t(c.N + i + 7), 0.1f);
             for (size_t j = 0; j < sf.size(); ++j)
                 s[i].push_back(f32_to_bf16(sf[j])), b[i].push_back(f32_to_bf16(bf[j]));
             w[i].fmt = WFormat::Q;
@@ -227,7 +220,7 @@ TEST(Kernels, LinearSwigluRowsEqualsProductsThenSiluMulFast) {
         for (const int threads : {1, 2})
             for (const int64_t M : {1, 2, 17, 33, 70}) {
                 ops::set_num_threads(threads);
-                const auto x = gauss(size_t(M * c.K), uint32_t(M * 3 + c.N), 1.0f);
+                const auto x = qasr::test::randn(size_t(M * c.K), uint32_t(M * 3 + c.N), 1.0f);
                 std::vector<float> ref(size_t(M * c.N)), up(ref.size()),
                     got(ref.size() + 1, std::numeric_limits<float>::quiet_NaN());
                 const WeightMatrix* Ws[2] = {&w[0], &w[1]};
@@ -252,8 +245,8 @@ TEST(Kernels, RowFusedNormsEqualOpSequence) {
         for (const int64_t n : {1, 3, 40}) {
             ops::set_num_threads(threads);
             for (const int64_t d : {100, 1024}) {
-                const auto x0 = gauss(size_t(n * d), uint32_t(n + d), 2.0f), a = gauss(x0.size(), uint32_t(n * d), 1.0f);
-                const auto w = gauss(size_t(d), uint32_t(d), 1.0f);
+                const auto x0 = qasr::test::randn(size_t(n * d), uint32_t(n + d), 2.0f), a = qasr::test::randn(x0.size(), uint32_t(n * d), 1.0f);
+                const auto w = qasr::test::randn(size_t(d), uint32_t(d), 1.0f);
                 for (const bool with_add : {false, true})
                     for (const bool with_norm : {false, true}) {
                         std::vector<float> xr = x0, ur(x0.size()), xg = x0, ug(x0.size(), -1.0f);
@@ -271,8 +264,8 @@ TEST(Kernels, RowFusedNormsEqualOpSequence) {
                     }
             }
             const int64_t Hq = 4, Hkv = 2, hd = 64;
-            auto q = gauss(size_t(n * Hq * hd), uint32_t(n), 3.0f), k = gauss(size_t(n * Hkv * hd), uint32_t(n + 1), 3.0f);
-            const auto qw = gauss(size_t(hd), 5, 1.0f), kw = gauss(size_t(hd), 6, 1.0f);
+            auto q = qasr::test::randn(size_t(n * Hq * hd), uint32_t(n), 3.0f), k = qasr::test::randn(size_t(n * Hkv * hd), uint32_t(n + 1), 3.0f);
+            const auto qw = qasr::test::randn(size_t(hd), 5, 1.0f), kw = qasr::test::randn(size_t(hd), 6, 1.0f);
             std::vector<float> inv(size_t(hd / 2)), cs(size_t(n * hd));
             for (int64_t i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(std::pow(1e6, -2.0 * double(i) / double(hd)));
             ops::rope_table(n, hd, 37, inv.data(), cs.data());
@@ -304,8 +297,8 @@ TEST(Kernels, RowNormsInBf16ScopeMatchRmsNorm) {
     for (const int64_t d : {1, 7, 16, 17, 100, 128, 1024})
         for (const float sd : {1e-3f, 1.0f, 300.0f}) {
             const int64_t n = 5;
-            const auto x0 = gauss(size_t(n * d), uint32_t(d * 13) + uint32_t(sd), sd);
-            const auto w = gauss(size_t(d), uint32_t(d), 1.0f);
+            const auto x0 = qasr::test::randn(size_t(n * d), uint32_t(d * 13) + uint32_t(sd), sd);
+            const auto w = qasr::test::randn(size_t(d), uint32_t(d), 1.0f);
             std::vector<float> ref = x0, x = x0, u(x0.size());
             ops::rms_norm(ref.data(), n, d, w.data(), 1e-6f);
             ops::add_rms_norm_rows(x.data(), nullptr, u.data(), n, d, w.data(), 1e-6f);
@@ -313,7 +306,7 @@ TEST(Kernels, RowNormsInBf16ScopeMatchRmsNorm) {
             for (size_t i = 0; i < u.size(); ++i)
                 ASSERT_NEAR(u[i], ref[i], 2.4e-7 * std::fabs(ref[i])) << "d " << d << " sd " << sd << " at " << i;
             // the head norms alike (n rows of 2 + 1 heads of width d)
-            auto q = gauss(size_t(n * 2 * d), uint32_t(d) + 5, sd), k = gauss(size_t(n * d), uint32_t(d) + 6, sd);
+            auto q = qasr::test::randn(size_t(n * 2 * d), uint32_t(d) + 5, sd), k = qasr::test::randn(size_t(n * d), uint32_t(d) + 6, sd);
             if (d % 2 == 0) {
                 std::vector<float> inv(size_t(d / 2), 0.0f), cs(size_t(n * d));
                 ops::rope_table(n, d, 0, inv.data(), cs.data()); // angle 0: cos 1, sin 0 (the rotation is exact)
@@ -337,7 +330,7 @@ TEST(Kernels, AmxPackXLayoutOnTheTeam) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
     if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
     for (const auto& [M, K] : {std::pair<int64_t, int64_t>{150, 1000}, {17, 3072}, {3, 64}}) {
-        const auto x = gauss(size_t(M * K), uint32_t(M + K), 2.0f);
+        const auto x = qasr::test::randn(size_t(M * K), uint32_t(M + K), 2.0f);
         std::vector<uint16_t> b1(cpu::amx_packed_x_size(M, K)), b2(b1.size());
         cpu::AmxPackedX p1, p2;
         ops::set_num_threads(1);
@@ -368,8 +361,8 @@ TEST(Kernels, WindowedAttentionMatchesReference) {
         for (const int64_t n : {5, 37})
             for (const int64_t window : {16, 104}) {
                 ops::set_num_threads(threads);
-                const auto q = gauss(size_t(n * D), uint32_t(n + window), 1.0f), k = gauss(q.size(), uint32_t(n * 7), 1.0f),
-                           v = gauss(q.size(), uint32_t(n * 11), 1.0f);
+                const auto q = qasr::test::randn(size_t(n * D), uint32_t(n + window), 1.0f), k = qasr::test::randn(q.size(), uint32_t(n * 7), 1.0f),
+                           v = qasr::test::randn(q.size(), uint32_t(n * 11), 1.0f);
                 std::vector<double> ref(q.size());
                 for (int64_t h = 0; h < heads; ++h)
                     for (int64_t i = 0; i < n; ++i) {
