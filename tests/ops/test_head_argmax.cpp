@@ -104,28 +104,30 @@ TEST(HeadArgmax, ScreenedEqualsFloat32Argmax) {
 // Weights 1 + 0.001·q: steps far below bf16's resolution near 1 (2⁻⁷), so the bf16 screen orders the top rows
 // differently from the float32 logits for some hidden rows (checked), and the rescoring has to find the exact one.
 TEST(HeadArgmax, FindsTheFloat32ArgmaxWhereBf16OrdersRowsDifferently) {
-    const int64_t V = 5003, K = 256, n = 24;
-    QHead q(V, K, 8, 64, 21);
-    std::fill(q.s.begin(), q.s.end(), f32_to_bf16(0.001f));
-    std::fill(q.b.begin(), q.b.end(), f32_to_bf16(1.0f));
-    const auto screen = ops::head_screen(q.w);
-    if (!screen) GTEST_SKIP() << "no AMX + AVX-512 here";
-    const std::vector<float> h = qasr::test::randn(size_t(n * K), 8);
-    std::vector<int> got(static_cast<size_t>(n));
-    ops::head_argmax(h.data(), n, q.w, screen.get(), got.data());
-    const std::vector<int> want = reference(h, n, q.w);
-    EXPECT_EQ(got, want);
-    std::vector<float> approx(size_t(n * V));
-    {
-        ops::Bf16GemmScope bf16(true);
-        ops::linear(h.data(), n, q.w, nullptr, approx.data());
+    for (const int64_t K : {256, 2048}) { // the 0.6B head's width is 1024, the 1.7B one's 2048
+        const int64_t V = 5003, n = 24;
+        QHead q(V, K, 8, 64, 21);
+        std::fill(q.s.begin(), q.s.end(), f32_to_bf16(0.001f));
+        std::fill(q.b.begin(), q.b.end(), f32_to_bf16(1.0f));
+        const auto screen = ops::head_screen(q.w);
+        if (!screen) GTEST_SKIP() << "no AMX + AVX-512 here";
+        const std::vector<float> h = qasr::test::randn(size_t(n * K), 8);
+        std::vector<int> got(static_cast<size_t>(n));
+        ops::head_argmax(h.data(), n, q.w, screen.get(), got.data());
+        const std::vector<int> want = reference(h, n, q.w);
+        EXPECT_EQ(got, want) << "K " << K;
+        std::vector<float> approx(size_t(n * V));
+        {
+            ops::Bf16GemmScope bf16(true);
+            ops::linear(h.data(), n, q.w, nullptr, approx.data());
+        }
+        int differ = 0;
+        for (int64_t i = 0; i < n; ++i)
+            differ += int(std::max_element(approx.begin() + i * V, approx.begin() + (i + 1) * V) -
+                          (approx.begin() + i * V)) != want[size_t(i)];
+        EXPECT_GT(differ, 0) << "K " << K << ": the bf16 product picks the float32 argmax on every row: this test "
+                                "would not see a screen that keeps only the bf16 maximum";
     }
-    int differ = 0;
-    for (int64_t i = 0; i < n; ++i)
-        differ += int(std::max_element(approx.begin() + i * V, approx.begin() + (i + 1) * V) - (approx.begin() + i * V)) !=
-                  want[size_t(i)];
-    EXPECT_GT(differ, 0) << "the bf16 product picks the float32 argmax on every row: this test would not see a screen "
-                            "that keeps only the bf16 maximum";
 }
 
 TEST(HeadArgmax, AllRowsEqualRescoresTheWholeRow) {
