@@ -10,6 +10,8 @@
 // the rows whose upper end L̃_j + B_j reaches T = max_j (L̃_j − B_j): every other row's exact value is below T, and
 // the row attaining T is itself a candidate. The candidates (a handful) are rescored with q_gemm_f32_rows.
 #include "backend/cpu/kernels.hpp"
+#include "core/dtype.hpp"
+#include "model/quant.hpp"
 #include "ops/ops.hpp"
 
 #ifdef QASR_HAVE_AMX
@@ -38,38 +40,12 @@ constexpr size_t kMaxCandidates = 4096; // beyond this many (degenerate heads), 
 
 int first_argmax(const float* x, int64_t n) { return int(std::max_element(x, x + n) - x); }
 
-float bf16_round(float f) { // round to nearest even, as vcvtne2ps2bf16 (NaN kept NaN)
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    if ((b & 0x7fffffffu) > 0x7f800000u) return f;
-    b += 0x7fffu + ((b >> 16) & 1u);
-    b &= 0xffff0000u;
-    float r;
-    std::memcpy(&r, &b, 4);
-    return r;
-}
-
-float bf16_to_f32(uint16_t v) {
-    const uint32_t b = uint32_t(v) << 16;
-    float r;
-    std::memcpy(&r, &b, 4);
-    return r;
-}
+float bf16_round(float f) { return bf16_to_f32(f32_to_bf16(f)); } // as vcvtne2ps2bf16 (nearest even)
 
 float up(double v) { // v as float, rounded towards +∞ (a bound stays a bound)
     float f = float(v);
     if (double(f) < v) f = std::nextafter(f, std::numeric_limits<float>::infinity());
     return f;
-}
-
-// Code j of a row of `bits`-bit codes packed little-endian (MLX layout: code i at bit i·bits of the row).
-inline uint32_t code_at(const uint8_t* row, int bits, int64_t j) {
-    if (bits == 8) return row[j];
-    if (bits == 4) return (row[j / 2] >> ((j & 1) * 4)) & 15u;
-    const int64_t bit = j * bits;
-    uint32_t v = 0;
-    std::memcpy(&v, row + bit / 8, (bit % 8 + bits + 7) / 8);
-    return (v >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
 } // namespace
@@ -91,7 +67,7 @@ __attribute__((target("avx512f,avx512bw"))) void row_norms(const uint8_t* row, c
                 _mm512_store_ps(q + j, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + g * gs + j)))));
         } else {
-            for (int j = 0; j < gs; ++j) q[j] = float(code_at(row, bits, g * gs + j));
+            for (int j = 0; j < gs; ++j) q[j] = float(affine_code(row, g * gs + j, bits));
         }
         for (int j = 0; j < gs; j += 16) {
             const __m512 w = _mm512_fmadd_ps(s, _mm512_load_ps(q + j), b);
