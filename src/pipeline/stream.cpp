@@ -345,17 +345,20 @@ void StreamSession::step(bool final, bool pause) {
     if (opts_.speculative && !(final && opts_.exact_final) && hyp_.size() > prefix.size())
         draft.assign(hyp_.begin() + long(prefix.size()),
                      hyp_.begin() + long(std::min(hyp_.size(), prefix.size() + size_t(std::max(cap - 1, 0)))));
-    { // only the draft tokens the loop below can accept: it stops at an EOS and at the repetition limit, so the rows
-      // of later draft tokens would never be read
+    // Only the draft tokens the decode loop below can accept: it stops at an EOS and at the repetition limit, so
+    // the rows of later draft tokens would never be read. `last`, `run`: the generated token before the draft and
+    // its run length (none for the prefill's draft).
+    auto trim = [&](std::vector<int>& d, int last, int run) {
         size_t k = 0;
-        int run = 0;
-        for (; k < draft.size(); ++k) {
-            if (model_->is_eos(draft[k])) break;
-            run = (k > 0 && draft[k] == draft[k - 1]) ? run + 1 : 1;
+        for (; k < d.size(); ++k) {
+            if (model_->is_eos(d[k])) break;
+            run = d[k] == last ? run + 1 : 1;
             if (run > DecodeOptions{}.repetition_limit) break;
+            last = d[k];
         }
-        draft.resize(k);
-    }
+        d.resize(k);
+    };
+    trim(draft, -1, 0);
     std::vector<int> all = ids;
     all.insert(all.end(), draft.begin(), draft.end());
     size_t reuse = 0;
@@ -400,25 +403,8 @@ void StreamSession::step(bool final, bool pause) {
             ++accepted;
             if (lookup) ++lookup_accepted;
             else ++st.accepted_tokens;
-            if (draft_next.empty()) {
-                // Only the rows this loop can still read: row i is read at iteration n + i + 1 (< cap), after
-                // draft tokens 1..i were accepted without an EOS or the repetition stop. At least two rows (on
-                // the device a single row takes the matrix-vector path, whose values differ slightly from the batch's).
-                int64_t need = 0;
-                int run = run_len, last = tok;
-                for (size_t i = 0; i < draft.size() && n + int(i) + 1 < cap; ++i) {
-                    need = int64_t(i) + 1;
-                    if (i + 1 == draft.size()) break;
-                    const int t = draft[i + 1];
-                    if (model_->is_eos(t)) break;
-                    run = t == last ? run + 1 : 1;
-                    if (run > DecodeOptions{}.repetition_limit) break;
-                    last = t;
-                }
-                need = std::min<int64_t>(int64_t(draft.size()), std::max<int64_t>(need, 2));
-                draft_next = engine_->argmax(h0 + 1, need);
-            }
-            if (accepted > draft_next.size()) // (not reached: the rows above are all the loop reads)
+            // every draft row can be read (drafts end before an EOS, the repetition limit and the cap)
+            if (draft_next.empty())
                 draft_next = engine_->argmax(h0 + 1, int64_t(draft.size()));
             next = draft_next[accepted - 1];
             continue;
@@ -432,6 +418,7 @@ void StreamSession::step(bool final, bool pause) {
         std::vector<int> run = {tok};
         if (lookups) {
             draft = lookup_draft(hyp_, gen, size_t(std::min(kLookupMax, cap - n - 2)));
+            trim(draft, tok, run_len);
             run.insert(run.end(), draft.begin(), draft.end());
             st.lookup_tokens += int(draft.size());
         }
