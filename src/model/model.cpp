@@ -23,7 +23,8 @@ const ops::HeadScreen* Model::head_screen() const {
         const DecoderW& d = weights.dec;
         Stopwatch sw;
         caches->head = ops::head_screen(d.lm_head.empty() ? d.embed : d.lm_head);
-        if (caches->head) log(LogLevel::Info, "LM head row norms for the screened greedy choice: " + std::to_string(sw.ms()) + " ms");
+        if (caches->head)
+            log(LogLevel::Info, "LM head row norms for the screened greedy choice: " + std::to_string(sw.ms()) + " ms");
     });
     return caches->head.get();
 }

@@ -72,7 +72,8 @@ __attribute__((target("avx512f,avx512bw"))) void row_norms(const uint8_t* row, c
         for (int j = 0; j < gs; j += 16) {
             const __m512 w = _mm512_fmadd_ps(s, _mm512_load_ps(q + j), b);
             const __m512i wb = _mm512_castps_si512(w);
-            const __m512i r = _mm512_add_epi32(_mm512_add_epi32(wb, rnd), _mm512_and_si512(_mm512_srli_epi32(wb, 16), one));
+            const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(wb, 16), one);
+            const __m512i r = _mm512_add_epi32(_mm512_add_epi32(wb, rnd), lsb);
             const __m512 wt = _mm512_castsi512_ps(_mm512_and_si512(r, hi));
             const __m512 d = _mm512_sub_ps(w, wt); // exact (Sterbenz: w and wt are within a factor of 2)
             n2 = _mm512_fmadd_ps(w, w, n2);
