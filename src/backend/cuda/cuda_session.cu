@@ -1,6 +1,7 @@
 // The CUDA backend's per-session engine (encoder, prefill, decode steps, greedy loop with a captured step graph
 // and one-step-behind readback) and the device context that owns the uploaded weights and a pool of sessions.
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/decode_persistent.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 
 namespace qasr::cuda {
@@ -47,6 +49,7 @@ class CudaSession final : public DeviceSession {
 public:
     CudaSession(const Model& m, const DeviceWeights& w) : m_(m), w_(w) {
         QASR_CUDA(cudaSetDevice(w.ordinal));
+        matvec_prefetch_prepare(w.ordinal);
         QASR_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
         QASR_CUBLAS(cublasCreate(&blas_));
         QASR_CUBLAS(cublasSetStream(blas_, s_));
@@ -91,6 +94,12 @@ public:
             psplits_ = std::clamp(ps ? std::atoi(ps) : 8, 1, kDecodeSplits);
         }
         argpart_.alloc(size_t(3) * std::max(plaunch_.grid, 256) * 4);
+#ifdef QASR_CUDA_TIMELINE
+        tl_.alloc(sizeof(detail::Timeline));
+        QASR_CUDA(cudaMemset(tl_.get(), 0, sizeof(detail::Timeline)));
+        timeline_bind_kernels(tl_.get());
+        timeline_bind_prefetch(tl_.get());
+#endif
         const char* pe = std::getenv("QASR_CUDA_PROFILE");
         profile_ = pe && *pe && std::string(pe) != "0";
         if (profile_)
@@ -126,6 +135,9 @@ public:
                              double(h[16]) / double(h[14]) / 1980.0, double(h[17]) / double(h[14]) / 1980.0);
             }
         }
+#ifdef QASR_CUDA_TIMELINE
+        print_timeline();
+#endif
         if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
         for (auto& e : ev_) cudaEventDestroy(e);
         cudaFreeHost(ring_h_);
@@ -186,6 +198,32 @@ private:
     // Logits [n, V] on the device (in plog_) of n final-normed rows of x (bf16 rows through cuBLAS).
     const float* head_rows(const float* x, int n);
     int ext_rows_ = 0; // rows of the last extend() (their final hidden state is in px_)
+    // QASR_CUDA_SKIP=qkv,attn,... (a timing experiment, the tokens are meaningless): the step leaves those kernel
+    // groups out, so the difference in ms/token is what they cost inside the captured step.
+#ifdef QASR_CUDA_TIMELINE
+    Buffer tl_;
+    void print_timeline() {
+        auto T = std::make_unique<detail::Timeline>();
+        if (cudaMemcpy(T.get(), tl_.get(), sizeof *T, cudaMemcpyDeviceToHost) != cudaSuccess || T->steps < 2) return;
+        static const char* kinds[] = {"embed", "matvec", "matvec_pf", "dec_attn", "argmax_part", "argmax_final"};
+        const double n = T->steps;
+        std::fprintf(stderr, "qasr cuda timeline: %d steps; per kernel of the step, us: critical path (its wait → the "
+                     "next kernel's), launched ahead (entry → wait), weights late (wait → weights in shared memory)\n",
+                     T->steps);
+        double tot = 0;
+        for (int i = 0; i < detail::Timeline::kSlots && (i == 0 || T->lead[i]); ++i) {
+            tot += T->crit[i] / n;
+            std::fprintf(stderr, "  %3d %-12s %7.2f %7.2f %7.2f\n", i, kinds[T->kind[i] % 6], 1e-3 * T->crit[i] / n,
+                         1e-3 * T->lead[i] / n, 1e-3 * T->late[i] / n);
+        }
+        std::fprintf(stderr, "  total critical path %.1f us per step\n", 1e-3 * tot);
+    }
+#endif
+    bool run(const char* what) const { return skip_.find(std::string(",") + what + ",") == std::string::npos; }
+    std::string skip_ = [] {
+        const char* e = std::getenv("QASR_CUDA_SKIP");
+        return e ? "," + std::string(e) + "," : std::string();
+    }();
     void mark(const char* what) {
         if (!profile_) return;
         QASR_CUDA(cudaEventRecord(pev_[npev_], s_));
@@ -508,13 +546,14 @@ void CudaSession::enqueue_step() {
     const float eps = m_.hp.text.rms_eps;
     float* x = x1_.as<float>();
     mark("start");
-    embed(w_.embed, d_tok(), 1, x, s_);
+    if (run("embed")) embed(w_.embed, d_tok(), 1, x, s_);
     mark("embed");
     for (size_t li = 0; li < w_.dec.size(); ++li) {
         const DevDecLayer& l = w_.dec[li];
-        matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
+        if (run("qkv")) matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
         mark("qkv");
-        if (fused_attn_) {
+        if (!run("attn")) {
+        } else if (fused_attn_) {
             DecAttnArgs da;
             da.qkv = qkv1_.as<float>(), da.pos = d_pos(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
             da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
@@ -532,14 +571,14 @@ void CudaSession::enqueue_step() {
             attention(at, s_);
         }
         mark("attention");
-        matvec(l.o, o1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
+        if (run("o")) matvec(l.o, o1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
         mark("o_proj");
-        matvec(l.gateup, x, l.post_norm, eps, h1_.as<float>(), Epi::SwiGLU, s_);
+        if (run("gateup")) matvec(l.gateup, x, l.post_norm, eps, h1_.as<float>(), Epi::SwiGLU, s_);
         mark("gate_up");
-        matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
+        if (run("down")) matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
         mark("down");
     }
-    matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
+    if (run("head")) matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
     mark("lm_head");
     argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_);
     mark("argmax");

@@ -31,6 +31,98 @@ __device__ __forceinline__ void dep_launch() {
 }
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// sm_90 bulk copies (cp.async.bulk) into shared memory, completing on an mbarrier (transaction bytes).
+[[maybe_unused]] __device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_fence_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .pred P1;\n"
+                 "WAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+                 "@!P1 bra WAIT;\n}" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+// Generic-proxy reads of a slot are ordered before the async-proxy writes of its refill.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// Timeline of the decode step (a profiling build: -DQASR_CUDA_TIMELINE). Block 0 of each kernel stamps the moment
+// its dependency wait returned; the difference between consecutive kernels is the critical path each one adds,
+// and entry → wait shows how early it was launched. Kernels count in launch order from the step's first (embed).
+// The buffer is bound per translation unit (timeline_bind in kernels.cuh).
+struct Timeline {
+    static constexpr int kSlots = 512;
+    unsigned long long last;
+    int seq, steps;
+    unsigned long long crit[kSlots], lead[kSlots], late[kSlots];
+    int kind[kSlots];
+};
+#ifdef QASR_CUDA_TIMELINE
+static __device__ Timeline* g_tl = nullptr;
+__device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void tl_waited(unsigned long long entry, int kind, bool first) {
+    if (!g_tl || blockIdx.x != 0 || threadIdx.x != 0) return;
+    const unsigned long long t = gtimer();
+    Timeline& T = *g_tl;
+    const int prev = T.seq;
+    const int seq = first ? 0 : min(prev + 1, Timeline::kSlots - 1);
+    if (T.last) T.crit[prev] += t - T.last;
+    T.lead[seq] += t - entry;
+    T.kind[seq] = kind;
+    T.seq = seq;
+    T.last = t;
+    if (first) ++T.steps;
+}
+__device__ __forceinline__ void tl_ready(unsigned long long waited_at) {
+    if (!g_tl || blockIdx.x != 0 || threadIdx.x != 0) return;
+    const unsigned long long t = gtimer();
+    if (t > waited_at) g_tl->late[g_tl->seq] += t - waited_at;
+}
+#define QASR_TL_ENTRY const unsigned long long tl_entry_ = ::qasr::cuda::detail::gtimer();
+#define QASR_TL_WAITED(kind, first) ::qasr::cuda::detail::tl_waited(tl_entry_, kind, first)
+#define QASR_TL_READY() ::qasr::cuda::detail::tl_ready(g_tl ? g_tl->last : 0)
+#define QASR_TL_BIND(name)                                                                                            \
+    void name(void* p) { QASR_CUDA(cudaMemcpyToSymbol(::qasr::cuda::detail::g_tl, &p, sizeof p)); }
+#else
+#define QASR_TL_ENTRY
+#define QASR_TL_WAITED(kind, first)
+#define QASR_TL_READY()
+#define QASR_TL_BIND(name)                                                                                            \
+    void name(void*) {}
+#endif
+enum TlKind { kTlEmbed = 0, kTlMatvec, kTlMatvecPf, kTlDecAttn, kTlArgPart, kTlArgFinal };
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -9,6 +9,8 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace qasr::cuda {
 
@@ -112,6 +114,7 @@ __device__ __forceinline__ float dot_q_row(const uint8_t* row, const bf16* sc, c
 
 template <int BITS, int RPW>
 __global__ void __launch_bounds__(256) k_matvec(MvArgs a) {
+    QASR_TL_ENTRY
     extern __shared__ __align__(16) float smem[];
     float* xs = smem;
     float* xsum16 = BITS == 16 ? nullptr : smem + a.K;
@@ -131,6 +134,7 @@ __global__ void __launch_bounds__(256) k_matvec(MvArgs a) {
             }
     }
     dep_wait();
+    QASR_TL_WAITED(kTlMatvec, false);
     stage_x(a, xs, xsum16, red);
     for (int64_t base = (int64_t(blockIdx.x) * 8 + warp) * RPW; base < a.N; base += int64_t(gridDim.x) * 8 * RPW) {
 #pragma unroll
@@ -172,7 +176,9 @@ void launch_matvec(const MvArgs& a, cudaStream_t s) {
 // ---------------------------------------------------------------------------------------------------------------
 
 __global__ void k_embed(DMat t, const int* ids, float* out) {
+    QASR_TL_ENTRY
     dep_wait();
+    QASR_TL_WAITED(kTlEmbed, true);
     dep_launch();
     const int i = blockIdx.x;
     const int64_t id = ids[i];
@@ -409,7 +415,9 @@ __global__ void k_attention_combine(AttnArgs a) {
 
 template <int HD, int GC>
 __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a) {
+    QASR_TL_ENTRY
     dep_wait();
+    QASR_TL_WAITED(kTlDecAttn, false);
     dep_launch();
     decode_attention_block<HD, GC>(a, int(blockIdx.x));
 }
@@ -418,7 +426,9 @@ __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a)
 // the final block merges the slices and writes the token.
 constexpr int kArgBlocks = 132;
 __global__ void k_argmax_part(const float* x, int V, float* part) {
+    QASR_TL_ENTRY
     dep_wait();
+    QASR_TL_WAITED(kTlArgPart, false);
     dep_launch();
     __shared__ float sv[32], ss[32];
     __shared__ int si[32];
@@ -461,7 +471,9 @@ __global__ void k_argmax_part(const float* x, int V, float* part) {
 
 __global__ void k_argmax_final(const float* x, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
                                int ring_size, bool advance) {
+    QASR_TL_ENTRY
     dep_wait();
+    QASR_TL_WAITED(kTlArgFinal, false);
     dep_launch();
     if (threadIdx.x != 0) return;
     float M = -FLT_MAX;
@@ -496,6 +508,7 @@ void matvec(const DMat& W, const float* x, const float* norm_w, float eps, float
         a.row_off = W.rows / 2;
     }
     if (W.cols % 16 != 0) fail("cuda", "matvec needs a multiple of 16 columns");
+    if (matvec_prefetch(W, x, norm_w, eps, y, epi, s)) return;
     switch (W.bits) {
     case 16: launch_matvec<16>(a, s); break;
     case 8: launch_matvec<8>(a, s); break;
@@ -599,6 +612,7 @@ void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos
 }
 
 void set_pdl(bool on) { g_pdl = on; }
+QASR_TL_BIND(timeline_bind_kernels)
 bool pdl_enabled() { return g_pdl; }
 
 void set_ints(int* p, int a, int b, cudaStream_t s) {

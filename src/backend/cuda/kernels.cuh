@@ -29,6 +29,11 @@ enum class Epi { Store, Add, SwiGLU }; // y = Wx | y += Wx | y[i] = silu((Wx)[i]
 
 // y = W·x for one row x [K] (K = W.cols); with norm_w, x is RMS-normalised first (weight norm_w, eps).
 void matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
+// The decode step's bf16 products with the weights prefetched into shared memory before the dependency wait
+// (matvec_prefetch.cu); matvec() uses it where it applies (QASR_CUDA_MV_PREFETCH=0 turns it off). prepare: once
+// per device, outside graph capture.
+void matvec_prefetch_prepare(int ordinal);
+bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
 // out[i, :] = table[ids[i], :] as float32.
 void embed(const DMat& table, const int* ids, int n, float* out, cudaStream_t s);
 // Whole matrix as bf16 [rows, cols] (for cuBLAS).
@@ -99,6 +104,9 @@ void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos
 // Programmatic dependent launch for the decode-step kernels (default on; QASR_CUDA_PDL=0 turns it off).
 void set_pdl(bool on);
 void set_ints(int* p, int a, int b, cudaStream_t s); // p[0] = a, p[1] = b
+// Profiling builds (-DQASR_CUDA_TIMELINE): the device buffer (detail::Timeline) the kernels of each file stamp.
+void timeline_bind_kernels(void* tl);
+void timeline_bind_prefetch(void* tl);
 
 // Log-mel [n_mels, T] of N samples (x holds the first n_have, zeros after) exactly as audio/mel (spec §3), in double
 // like the CPU front end: the DFT as a GEMM (dft [400, 402]: cos and −sin columns per bin), filters [201, n_mels].

@@ -1,0 +1,216 @@
+// Matrix-vector products of the decode step whose weights arrive before their input (bf16 weights, sm_90).
+//
+// The weights of a decode step never depend on its activations. Each block owns a contiguous slice of rows; before
+// it waits for its predecessor (programmatic dependent launch) one thread copies the slice into shared memory with
+// a bulk copy (cp.async.bulk, completing on an mbarrier), and the kernel triggers its successor's launch as soon
+// as its own wait returns. So while kernel n computes, kernel n+1's blocks are resident and their weights stream
+// in; what is left after the wait is one L2 round trip for x (and the residual rows), the products out of shared
+// memory and the store. Slices are sized so that two kernels' blocks fit one SM (≤ kPfMaxSmem each, ≤ 128
+// registers per thread).
+//
+// x is read from L2 once per block into shared memory: with every warp reading all of x, the 1024 requests per
+// cache line of x (128 blocks × 8 warps) made those lines a hot spot that cost ~2.7 µs per kernel (a synthetic
+// chain on the H200, docs/benchmarks.md). Then lane l holds x[8c .. 8c+7] for the chunks c = l + 32j in registers
+// (the same chunks it reads of every row), so a row costs its 2·K bytes of shared-memory reads and a warp
+// reduction. Same sums in the same order as k_matvec's bf16 path, except the RMSNorm's sum of squares (per warp
+// here, per block there).
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.cuh"
+
+#include "core/error.hpp"
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace qasr::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kPfThreads = 256;
+constexpr int kPfWarps = kPfThreads / kWarp;
+constexpr size_t kPfMaxSmem = 108 * 1024; // one block's shared memory; two blocks per SM fit in 227 KB
+constexpr int kPfMaxDevices = 64;
+
+struct PfArgs {
+    const uint16_t* w;
+    int64_t N;       // output rows (SwiGLU: the gate rows; the up rows follow at row_off)
+    int64_t row_off;
+    int rpb;         // rows per block
+    const float* x;
+    const float* norm_w;
+    float eps;
+    float* y;
+};
+
+__device__ __forceinline__ float dot8_bf16_regs(const uint4 v, const float* x) {
+    return bf(v.x & 0xffffu) * x[0] + bf(v.x >> 16) * x[1] + bf(v.y & 0xffffu) * x[2] + bf(v.y >> 16) * x[3] +
+           bf(v.z & 0xffffu) * x[4] + bf(v.z >> 16) * x[5] + bf(v.w & 0xffffu) * x[6] + bf(v.w >> 16) * x[7];
+}
+
+// KC = K/256: 16-byte chunks of a row per lane. EPI: Epi as int.
+// Shared memory: [P][rpb][CPR] weights | K norm weights | K floats of x | rpb residual rows (Epi::Add).
+template <int KC, int EPI>
+__global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
+    constexpr int K = KC * 256, CPR = K / 8; // uint4 chunks per row
+    constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
+    QASR_TL_ENTRY
+    extern __shared__ __align__(128) uint4 wsm[];
+    __shared__ __align__(8) uint64_t bar;
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int64_t r0 = int64_t(blockIdx.x) * a.rpb;
+    const int nr = int(a.N - r0 < a.rpb ? a.N - r0 : a.rpb);
+    float* nws = reinterpret_cast<float*>(wsm + size_t(P) * a.rpb * CPR);
+    float* xs = nws + K;
+    float* ys = xs + K;
+    if (threadIdx.x == 0) {
+        mbar_init(&bar);
+        mbar_fence_init();
+        const uint32_t rb = uint32_t(nr) * CPR * 16;
+        mbar_expect(&bar, P * rb + (a.norm_w ? K * 4u : 0u));
+        for (int p = 0; p < P; ++p) bulk_copy(wsm + size_t(p) * a.rpb * CPR, a.w + (r0 + p * a.row_off) * K, rb, &bar);
+        if (a.norm_w) bulk_copy(nws, a.norm_w, K * 4u, &bar);
+    }
+    __syncthreads(); // the barrier is initialised before anyone waits on it
+    dep_wait();
+    QASR_TL_WAITED(kTlMatvecPf, false);
+    // The next kernel's blocks start their copies while this one computes. Triggering at entry instead (a chain of
+    // kernels copying ahead) measured 13 % slower per token (0.6B bf16, H200): the copies delay the chain's reads.
+    dep_launch();
+    // x once per block (every warp reading all of x from L2 makes its lines a hot spot: 128 blocks × 8 warps
+    // requests per line), with the residual rows this block adds to
+#pragma unroll
+    for (int j = 0; j < KC / 4 + (KC % 4 != 0); ++j) {
+        const int i = threadIdx.x + j * kPfThreads; // float4 index
+        if (i < K / 4) reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+    }
+    if (EPI == int(Epi::Add) && threadIdx.x < nr) ys[threadIdx.x] = __ldcg(a.y + r0 + threadIdx.x);
+    __syncthreads();
+    float xv[KC * 8];
+#pragma unroll
+    for (int j = 0; j < KC; ++j) {
+        const float4* src = reinterpret_cast<const float4*>(xs) + 2 * (lane + j * kWarp);
+        const float4 f0 = src[0], f1 = src[1];
+        xv[j * 8 + 0] = f0.x, xv[j * 8 + 1] = f0.y, xv[j * 8 + 2] = f0.z, xv[j * 8 + 3] = f0.w;
+        xv[j * 8 + 4] = f1.x, xv[j * 8 + 5] = f1.y, xv[j * 8 + 6] = f1.z, xv[j * 8 + 7] = f1.w;
+    }
+    float inv = 1.0f;
+    if (a.norm_w) { // every warp holds all of x across its lanes: the same sum in each, no block reduction
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < KC * 8; ++i) ss += xv[i] * xv[i];
+        inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
+    }
+    mbar_wait(&bar, 0);
+    QASR_TL_READY();
+    if (a.norm_w) {
+#pragma unroll
+        for (int j = 0; j < KC; ++j) {
+            const float4* nw = reinterpret_cast<const float4*>(nws) + 2 * (lane + j * kWarp);
+            const float4 g0 = nw[0], g1 = nw[1];
+            const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) xv[j * 8 + i] = xv[j * 8 + i] * inv * g[i];
+        }
+    }
+    for (int rr = warp; rr < nr; rr += kPfWarps) {
+        float v[P];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const uint4* row = wsm + (size_t(p) * a.rpb + rr) * CPR;
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < KC; ++j) acc += dot8_bf16_regs(row[lane + j * kWarp], xv + j * 8);
+            v[p] = warp_sum(acc);
+        }
+        if (lane == 0) {
+            const int64_t r = r0 + rr;
+            if constexpr (EPI == int(Epi::Store)) a.y[r] = v[0];
+            else if constexpr (EPI == int(Epi::Add)) a.y[r] = ys[rr] + v[0];
+            else a.y[r] = silu(v[0]) * v[P - 1];
+        }
+    }
+}
+
+template <class K> void set_pf_attrs(K* k) {
+    QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPfMaxSmem)));
+}
+
+template <int KC>
+void set_pf_smem() {
+    set_pf_attrs(k_matvec_pf<KC, int(Epi::Store)>);
+    set_pf_attrs(k_matvec_pf<KC, int(Epi::Add)>);
+    set_pf_attrs(k_matvec_pf<KC, int(Epi::SwiGLU)>);
+}
+
+struct DeviceInfo {
+    bool ready = false;
+    bool ok = false; // sm_90 or newer
+    int sms = 0;
+};
+DeviceInfo g_dev[kPfMaxDevices];
+std::once_flag g_once[kPfMaxDevices];
+
+bool g_pf_on = [] {
+    const char* e = std::getenv("QASR_CUDA_MV_PREFETCH");
+    return !(e && std::string(e) == "0");
+}();
+
+} // namespace
+
+QASR_TL_BIND(timeline_bind_prefetch)
+
+void matvec_prefetch_prepare(int ordinal) {
+    if (ordinal < 0 || ordinal >= kPfMaxDevices) return;
+    std::call_once(g_once[ordinal], [ordinal] {
+        DeviceInfo d;
+        int major = 0, dev = 0;
+        QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal));
+        QASR_CUDA(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, ordinal));
+        QASR_CUDA(cudaGetDevice(&dev));
+        if (dev != ordinal) fail("cuda", "matvec_prefetch_prepare: device " + std::to_string(ordinal) + " is not current");
+        d.ok = major >= 9;
+        if (d.ok) {
+            set_pf_smem<4>();
+            set_pf_smem<8>();
+            set_pf_smem<12>();
+        }
+        d.ready = true;
+        g_dev[ordinal] = d;
+    });
+}
+
+bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+    if (!g_pf_on || W.bits != 16 || !pdl_enabled()) return false;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kPfMaxDevices || !g_dev[dev].ok) return false;
+    const int64_t K = W.cols;
+    const int KC = int(K / 256);
+    if (K % 256 != 0 || (KC != 4 && KC != 8 && KC != 12)) return false;
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(W.data) || !aligned(x) || (norm_w && !aligned(norm_w))) return false;
+    const int P = epi == Epi::SwiGLU ? 2 : 1;
+    const int64_t N = W.rows / P;
+    const int sms = g_dev[dev].sms;
+    const int rpb = int((N + sms - 1) / sms);
+    const size_t smem = size_t(P) * rpb * size_t(K) * 2 + size_t(K) * 8 + (epi == Epi::Add ? size_t(rpb) * 4 : 0);
+    if (smem > kPfMaxSmem) return false;
+    PfArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, x, norm_w, eps, y};
+    const dim3 grid(unsigned((N + rpb - 1) / rpb));
+#define QASR_PF_LAUNCH(kc)                                                                                        \
+    switch (epi) {                                                                                                \
+    case Epi::Store: launch(k_matvec_pf<kc, int(Epi::Store)>, grid, dim3(kPfThreads), smem, s, a); break;         \
+    case Epi::Add: launch(k_matvec_pf<kc, int(Epi::Add)>, grid, dim3(kPfThreads), smem, s, a); break;             \
+    case Epi::SwiGLU: launch(k_matvec_pf<kc, int(Epi::SwiGLU)>, grid, dim3(kPfThreads), smem, s, a); break;       \
+    }
+    if (KC == 4) { QASR_PF_LAUNCH(4) }
+    else if (KC == 8) { QASR_PF_LAUNCH(8) }
+    else { QASR_PF_LAUNCH(12) }
+#undef QASR_PF_LAUNCH
+    QASR_CUDA_LAUNCHED();
+    return true;
+}
+
+} // namespace qasr::cuda
