@@ -38,9 +38,13 @@ __device__ __forceinline__ void split_keys(int len, int splits, int sp, int& s0,
 
 // GC > 0: the query heads per kv head as a constant (the per-head loops unrolled to exactly GC; the block is a
 // long chain of dependent instructions, so their count matters); 0: a.Hq / a.Hkv at run time (≤ kDecMaxG).
-template <int HD, int GC = 0>
+// WAIT: the body waits for the previous kernel itself (programmatic dependent launch) after loading what does not
+// depend on it — the position (advanced only between steps), the norm weights and RoPE frequencies, and the first
+// tile of this split's cached keys and values (written by earlier steps; the new row at pos comes after the wait).
+template <int HD, int GC = 0, bool WAIT = false>
 __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     static_assert(GC >= 0 && GC <= kDecMaxG);
+    QASR_TL_ENTRY
     constexpr int GM = GC > 0 ? GC : kDecMaxG;
     constexpr int NW = kDecThreads / kWarp, PER = HD / kWarp, KPW = kDecTile / NW;
     constexpr int DPT = (HD + kDecThreads - 1) / kDecThreads;
@@ -54,6 +58,60 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     const int g = block / a.splits, sp = block % a.splits;
     const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
     const int p = *a.pos;
+    const int len = p + 1;
+    int s0, s1;
+    split_keys(len, a.splits, sp, s0, s1);
+    const int64_t row = int64_t(a.Hkv) * HD;
+    const float* kb = a.kc + int64_t(g) * HD;
+    const float* vb = a.vc + int64_t(g) * HD;
+    // the first tile's cached keys (warp w: keys w, w + NW, …; lane: elements lane·PER … +PER-1) and values
+    // (thread: element threadIdx.x of each key), all but the new row p
+    float kk[KPW][PER];
+    float vv[kDecTile];
+    {
+        const int nt = min(kDecTile, s1 - s0);
+#pragma unroll
+        for (int u = 0; u < KPW; ++u) {
+            const int j = s0 + w + u * NW;
+            if (w + u * NW < nt && j != p) {
+                const float* kr = kb + int64_t(j) * row + lane * PER;
+                if constexpr (PER % 4 == 0) {
+#pragma unroll
+                    for (int i = 0; i < PER; i += 4) {
+                        const float4 f = *reinterpret_cast<const float4*>(kr + i);
+                        kk[u][i] = f.x, kk[u][i + 1] = f.y, kk[u][i + 2] = f.z, kk[u][i + 3] = f.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < PER; i += 2) {
+                        const float2 f = *reinterpret_cast<const float2*>(kr + i);
+                        kk[u][i] = f.x, kk[u][i + 1] = f.y;
+                    }
+                }
+            }
+        }
+        const int d = threadIdx.x;
+#pragma unroll
+        for (int u = 0; u < kDecTile; ++u) {
+            const int jj = s0 + u;
+            vv[u] = u < nt && jj != p && d < HD ? vb[int64_t(jj) * row + d] : 0.0f;
+        }
+    }
+    // this warp's first head: norm weights and frequencies of its lane's elements
+    float nw1[PER / 2], nw2[PER / 2], fr[PER / 2];
+    if (w <= G) {
+        const float* nw = w == G ? a.kn : a.qn;
+#pragma unroll
+        for (int i = 0; i < PER / 2; ++i) {
+            const int idx = lane + i * kWarp;
+            nw1[i] = nw[idx], nw2[i] = nw[idx + HD / 2], fr[i] = a.inv_freq[idx];
+        }
+    }
+    if constexpr (WAIT) {
+        dep_wait();
+        QASR_TL_WAITED(kTlDecAttn, false);
+        dep_launch();
+    }
     // q heads g·G … g·G+G-1 (scaled by 1/√hd) and k head g: RMSNorm + rotate-half RoPE at position p
     for (int h = w; h <= G; h += NW) {
         const bool isk = h == G;
@@ -73,8 +131,9 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
 #pragma unroll
         for (int i = 0; i < PER / 2; ++i) {
             const int idx = lane + i * kWarp;
-            const float x1 = v[i] * inv * nw[idx], x2 = v[i + PER / 2] * inv * nw[idx + HD / 2];
-            const float ang = float(p) * a.inv_freq[idx];
+            const bool pre = h == w;
+            const float x1 = v[i] * inv * (pre ? nw1[i] : nw[idx]), x2 = v[i + PER / 2] * inv * (pre ? nw2[i] : nw[idx + HD / 2]);
+            const float ang = float(p) * (pre ? fr[i] : a.inv_freq[idx]);
             const float c = cosf(ang), sn = sinf(ang);
             dst[idx] = (x1 * c - x2 * sn) * scl;
             dst[idx + HD / 2] = (x2 * c + x1 * sn) * scl;
@@ -83,12 +142,6 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     for (int i = threadIdx.x; i < HD; i += kDecThreads) vn_s[i] = __ldcg(a.qkv + (a.Hq + a.Hkv + g) * HD + i);
     if (threadIdx.x < GM) Ms[threadIdx.x] = -INFINITY, Ls[threadIdx.x] = 0.0f;
     dec_sync();
-    const int len = p + 1;
-    int s0, s1;
-    split_keys(len, a.splits, sp, s0, s1);
-    const int64_t row = int64_t(a.Hkv) * HD;
-    const float* kb = a.kc + int64_t(g) * HD;
-    const float* vb = a.vc + int64_t(g) * HD;
     if (s0 <= p && p < s1)
         for (int i = threadIdx.x; i < HD; i += kDecThreads) {
             a.kc[int64_t(p) * row + g * HD + i] = kn_s[i];
@@ -102,12 +155,11 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     for (int t0 = s0; t0 < s1; t0 += kDecTile) {
         const int nt = min(kDecTile, s1 - t0);
         { // scores: warp w takes keys w, w + NW, …; lane holds elements lane·PER … +PER-1 of the row
-            float kk[KPW][PER];
 #pragma unroll
             for (int u = 0; u < KPW; ++u) {
                 const int t = w + u * NW;
-                if (t < nt) {
-                    const int j = t0 + t;
+                const int j = t0 + t;
+                if (t < nt && (t0 != s0 || j == p)) { // the first tile is in registers but for the new row
                     const float* kr = j == p ? kn_s : kb + int64_t(j) * row;
                     if constexpr (PER % 4 == 0) {
 #pragma unroll
@@ -162,12 +214,13 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
 #pragma unroll
             for (int gg = 0; gg < GM; ++gg)
                 if (gg < G) acc[gg][j] *= resc[gg];
-            // every value row of the tile loaded before any is used: one memory round trip per tile, not four
-            float vv[kDecTile];
+            // every value row of the tile loaded before any is used: one memory round trip per tile, not four;
+            // the first tile's (element threadIdx.x) came before the wait
+            const bool pre = j == 0 && t0 == s0;
 #pragma unroll
             for (int u = 0; u < kDecTile; ++u) {
                 const int jj = t0 + u;
-                vv[u] = u < nt ? (jj == p ? vn_s[d] : vb[int64_t(jj) * row + d]) : 0.0f;
+                if (!pre || jj == p) vv[u] = u < nt ? (jj == p ? vn_s[d] : vb[int64_t(jj) * row + d]) : 0.0f;
             }
 #pragma unroll
             for (int u = 0; u < kDecTile; ++u)
