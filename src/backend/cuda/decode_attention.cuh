@@ -97,14 +97,16 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             vv[u] = u < nt && jj != p && d < HD ? vb[int64_t(jj) * row + d] : 0.0f;
         }
     }
-    // this warp's first head: norm weights and frequencies of its lane's elements
-    float nw1[PER / 2], nw2[PER / 2], fr[PER / 2];
+    // this warp's first head: norm weights and the rotation (cos, sin at position p) of its lane's elements
+    float nw1[PER / 2], nw2[PER / 2], rc[PER / 2], rs[PER / 2];
     if (w <= G) {
         const float* nw = w == G ? a.kn : a.qn;
 #pragma unroll
         for (int i = 0; i < PER / 2; ++i) {
             const int idx = lane + i * kWarp;
-            nw1[i] = nw[idx], nw2[i] = nw[idx + HD / 2], fr[i] = a.inv_freq[idx];
+            nw1[i] = nw[idx], nw2[i] = nw[idx + HD / 2];
+            const float ang = float(p) * a.inv_freq[idx];
+            rc[i] = cosf(ang), rs[i] = sinf(ang);
         }
     }
     if constexpr (WAIT) {
@@ -133,8 +135,13 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             const int idx = lane + i * kWarp;
             const bool pre = h == w;
             const float x1 = v[i] * inv * (pre ? nw1[i] : nw[idx]), x2 = v[i + PER / 2] * inv * (pre ? nw2[i] : nw[idx + HD / 2]);
-            const float ang = float(p) * (pre ? fr[i] : a.inv_freq[idx]);
-            const float c = cosf(ang), sn = sinf(ang);
+            float c, sn;
+            if (pre) {
+                c = rc[i], sn = rs[i];
+            } else {
+                const float ang = float(p) * a.inv_freq[idx];
+                c = cosf(ang), sn = sinf(ang);
+            }
             dst[idx] = (x1 * c - x2 * sn) * scl;
             dst[idx + HD / 2] = (x2 * c + x1 * sn) * scl;
         }
