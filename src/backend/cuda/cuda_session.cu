@@ -220,6 +220,11 @@ private:
     }
 #endif
     bool run(const char* what) const { return skip_.find(std::string(",") + what + ",") == std::string::npos; }
+    // QASR_CUDA_ATTN_PRE=0|1 forces the decode attention's order (an A/B switch); default: by the q/k/v product
+    int attn_pre_ = [] {
+        const char* e = std::getenv("QASR_CUDA_ATTN_PRE");
+        return e ? std::atoi(e) : -1;
+    }();
     std::string skip_ = [] {
         const char* e = std::getenv("QASR_CUDA_SKIP");
         return e ? "," + std::string(e) + "," : std::string();
@@ -550,7 +555,7 @@ void CudaSession::enqueue_step() {
     mark("embed");
     for (size_t li = 0; li < w_.dec.size(); ++li) {
         const DevDecLayer& l = w_.dec[li];
-        if (run("qkv")) matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
+        const bool qkv_early = run("qkv") && matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
         mark("qkv");
         if (!run("attn")) {
         } else if (fused_attn_) {
@@ -559,6 +564,7 @@ void CudaSession::enqueue_step() {
             da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
             da.kc = kc(li), da.vc = vc(li), da.o = o1_.as<float>();
             da.splits = dec_splits_, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
+            da.pre_wait = attn_pre_ < 0 ? qkv_early : attn_pre_ == 1;
             decode_attention(da, s_);
         } else {
             qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,

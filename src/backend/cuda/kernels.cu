@@ -413,11 +413,21 @@ __global__ void k_attention_combine(AttnArgs a) {
     }
 }
 
-template <int HD, int GC>
+// PRE: waits for the q/k/v product inside, after loading what does not depend on it — for a product that
+// triggers this launch early (matvec_prefetch: 0.819 → 0.780 ms/token, H200, 0.6B bf16); else the wait first.
+template <int HD, int GC, bool PRE>
 __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a) {
-    // waits for the q/k/v product inside, after loading what does not depend on it (waiting first measured 0.819
-    // vs 0.780 ms/token: H200, 0.6B bf16)
-    decode_attention_block<HD, GC, true>(a, int(blockIdx.x));
+    if constexpr (!PRE) {
+        dep_wait();
+        dep_launch();
+    }
+    decode_attention_block<HD, GC, PRE>(a, int(blockIdx.x));
+}
+
+template <int HD, int GC>
+void launch_decode_attention(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
+    if (a.pre_wait) launch(k_decode_attention<HD, GC, true>, grid, dim3(kDecThreads), 0, s, a);
+    else launch(k_decode_attention<HD, GC, false>, grid, dim3(kDecThreads), 0, s, a);
 }
 
 // Greedy choice in two kernels: each block reduces a slice to (max, lowest index of the max, Σexp(x − max));
@@ -499,14 +509,14 @@ __global__ void k_set_ints(int* p, int a, int b) {
 
 } // namespace
 
-void matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+bool matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
     MvArgs a{W.data, W.scales, W.biases, W.rows, int(W.cols), W.gs, x, norm_w, eps, y, int(epi), 0};
     if (epi == Epi::SwiGLU) {
         a.N = W.rows / 2;
         a.row_off = W.rows / 2;
     }
     if (W.cols % 16 != 0) fail("cuda", "matvec needs a multiple of 16 columns");
-    if (matvec_prefetch(W, x, norm_w, eps, y, epi, s)) return;
+    if (matvec_prefetch(W, x, norm_w, eps, y, epi, s)) return true;
     switch (W.bits) {
     case 16: launch_matvec<16>(a, s); break;
     case 8: launch_matvec<8>(a, s); break;
@@ -515,6 +525,7 @@ void matvec(const DMat& W, const float* x, const float* norm_w, float eps, float
     default: fail("cuda", "matvec: unsupported weight width " + std::to_string(W.bits));
     }
     QASR_CUDA_LAUNCHED();
+    return false;
 }
 
 void embed(const DMat& t, const int* ids, int n, float* out, cudaStream_t s) {
@@ -596,10 +607,10 @@ void decode_attention(const DecAttnArgs& a, cudaStream_t s) {
         fail("cuda", "decode attention: splits must be 1.." + std::to_string(kDecMergeMax) + " with split buffers");
     const dim3 grid(unsigned(a.Hkv * a.splits));
     const int G = a.Hq / a.Hkv; // the Qwen3-ASR sizes have 2 query heads per kv head
-    if (a.hd == 128 && G == 2) launch(k_decode_attention<128, 2>, grid, dim3(kDecThreads), 0, s, a);
-    else if (a.hd == 128) launch(k_decode_attention<128, 0>, grid, dim3(kDecThreads), 0, s, a);
-    else if (a.hd == 64) launch(k_decode_attention<64, 0>, grid, dim3(kDecThreads), 0, s, a);
-    else launch(k_decode_attention<256, 0>, grid, dim3(kDecThreads), 0, s, a);
+    if (a.hd == 128 && G == 2) launch_decode_attention<128, 2>(a, grid, s);
+    else if (a.hd == 128) launch_decode_attention<128, 0>(a, grid, s);
+    else if (a.hd == 64) launch_decode_attention<64, 0>(a, grid, s);
+    else launch_decode_attention<256, 0>(a, grid, s);
 }
 
 void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,

@@ -27,8 +27,9 @@ struct DMat {
 
 enum class Epi { Store, Add, SwiGLU }; // y = Wx | y += Wx | y[i] = silu((Wx)[i]) * (Wx)[i + rows/2]
 
-// y = W·x for one row x [K] (K = W.cols); with norm_w, x is RMS-normalised first (weight norm_w, eps).
-void matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
+// y = W·x for one row x [K] (K = W.cols); with norm_w, x is RMS-normalised first (weight norm_w, eps). True when
+// the prefetching kernel ran (matvec_prefetch: it triggers the next kernel's launch early).
+bool matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
 // The decode step's bf16 products with the weights prefetched into shared memory before the dependency wait
 // (matvec_prefetch.cu); matvec() uses it where it applies (QASR_CUDA_MV_PREFETCH=0 turns it off). prepare: once
 // per device, outside graph capture.
@@ -90,6 +91,7 @@ struct DecAttnArgs {
     int splits = 1;
     float* part = nullptr;
     unsigned* counter = nullptr;
+    bool pre_wait = false; // load the cached keys/values before waiting (the q/k/v product triggered early)
 };
 // Floats per split partial of decode_attention (acc[hd], max, sum, padding to a multiple of 4); part ≥ Hq·splits·this.
 constexpr int decode_partial_floats(int hd) { return hd + 4; }
