@@ -198,8 +198,6 @@ private:
     // Logits [n, V] on the device (in plog_) of n final-normed rows of x (bf16 rows through cuBLAS).
     const float* head_rows(const float* x, int n);
     int ext_rows_ = 0; // rows of the last extend() (their final hidden state is in px_)
-    // QASR_CUDA_SKIP=qkv,attn,... (a timing experiment, the tokens are meaningless): the step leaves those kernel
-    // groups out, so the difference in ms/token is what they cost inside the captured step.
 #ifdef QASR_CUDA_TIMELINE
     Buffer tl_;
     void print_timeline() {
@@ -219,6 +217,8 @@ private:
         std::fprintf(stderr, "  total critical path %.1f us per step\n", 1e-3 * tot);
     }
 #endif
+    // QASR_CUDA_SKIP=embed,qkv,attn,o,gateup,down,head (a timing experiment, the tokens are meaningless): the step
+    // leaves those kernel groups out, so the difference in ms/token is what they cost inside the captured step.
     bool run(const char* what) const { return skip_.find(std::string(",") + what + ",") == std::string::npos; }
     // QASR_CUDA_ATTN_PRE=0|1 forces the decode attention's order (an A/B switch); default: by the q/k/v product
     int attn_pre_ = [] {
@@ -557,8 +557,8 @@ void CudaSession::enqueue_step() {
         const DevDecLayer& l = w_.dec[li];
         const bool qkv_early = run("qkv") && matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
         mark("qkv");
-        if (!run("attn")) {
-        } else if (fused_attn_) {
+        const bool attn = run("attn");
+        if (attn && fused_attn_) {
             DecAttnArgs da;
             da.qkv = qkv1_.as<float>(), da.pos = d_pos(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
             da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
@@ -566,7 +566,7 @@ void CudaSession::enqueue_step() {
             da.splits = dec_splits_, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
             da.pre_wait = attn_pre_ < 0 ? qkv_early : attn_pre_ == 1;
             decode_attention(da, s_);
-        } else {
+        } else if (attn) {
             qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
                             q1_.as<float>(), kc(li), vc(li), s_);
             mark("qk_norm_rope");
