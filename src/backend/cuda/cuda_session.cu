@@ -225,9 +225,11 @@ private:
         const char* e = std::getenv("QASR_CUDA_ATTN_PRE");
         return e ? std::atoi(e) : -1;
     }();
-    std::string skip_ = [] {
+    std::string skip_ = [] { // groups separated by ',' or '+' (scripts/cuda_ab.sh splits variants at commas)
         const char* e = std::getenv("QASR_CUDA_SKIP");
-        return e ? "," + std::string(e) + "," : std::string();
+        std::string v = e ? "," + std::string(e) + "," : std::string();
+        std::replace(v.begin(), v.end(), '+', ',');
+        return v;
     }();
     void mark(const char* what) {
         if (!profile_) return;
