@@ -18,10 +18,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 namespace qasr::cli {
@@ -40,7 +44,9 @@ options:
   --realtime               with --file: push audio at real speed (100 ms blocks); with --bench: each 100 ms
                            block is pushed when it would have been captured, and the finalization latency runs
                            from the end of the audio (the key release) to the final text, so it includes what
-                           is left of a step still running at the release
+                           is left of a step still running at the release. The release interrupts that step
+                           (Stream::interrupt) at its next stage boundary; so does the end of stdin
+  --no-interrupt           the release does not interrupt a running step (finish() waits for it)
   --json                   print events as JSON lines {"type":"partial|final","stable","unstable","language","t"}
   --language L             force the language
   --context TEXT           system-prompt context
@@ -121,12 +127,37 @@ double median(std::vector<double> v) {
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-int run_bench(const Common& c, const std::vector<std::string>& files, bool realtime) {
+// Calls s.interrupt() at `when` (the key release of a replayed recording), from its own thread, unless it is
+// destroyed first: the release can fall while push() is inside a step.
+class ReleaseAt {
+public:
+    ReleaseAt(StreamSession& s, std::chrono::steady_clock::time_point when, bool enabled)
+        : th_([this, &s, when, enabled] {
+              std::unique_lock<std::mutex> lk(m_);
+              if (!cv_.wait_until(lk, when, [this] { return done_; }) && enabled) s.interrupt();
+          }) {}
+    ~ReleaseAt() {
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            done_ = true;
+        }
+        cv_.notify_all();
+        th_.join();
+    }
+
+private:
+    std::mutex m_;
+    std::condition_variable cv_;
+    bool done_ = false;
+    std::thread th_; // last: starts after the members it uses
+};
+
+int run_bench(const Common& c, const std::vector<std::string>& files, bool realtime, bool interrupt) {
     Transcriber t = Transcriber::load_with_warmup(c.model, c.lo);
     const auto& model = t.impl().model;
     std::vector<double> fin_ms, chunk_ms;
     std::vector<double> f_mel, f_enc, f_pre, f_dec, f_other, c_mel, c_enc, c_pre, c_dec; // finalization / chunk breakdown
-    long drafted = 0, accepted = 0, pause_steps = 0, endpoint_finals = 0, stable_revised = 0;
+    long drafted = 0, accepted = 0, pause_steps = 0, endpoint_finals = 0, stable_revised = 0, interrupted = 0;
     nlohmann::json per_file = nlohmann::json::array();
     double load0[1] = {0};
     ::getloadavg(load0, 1);
@@ -137,14 +168,19 @@ int run_bench(const Common& c, const std::vector<std::string>& files, bool realt
         std::string stable; // the last partial's stable text: does the final keep it?
         const auto t0 = std::chrono::steady_clock::now();
         auto captured = [&](size_t end_sample) { return t0 + std::chrono::microseconds(end_sample * 1000 / 16); };
-        for (size_t i = 0; i < audio.size(); i += block) {
-            const size_t n = std::min(block, audio.size() - i);
-            if (realtime) std::this_thread::sleep_until(captured(i + n));
-            s.push(audio.data() + i, n);
-            for (const auto& e : s.poll()) stable = e.stable;
+        TranscriptionResult fin;
+        std::chrono::steady_clock::time_point release;
+        {
+            ReleaseAt key(s, captured(audio.size()), realtime && interrupt);
+            for (size_t i = 0; i < audio.size(); i += block) {
+                const size_t n = std::min(block, audio.size() - i);
+                if (realtime) std::this_thread::sleep_until(captured(i + n));
+                s.push(audio.data() + i, n);
+                for (const auto& e : s.poll()) stable = e.stable;
+            }
+            release = realtime ? captured(audio.size()) : std::chrono::steady_clock::now();
+            fin = s.finish();
         }
-        const auto release = realtime ? captured(audio.size()) : std::chrono::steady_clock::now();
-        TranscriptionResult fin = s.finish();
         const double fms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - release).count();
         const bool kept = fin.raw_text.rfind(stable, 0) == 0;
         stable_revised += !kept;
@@ -160,7 +196,9 @@ int run_bench(const Common& c, const std::vector<std::string>& files, bool realt
             c_pre.push_back(s.stats()[i].prefill_ms);
             c_dec.push_back(s.stats()[i].decode_ms);
         }
-        for (const auto& cs : s.stats()) drafted += cs.draft_tokens, accepted += cs.accepted_tokens, pause_steps += cs.pause;
+        for (const auto& cs : s.stats())
+            drafted += cs.draft_tokens, accepted += cs.accepted_tokens, pause_steps += cs.pause,
+                interrupted += cs.interrupted;
         endpoint_finals += s.endpoint_used();
         TranscribeOptions o;
         if (c.so.emulate_tokens_per_second > 0) { // same cap as the streamed final, same stop rules (EOS, repetition)
@@ -231,6 +269,8 @@ int run_bench(const Common& c, const std::vector<std::string>& files, bool realt
                         {"draft_accepted", accepted},
                         {"speculative", c.so.speculative},
                         {"realtime", realtime},
+                        {"interrupt_at_release", realtime && interrupt},
+                        {"interrupted_steps", interrupted},
                         {"exact_final", c.so.exact_final},
                         {"threads", ops::num_threads()},
                         {"chunk_seconds", c.so.chunk_seconds},
@@ -245,7 +285,7 @@ int cmd_stream(int argc, char** argv) {
     Args a(argc, argv, 2);
     Common c;
     std::string file;
-    bool realtime = false, json = false, bench = false;
+    bool realtime = false, json = false, bench = false, interrupt = true;
     std::vector<std::string> files;
     while (!a.done()) {
         if (a.flag("-h") || a.flag("--help")) {
@@ -255,6 +295,8 @@ int cmd_stream(int argc, char** argv) {
         } else if (a.option("--file", file)) {
         } else if (a.flag("--realtime")) {
             realtime = true;
+        } else if (a.flag("--no-interrupt")) {
+            interrupt = false;
         } else if (a.flag("--json")) {
             json = true;
         } else if (a.flag("--bench") || a.flag("--stream")) {
@@ -270,7 +312,7 @@ int cmd_stream(int argc, char** argv) {
     if (bench) {
         if (!file.empty()) files.push_back(file);
         if (files.empty()) throw std::invalid_argument("--bench needs audio files");
-        return run_bench(c, files, realtime);
+        return run_bench(c, files, realtime, interrupt);
     }
     if (!files.empty()) throw std::invalid_argument("unexpected argument " + files[0] + " (use --file)");
     Transcriber t = Transcriber::load_with_warmup(c.model, c.lo);
@@ -296,23 +338,65 @@ int cmd_stream(int argc, char** argv) {
         const std::vector<float> audio = load_audio_file(file);
         const size_t block = 1600;
         auto t0 = std::chrono::steady_clock::now();
+        ReleaseAt key(s, t0 + std::chrono::microseconds(audio.size() * 1000 / 16), realtime && interrupt);
         for (size_t i = 0; i < audio.size(); i += block) {
             if (realtime) std::this_thread::sleep_until(t0 + std::chrono::milliseconds(i / 16));
             s.push(audio.data() + i, std::min(block, audio.size() - i));
         }
     } else {
-        std::vector<uint8_t> buf(3200);
-        uint8_t carry = 0;
-        bool have_carry = false;
-        while (true) {
-            const ssize_t n = ::read(STDIN_FILENO, buf.data() + (have_carry ? 1 : 0), buf.size() - 1);
-            if (n <= 0) break;
-            size_t len = size_t(n) + (have_carry ? 1 : 0);
-            if (have_carry) buf[0] = carry;
-            have_carry = len % 2;
-            if (have_carry) carry = buf[len - 1];
-            s.push_s16le(buf.data(), len - (have_carry ? 1 : 0));
+        // stdin is read on its own thread, so that its end (the recorder stopped: the key was released) can
+        // interrupt a step that push() is running. The state is shared, so that a reader left blocked in read()
+        // after an error outlives this function safely.
+        struct Input {
+            std::mutex m;
+            std::condition_variable cv;
+            std::deque<std::vector<uint8_t>> blocks;
+            bool eof = false;
+            StreamSession* session = nullptr; // null once abandoned
+        };
+        auto in = std::make_shared<Input>();
+        in->session = interrupt ? &s : nullptr;
+        std::thread reader([in] {
+            std::vector<uint8_t> buf(3200);
+            for (;;) {
+                const ssize_t n = ::read(STDIN_FILENO, buf.data(), buf.size());
+                if (n <= 0) break;
+                {
+                    std::lock_guard<std::mutex> lk(in->m);
+                    in->blocks.emplace_back(buf.begin(), buf.begin() + n);
+                }
+                in->cv.notify_one();
+            }
+            {
+                std::lock_guard<std::mutex> lk(in->m);
+                if (in->session) in->session->interrupt();
+                in->eof = true;
+            }
+            in->cv.notify_one();
+        });
+        try {
+            std::vector<uint8_t> pending; // an odd trailing byte waits for its pair
+            for (;;) {
+                {
+                    std::unique_lock<std::mutex> lk(in->m);
+                    in->cv.wait(lk, [&] { return !in->blocks.empty() || in->eof; });
+                    if (in->blocks.empty()) break;
+                    pending.insert(pending.end(), in->blocks.front().begin(), in->blocks.front().end());
+                    in->blocks.pop_front();
+                }
+                const size_t even = pending.size() & ~size_t(1);
+                s.push_s16le(pending.data(), even);
+                pending.erase(pending.begin(), pending.begin() + long(even));
+            }
+        } catch (...) {
+            {
+                std::lock_guard<std::mutex> lk(in->m);
+                in->session = nullptr;
+            }
+            reader.detach(); // blocked in read(); the error is reported and the process exits
+            throw;
         }
+        reader.join();
     }
     s.finish();
     (void)last_len;

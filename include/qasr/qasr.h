@@ -103,6 +103,10 @@ qasr_status qasr_stream_push(qasr_stream* s, const float* samples, size_t n_samp
 qasr_status qasr_stream_push_s16le(qasr_stream* s, const uint8_t* bytes, size_t n_bytes);
 /* Returns 1 and fills *event when an event is pending, 0 when none is. */
 int qasr_stream_next_event(qasr_stream* s, qasr_stream_event* event);
+/* Thread-safe, also during qasr_stream_push on another thread: the step in progress stops at its next stage
+ * boundary and no further steps run, so qasr_stream_finish starts its final at once (push-to-talk: call it when the
+ * key is released). The final transcript does not change. */
+void qasr_stream_interrupt(qasr_stream* s);
 qasr_status qasr_stream_finish(qasr_stream* s, qasr_result** out);
 void qasr_stream_free(qasr_stream* s);
 

@@ -112,6 +112,10 @@ public:
     void push_s16le(const uint8_t* bytes, size_t n);
     std::vector<StreamEvent> poll();
     TranscriptionResult finish();
+    // Thread-safe, also while push() runs on another thread: the chunk step in progress stops at its next stage
+    // boundary and no further steps run, so a following finish() starts its final at once (push-to-talk: call it
+    // when the key is released, then finish() once push() has returned). The final transcript does not change.
+    void interrupt();
     Stream(Stream&&) noexcept;
     Stream& operator=(Stream&&) noexcept;
     ~Stream();

@@ -165,6 +165,10 @@ qasr_status qasr_stream_push_s16le(qasr_stream* s, const uint8_t* bytes, size_t 
     return guarded(QASR_ERR_INTERNAL, [&] { s->s->push_s16le(bytes, n); });
 }
 
+void qasr_stream_interrupt(qasr_stream* s) {
+    if (s) s->s->interrupt();
+}
+
 int qasr_stream_next_event(qasr_stream* s, qasr_stream_event* ev) {
     if (!s || !ev || s->queue.empty()) return 0;
     s->current = std::move(s->queue.front());

@@ -140,6 +140,7 @@ void Stream::push(const float* samples, size_t n) { s_->push(samples, n); }
 void Stream::push_s16le(const uint8_t* bytes, size_t n) { s_->push_s16le(bytes, n); }
 std::vector<StreamEvent> Stream::poll() { return s_->poll(); }
 TranscriptionResult Stream::finish() { return s_->finish(); }
+void Stream::interrupt() { s_->interrupt(); }
 
 Stream Transcriber::open_stream(const StreamOptions& opts, Stream::Callback cb) const {
     return Stream(std::make_unique<StreamSession>(impl_->model, opts, std::move(cb)));

@@ -105,9 +105,10 @@ void StreamSession::push(const float* pcm, size_t n) {
             stepped = check_pause();
             next_check_at_ += kPauseBlock;
         }
-        if (audio_.size() == next_stem_at_ && audio_.size() != next_step_at_ && !stepped) early_stem();
+        if (audio_.size() == next_stem_at_ && audio_.size() != next_step_at_ && !stepped && !interrupted()) early_stem();
         if (audio_.size() == next_step_at_) {
-            if (!stepped) step(false); // a pause step at the same sample count already covers this chunk
+            // a pause step at the same sample count already covers this chunk; after interrupt() none runs
+            if (!stepped && !interrupted()) step(false);
             next_step_at_ += chunk_samples_;
             const size_t boundary = size_t(opts_.max_segment_windows) * size_t(model_->hp.audio.n_window_infer) * kHop;
             if (audio_.size() >= boundary + 200) end_segment(boundary);
@@ -180,6 +181,7 @@ bool StreamSession::check_pause() {
     }
     if (pause_blocks_ == 0 || ++quiet_blocks_ != pause_blocks_ || !speech_since_pause_ || audio_.size() < kMinSamples)
         return false;
+    if (interrupted()) return false; // finish() comes next and decodes everything anyway
     // A pause after speech: decode everything so far as the final would (no text prefix, previous hypothesis as
     // the draft), so that at release the final step finds a complete draft.
     step(false, true);
@@ -327,6 +329,12 @@ void StreamSession::step(bool final, bool pause) {
     append(tail);
     st.encoder_ms = phase.ms();
     phase.reset();
+    if (!final && interrupted()) { // the caches above are exact; the decoder's state is untouched
+        st.interrupted = true;
+        st.ms = sw.ms();
+        stats_.push_back(st);
+        return;
+    }
     // 3. Decoder: reuse the KV rows whose inputs did not change, prefill the rest together with the draft (the
     //    previous hypothesis after the prefix), accept the draft's longest prefix that greedy argmax reproduces,
     //    then decode the rest one token at a time.
@@ -414,6 +422,10 @@ void StreamSession::step(bool final, bool pause) {
         draft_next.clear();
         accepted = 0;
         if (n + 1 == cap) break; // no logits needed after the last token
+        if (!final && interrupted()) { // the cache holds the accepted tokens; the hypothesis ends at this one
+            st.interrupted = true;
+            break;
+        }
         // Next pass: the token, plus a lookup draft of what may follow it when the tokens so far suggest one.
         std::vector<int> run = {tok};
         if (lookups) {

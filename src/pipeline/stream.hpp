@@ -24,6 +24,7 @@
 #include "model/model.hpp"
 #include "qasr/qasr.hpp"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,6 +48,7 @@ struct StreamChunkStats {
     int lookup_tokens = 0;      // prompt-lookup draft tokens verified in those passes
     int lookup_accepted = 0;    // of those, reproduced by greedy argmax
     bool pause = false;         // an extra step triggered by a pause after speech
+    bool interrupted = false;   // interrupt() stopped it early (before the decoder, or between decode passes)
     double ms = 0;
     double mel_ms = 0, encoder_ms = 0, prefill_ms = 0, decode_ms = 0; // breakdown of ms
 };
@@ -60,6 +62,12 @@ public:
     void push_s16le(const uint8_t* bytes, size_t n);
     std::vector<StreamEvent> poll();            // events since the last poll (also delivered to the callback)
     TranscriptionResult finish();               // flushes the tail, returns the final result; the session ends
+    // Thread-safe; may be called while push() runs on another thread (push-to-talk: the key was released). The
+    // chunk step in progress stops at its next stage boundary (before the decoder's prefill, or between two
+    // decode passes) and no later chunk or pause step starts: push() only appends audio from then on, so finish()
+    // can begin its final almost at once instead of waiting for a step of the whole segment. The final is the
+    // same (its draft is only the older hypothesis).
+    void interrupt() { interrupted_.store(true, std::memory_order_relaxed); }
     const std::vector<StreamChunkStats>& stats() const { return stats_; }
     bool endpoint_used() const { return endpoint_used_; } // finish() took the pause step's transcript (no step)
 
@@ -81,6 +89,8 @@ private:
     std::string forced_;             // canonical forced language or ""
     size_t chunk_samples_;
     bool finished_ = false;
+    std::atomic<bool> interrupted_{false};
+    bool interrupted() const { return interrupted_.load(std::memory_order_relaxed); }
 
     // Current segment.
     std::vector<float> audio_;       // samples of the segment

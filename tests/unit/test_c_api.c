@@ -101,6 +101,17 @@ int main(void) {
     CHECK(qasr_stream_finish(s, &r) == QASR_OK);
     CHECK(r && want && strcmp(qasr_result_text(r), want) == 0);
     qasr_result_free(r);
+    qasr_stream_free(s);
+    /* The same, interrupted a third of the way in (a key release): later steps do not run, the final is the same. */
+    CHECK(qasr_stream_open(m, &sp, NULL, NULL, &s) == QASR_OK);
+    for (size_t i = data; i + 320 <= n; i += 320) {
+        if (i - data == ((n - data) / 3 / 320) * 320) qasr_stream_interrupt(s);
+        CHECK(qasr_stream_push_s16le(s, bytes + i, 320) == QASR_OK);
+    }
+    qasr_stream_interrupt(NULL); /* no stream: nothing happens */
+    CHECK(qasr_stream_finish(s, &r) == QASR_OK);
+    CHECK(r && want && strcmp(qasr_result_text(r), want) == 0);
+    qasr_result_free(r);
     qasr_stream_event ev;
     int events = 0, finals = 0;
     while (qasr_stream_next_event(s, &ev)) {

@@ -440,3 +440,64 @@ TEST(Stream, LookupDraftsKeepTheGreedyTranscript) {
     EXPECT_EQ(x.stats().back().lookup_tokens, 0);
     EXPECT_EQ(parse_asr_output(fin.raw_text, "").text, offline_text(audio));
 }
+
+TEST(Stream, InterruptStopsLaterStepsAndKeepsTheFinal) {
+    NEED_TOKENIZER();
+    // interrupt() from the partial event of the 4 s step (inside push): the steps at 6 and 8 s do not run, push()
+    // still takes all the audio, and the final is the offline transcript, as without the interrupt.
+    const auto audio = speechlike(16000 * 9 + 321, 51);
+    const std::string want = offline_text(audio);
+    StreamOptions o = small_opts();
+    o.unfixed_chunks = 1;
+    StreamSession* self = nullptr;
+    int partials = 0;
+    StreamSession s(tiny(), o, [&](const StreamEvent& e) {
+        if (e.kind == StreamEvent::Kind::Partial && ++partials == 2) self->interrupt();
+    });
+    self = &s;
+    push_in_blocks(s, audio, 1600);
+    EXPECT_EQ(partials, 2);
+    ASSERT_EQ(s.stats().size(), 2u); // the steps at 2 and 4 s
+    const auto fin = s.finish();
+    EXPECT_EQ(fin.raw_text, want);
+    EXPECT_DOUBLE_EQ(fin.audio_seconds, double(audio.size()) / 16000.0);
+    ASSERT_EQ(s.stats().size(), 3u);
+    for (const auto& st : s.stats()) EXPECT_FALSE(st.interrupted);
+    // the same with interrupt() before the first push: only the final runs
+    StreamSession t(tiny(), o);
+    t.interrupt();
+    push_in_blocks(t, audio, 1600);
+    EXPECT_TRUE(t.stats().empty());
+    EXPECT_EQ(t.finish().raw_text, want);
+    EXPECT_EQ(t.stats().size(), 1u);
+}
+
+TEST(Stream, InterruptFromAnotherThreadDuringPush) {
+    NEED_TOKENIZER();
+    // A key release while push() computes: another thread calls interrupt() after a varying delay. Wherever it
+    // lands (between steps, after a step's encoder, between decode passes), the final is the offline transcript,
+    // at most the step in progress stops early, and none runs after it.
+    const auto audio = speechlike(16000 * 11, 52);
+    const std::string want = offline_text(audio);
+    StreamOptions o = small_opts();
+    o.unfixed_chunks = 1;
+    o.chunk_seconds = 1.0;
+    o.max_new_tokens_per_chunk = 48; // long enough to be interrupted between decode passes too
+    for (int delay_us : {0, 1000, 3000, 5000, 7000, 10000, 15000, 30000}) {
+        StreamSession s(tiny(), o);
+        std::thread release([&] {
+            std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+            s.interrupt();
+        });
+        s.push(audio.data(), audio.size());
+        release.join();
+        const size_t chunk_steps = s.stats().size();
+        for (size_t i = 0; i < chunk_steps; ++i)
+            if (s.stats()[i].interrupted) {
+                EXPECT_EQ(i + 1, chunk_steps) << "a step ran after the interrupted one";
+            }
+        EXPECT_EQ(s.finish().raw_text, want) << "delay " << delay_us << " us";
+        EXPECT_EQ(s.stats().size(), chunk_steps + 1);
+        EXPECT_FALSE(s.stats().back().interrupted);
+    }
+}
