@@ -128,7 +128,7 @@ Tensor Decoder::embed(const std::vector<int>& ids) const {
     return x;
 }
 
-Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
+Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const std::function<bool()>* stop) const {
     const int64_t n = x.rows(), D = hp_.hidden, hd = hp_.head_dim, Hq = hp_.n_heads, Hkv = hp_.n_kv_heads;
     const int64_t past = cache.len;
     if (n == 1 && !tap) { // a decode step: the whole stack as one op (the CPU runs it in one parallel region)
@@ -210,6 +210,7 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap) const {
         ops::add_rms_norm_rows(x.ptr(), a.ptr(), last ? nullptr : u.ptr(), n, D,
                                last ? nullptr : w_.layers[li + 1].in_norm.ptr(), hp_.rms_eps);
         if (tap) (*tap)("dec_layer." + std::to_string(li), x);
+        if (stop && *stop && !last && (*stop)()) return Tensor(); // cache.len unchanged
     }
     if (n * (D + Nq + 2 * Nkv + Hq * hd + D + 2 * I) > (int64_t(16) << 20)) // keep at most 64 MB per thread
         for (Tensor& t : buf) t = Tensor();

@@ -6,6 +6,7 @@
 #include "model/encoder.hpp"
 #include "model/weights.hpp"
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,8 +49,11 @@ class Decoder {
 public:
     Decoder(const DecoderW& w, const TextHParams& hp);
     // Runs x [n, D] (embedded inputs at positions cache.len …) through the stack, appends to the cache and
-    // returns the final-normed hidden states [n, D].
-    Tensor forward(Tensor x, KvCache& cache, const TapFn* tap = nullptr) const;
+    // returns the final-normed hidden states [n, D]. stop (multi-row passes): asked after each layer; when it
+    // returns true the pass ends there, the cache keeps its length (rows written for the new positions are not
+    // counted) and an empty tensor is returned.
+    Tensor forward(Tensor x, KvCache& cache, const TapFn* tap = nullptr,
+                   const std::function<bool()>* stop = nullptr) const;
     // logits [n, V] for hidden rows h [n, D].
     Tensor logits(const Tensor& h) const;
     const WeightMatrix& head() const { return w_.lm_head.empty() ? w_.embed : w_.lm_head; } // [V, D]

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 namespace qasr {
 namespace {
@@ -329,12 +330,15 @@ void StreamSession::step(bool final, bool pause) {
     append(tail);
     st.encoder_ms = phase.ms();
     phase.reset();
-    if (!final && interrupted()) { // the caches above are exact; the decoder's state is untouched
+    // interrupt(): the caches above are exact; the decoder's cache keeps no rows of windows re-encoded here
+    const std::function<bool()> stop = [this, final] { return !final && interrupted(); };
+    auto abandon = [&] {
+        cached_audio_rows_ = std::min(cached_audio_rows_, valid_rows);
         st.interrupted = true;
         st.ms = sw.ms();
         stats_.push_back(st);
-        return;
-    }
+    };
+    if (stop()) return abandon();
     // 3. Decoder: reuse the KV rows whose inputs did not change, prefill the rest together with the draft (the
     //    previous hypothesis after the prefix), accept the draft's longest prefix that greedy argmax reproduces,
     //    then decode the rest one token at a time.
@@ -383,7 +387,11 @@ void StreamSession::step(bool final, bool pause) {
     st.prefilled_tokens = int(run_ids.size());
     st.draft_tokens = int(draft.size());
     const int64_t fed = x.rows();
-    engine_->forward(std::move(x));
+    if (!engine_->forward(std::move(x), stop)) { // interrupted between layers: the cache is back at `reuse`
+        cached_ids_.resize(reuse);
+        st.prefilled_tokens = st.draft_tokens = 0;
+        return abandon();
+    }
     // Logits of the last fed position alone (one matrix-vector pass over the head); the greedy tokens of the draft
     // positions in one batch, only once the first draft token is confirmed (engine argmax: screened on the CPU).
     int64_t h0 = fed - int64_t(draft.size()) - 1;
@@ -422,7 +430,7 @@ void StreamSession::step(bool final, bool pause) {
         draft_next.clear();
         accepted = 0;
         if (n + 1 == cap) break; // no logits needed after the last token
-        if (!final && interrupted()) { // the cache holds the accepted tokens; the hypothesis ends at this one
+        if (stop()) { // the cache holds the accepted tokens; the hypothesis ends at this one
             st.interrupted = true;
             break;
         }
@@ -436,7 +444,10 @@ void StreamSession::step(bool final, bool pause) {
         }
         lookup = true;
         base = size_t(engine_->length()) + 1;
-        engine_->forward(engine_->embed(run));
+        if (!engine_->forward(engine_->embed(run), stop)) { // the pass did not count: the cache ends before tok
+            st.interrupted = true;
+            break;
+        }
         h0 = 0;
         if (!draft.empty() && engine_->screened_argmax()) {
             // the token's row and the lookup draft's rows in one pass over the head (a lookup draft is short and

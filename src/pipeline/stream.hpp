@@ -48,7 +48,8 @@ struct StreamChunkStats {
     int lookup_tokens = 0;      // prompt-lookup draft tokens verified in those passes
     int lookup_accepted = 0;    // of those, reproduced by greedy argmax
     bool pause = false;         // an extra step triggered by a pause after speech
-    bool interrupted = false;   // interrupt() stopped it early (before the decoder, or between decode passes)
+    bool interrupted = false;   // interrupt() stopped it early: before or inside its prefill (prefilled_tokens
+                                // 0: the decoder's cache is as before the step) or between decode passes
     double ms = 0;
     double mel_ms = 0, encoder_ms = 0, prefill_ms = 0, decode_ms = 0; // breakdown of ms
 };

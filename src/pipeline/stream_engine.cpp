@@ -39,9 +39,10 @@ public:
     }
     void clear() override { cache_ = KvCache(); }
     Tensor embed(const std::vector<int>& ids) const override { return dec_.embed(ids); }
-    void forward(Tensor x) override {
+    bool forward(Tensor x, const std::function<bool()>& stop) override {
         if (cache_.k.empty()) cache_.reset(m_->weights.dec.layers.size());
-        h_ = dec_.forward(std::move(x), cache_);
+        h_ = dec_.forward(std::move(x), cache_, nullptr, &stop);
+        return h_.rows() > 0;
     }
     Tensor logits(int64_t r0, int64_t n) override {
         if (r0 < 0 || n < 0 || r0 + n > h_.rows()) fail("stream", "logits of rows outside the last pass");
@@ -76,7 +77,10 @@ public:
     void truncate(int64_t n) override { s_->truncate(n); }
     void clear() override { s_->truncate(0); }
     Tensor embed(const std::vector<int>& ids) const override { return dec_.embed(ids); }
-    void forward(Tensor x) override { s_->extend(x); }
+    bool forward(Tensor x, const std::function<bool()>&) override {
+        s_->extend(x);
+        return true;
+    }
     Tensor logits(int64_t r0, int64_t n) override { return s_->extended_logits(r0, n); }
 
 private:

@@ -6,6 +6,7 @@
 #include "core/tensor.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,8 +26,10 @@ public:
     virtual void clear() = 0;             // no positions (a new segment)
     virtual Tensor embed(const std::vector<int>& ids) const = 0; // host input rows [n, D]
     // Runs the decoder over input rows x [n, D] at positions length() … length()+n-1 (their keys and values join
-    // the cache); the final-normed hidden rows are kept for logits().
-    virtual void forward(Tensor x) = 0;
+    // the cache); the final-normed hidden rows are kept for logits(). An engine may ask `stop` between layers and
+    // end the pass when it returns true: then false is returned and length() is unchanged (the CPU engine asks it;
+    // a device pass runs to its end).
+    virtual bool forward(Tensor x, const std::function<bool()>& stop) = 0;
     // Logits [n, V] of rows r0 … r0+n-1 of the last forward().
     virtual Tensor logits(int64_t r0, int64_t n) = 0;
     // Greedy tokens of rows r0 … r0+n-1 of the last forward(): the first index of each row's maximum logit. The

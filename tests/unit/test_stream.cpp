@@ -501,3 +501,46 @@ TEST(Stream, InterruptFromAnotherThreadDuringPush) {
         EXPECT_FALSE(s.stats().back().interrupted);
     }
 }
+
+TEST(Stream, InterruptAfterWindowsWereReencodedKeepsTheFinal) {
+    NEED_TOKENIZER();
+    // A louder stretch after the first 8-second window completed raises the clamp floor, so the step after it
+    // re-encodes that window; an interrupt that stops the step after its encoder (or inside its prefill) must not
+    // leave the decoder's cache rows of the old encoding to be reused by the final.
+    auto audio = speechlike(16000 * 10 + 12800, 53);
+    for (size_t i = 0; i < audio.size(); ++i) // quiet (−40 dB) but for 9.2 … 9.8 s
+        if (i < 16000 * 9 + 3200 || i >= 16000 * 9 + 12800) audio[i] *= 0.01f;
+    const std::string want = offline_text(audio);
+    StreamOptions o = small_opts();
+    o.unfixed_chunks = 1;
+    o.chunk_seconds = 1.0;
+    int reencoded = 0;
+    const size_t quiet = 16000 * 9 + 1600; // steps at 1 … 9 s (the 9 s step completes window 0)
+    // Without the 10 s step the final itself re-encodes window 0 and prefills from the audio on: every final after
+    // a 10 s step stopped before its prefill completed must do the same.
+    StreamSession r(tiny(), o);
+    r.push(audio.data(), quiet);
+    r.interrupt();
+    r.push(audio.data() + quiet, audio.size() - quiet);
+    EXPECT_EQ(r.finish().raw_text, want);
+    const int full_prefill = r.stats().back().prefilled_tokens;
+    for (int delay_us : {0, 500, 1000, 2000, 3000, 4000, 6000, 8000, 12000, 16000, 24000, 40000}) {
+        StreamSession s(tiny(), o);
+        s.push(audio.data(), quiet);
+        std::thread release([&] {
+            std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+            s.interrupt();
+        });
+        // the step at 10 s sees all of the loud stretch and re-encodes window 0 (the final's floor is the same)
+        s.push(audio.data() + quiet, audio.size() - quiet);
+        release.join();
+        const StreamChunkStats step = s.stats().back();
+        const bool stale = step.interrupted && step.prefilled_tokens == 0 && step.audio_seconds > 9.5;
+        reencoded += stale && step.encoder_windows > 1;
+        EXPECT_EQ(s.finish().raw_text, want) << "delay " << delay_us << " us";
+        if (stale) {
+            EXPECT_EQ(s.stats().back().prefilled_tokens, full_prefill) << "delay " << delay_us << " us";
+        }
+    }
+    std::printf("interrupted after re-encoding a window: %d of 12\n", reencoded);
+}
