@@ -147,7 +147,6 @@ void set_pf_smem() {
 }
 
 struct DeviceInfo {
-    bool ready = false;
     bool ok = false; // sm_90 or newer
     int sms = 0;
 };
@@ -178,7 +177,6 @@ void matvec_prefetch_prepare(int ordinal) {
             set_pf_smem<8>();
             set_pf_smem<12>();
         }
-        d.ready = true;
         g_dev[ordinal] = d;
     });
 }
