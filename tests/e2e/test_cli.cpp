@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -161,4 +162,32 @@ TEST(Cli, BadOptions) {
     CliRun h = run("transcribe --help");
     EXPECT_EQ(h.status, 0);
     EXPECT_NE(h.out.find("--ignore-eos"), std::string::npos);
+}
+
+TEST(Cli, StreamFromStdinAndRealtimeFileEqualOffline) {
+    NEED_TOKENIZER();
+    // `qasr stream` reads raw s16le from stdin on a reader thread (its end interrupts a step in progress) or
+    // replays --file at real speed (the release at its end interrupts): either way one final, the offline text.
+    CliRun off = run("transcribe -m " + tiny() + " --format json --no-itn -q " + kWav);
+    ASSERT_EQ(off.status, 0) << off.err;
+    const std::string want = nlohmann::json::parse(off.out)["text"];
+    const std::string stream = "stream -m " + tiny() + " --json --no-itn --chunk-seconds 0.5";
+    // stdin: the WAV's samples after its 44-byte header (the tool's output files are per-process, see run())
+    for (const std::string& args : {stream + " < <(tail -c +45 " + kWav + ")", stream + " --realtime --file " + kWav}) {
+        const std::string dir = scratch();
+        const std::string cmd = "bash -c '" + std::string(QASR_BIN) + " " + args + "' >" + dir + "/s_out 2>" + dir + "/s_err";
+        const int rc = std::system(cmd.c_str());
+        std::ifstream o(dir + "/s_out"), e(dir + "/s_err");
+        const std::string out((std::istreambuf_iterator<char>(o)), {}), err((std::istreambuf_iterator<char>(e)), {});
+        EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0) << args << ": " << err;
+        int finals = 0;
+        std::string text;
+        std::istringstream in(out);
+        for (std::string line; std::getline(in, line);) {
+            const auto j = nlohmann::json::parse(line);
+            if (j["type"] == "final") ++finals, text = j["stable"].get<std::string>();
+        }
+        EXPECT_EQ(finals, 1) << args << ": " << out;
+        EXPECT_EQ(text, want) << args;
+    }
 }
