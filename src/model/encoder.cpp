@@ -147,7 +147,8 @@ Tensor encode_stem_chunk(const EncoderW& w, const AudioHParams& hp, const float*
     return x;
 }
 
-Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t window, const TapFn* tap) {
+Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t window, const TapFn* tap,
+                   const std::function<bool()>* stop) {
     ops::Bf16GemmScope precision(w.bf16_compute);
     const int64_t A = x.rows(), d = hp.d_model;
     if (x.cols() != d) fail("encoder", "stem rows have " + std::to_string(x.cols()) + " columns, model wants " +
@@ -164,6 +165,10 @@ Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t 
         const EncoderLayerW* next = i + 1 < w.layers.size() ? &w.layers[i + 1] : nullptr;
         encoder_layer(w.layers[i], next, x.ptr(), A, d, hp.n_heads, window, B);
         if (tap) (*tap)("enc_layer." + std::to_string(i), x);
+        if (next && stop && *stop && (*stop)()) {
+            B.trim();
+            return Tensor();
+        }
     }
     B.trim();
     ops::layer_norm(x.ptr(), A, d, w.ln_post.w.ptr(), w.ln_post.b.ptr(), 1e-5f);

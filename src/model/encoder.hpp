@@ -35,9 +35,10 @@ Tensor encode_stem_chunk(const EncoderW& w, const AudioHParams& hp, const float*
 int64_t encoder_window_rows(int64_t n_frames, const AudioHParams& hp);
 
 // Transformer layers, ln_post and projector over packed stem rows x [A, d] → [A, output_dim] (spec §4.5–4.8).
-// Taps: enc_in, enc_layer.i, enc_out, proj_out.
+// Taps: enc_in, enc_layer.i, enc_out, proj_out. stop: asked after each layer but the last; when it returns true
+// the pass ends there and an empty tensor is returned.
 Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t window_rows,
-                   const TapFn* tap = nullptr);
+                   const TapFn* tap = nullptr, const std::function<bool()>* stop = nullptr);
 
 // Sinusoid table [n_pos, d] (spec §4.4).
 Tensor sinusoid_table(int64_t n_pos, int64_t d);

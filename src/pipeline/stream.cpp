@@ -208,6 +208,8 @@ void StreamSession::step(bool final, bool pause) {
     Stopwatch sw, phase;
     StreamChunkStats st;
     st.pause = pause;
+    const std::function<bool()> stop = [this, final] { return !final && interrupted(); }; // interrupt()
+    const std::function<bool()> never;
     const bool full_decode = final || pause; // no text prefix, the final's token cap
     const AudioHParams& ahp = model_->hp.audio;
     const int n_mels = ahp.n_mels;
@@ -256,7 +258,7 @@ void StreamSession::step(bool final, bool pause) {
     };
     // Encoder rows of the window [t0, t1): each chunk's stem rows (from stem_ for chunks from stem_from_ on, which
     // also keeps new completed chunks), then the Transformer layers over all of them.
-    auto encode_window = [&](size_t t0, size_t t1) {
+    auto encode_window = [&](size_t t0, size_t t1, const std::function<bool()>& until) {
         const bool cached = t0 >= stem_from_;
         const int64_t d = ahp.d_model;
         Tensor x({audio_token_count(int64_t(t1 - t0), ahp), d});
@@ -278,7 +280,7 @@ void StreamSession::step(bool final, bool pause) {
         }
         st.encoder_windows += 1;
         st.encoder_frames += int(t1 - t0);
-        return engine_->encode_rows(std::move(x), encoder_window_rows(int64_t(t1 - t0), ahp));
+        return engine_->encode_rows(std::move(x), encoder_window_rows(int64_t(t1 - t0), ahp), until);
     };
     // 2. Encoder: completed windows are reused unless the clamp floor changed one of their values; so are the stem
     //    rows of the open window's completed chunks.
@@ -292,7 +294,7 @@ void StreamSession::step(bool final, bool pause) {
     for (size_t w = 0; w < windows_.size(); ++w) {
         const bool same = unchanged(window_min_[w]);
         if (!same && first_changed == windows_.size()) first_changed = w;
-        if (!same) windows_[w] = encode_window(w * FW, (w + 1) * FW);
+        if (!same) windows_[w] = encode_window(w * FW, (w + 1) * FW, never);
     }
     for (size_t w = 0; w < first_changed; ++w) valid_rows += size_t(windows_[w].rows());
     while (!stem_.empty() && stem_from_ + stem_.size() * cf > stable_frames_) { // frames provisional again
@@ -306,7 +308,7 @@ void StreamSession::step(bool final, bool pause) {
     }
     while ((windows_.size() + 1) * FW <= stable_frames_ && (windows_.size() + 1) * FW <= T) {
         const size_t w = windows_.size();
-        windows_.push_back(encode_window(w * FW, (w + 1) * FW));
+        windows_.push_back(encode_window(w * FW, (w + 1) * FW, never));
         window_min_.push_back(min_of(w * FW, (w + 1) * FW));
         const long drop = long(std::min(stem_.size(), FW / cf)); // the window's chunks; later ones stay
         stem_.erase(stem_.begin(), stem_.begin() + drop);
@@ -315,8 +317,16 @@ void StreamSession::step(bool final, bool pause) {
         stem_from_ = (w + 1) * FW;
     }
     floor_used_ = floor;
+    // interrupt(): the caches above are exact; the decoder's cache keeps no rows of windows re-encoded here
+    auto abandon = [&] {
+        cached_audio_rows_ = std::min(cached_audio_rows_, valid_rows);
+        st.interrupted = true;
+        st.ms = sw.ms();
+        stats_.push_back(st);
+    };
     const size_t tail0 = windows_.size() * FW;
-    Tensor tail = tail0 < T ? encode_window(tail0, T) : Tensor({0, int64_t(ahp.output_dim)});
+    Tensor tail = tail0 < T ? encode_window(tail0, T, stop) : Tensor({0, int64_t(ahp.output_dim)});
+    if (tail0 < T && tail.rows() == 0) return abandon(); // stopped between the open window's encoder layers
     int64_t A = tail.rows();
     for (const auto& w : windows_) A += w.rows();
     const int64_t D = model_->hp.text.hidden;
@@ -330,14 +340,6 @@ void StreamSession::step(bool final, bool pause) {
     append(tail);
     st.encoder_ms = phase.ms();
     phase.reset();
-    // interrupt(): the caches above are exact; the decoder's cache keeps no rows of windows re-encoded here
-    const std::function<bool()> stop = [this, final] { return !final && interrupted(); };
-    auto abandon = [&] {
-        cached_audio_rows_ = std::min(cached_audio_rows_, valid_rows);
-        st.interrupted = true;
-        st.ms = sw.ms();
-        stats_.push_back(st);
-    };
     if (stop()) return abandon();
     // 3. Decoder: reuse the KV rows whose inputs did not change, prefill the rest together with the draft (the
     //    previous hypothesis after the prefix), accept the draft's longest prefix that greedy argmax reproduces,

@@ -29,8 +29,8 @@ public:
     Tensor stem(const Tensor& mel) override {
         return encode_stem_chunk(m_->weights.enc, m_->hp.audio, mel.ptr(), mel.cols(), mel.cols());
     }
-    Tensor encode_rows(Tensor x, int64_t window_rows) override {
-        return qasr::encode_rows(m_->weights.enc, m_->hp.audio, std::move(x), window_rows);
+    Tensor encode_rows(Tensor x, int64_t window_rows, const std::function<bool()>& stop) override {
+        return qasr::encode_rows(m_->weights.enc, m_->hp.audio, std::move(x), window_rows, nullptr, &stop);
     }
     int64_t length() const override { return cache_.len; }
     void truncate(int64_t n) override {
@@ -72,7 +72,9 @@ public:
     explicit DeviceEngine(std::shared_ptr<const Model> m)
         : m_(std::move(m)), dec_(m_->weights.dec, m_->hp.text), s_(m_->device->open()) {}
     Tensor stem(const Tensor& mel) override { return s_->encode_stem(mel); }
-    Tensor encode_rows(Tensor x, int64_t window_rows) override { return s_->encode_rows(x, window_rows); }
+    Tensor encode_rows(Tensor x, int64_t window_rows, const std::function<bool()>&) override {
+        return s_->encode_rows(x, window_rows);
+    }
     int64_t length() const override { return s_->length(); }
     void truncate(int64_t n) override { s_->truncate(n); }
     void clear() override { s_->truncate(0); }

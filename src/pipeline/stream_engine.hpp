@@ -20,7 +20,8 @@ public:
     // Conv stem of one chunk: normalized mel [n_mels, frames] → rows [A, d] (encode_stem_chunk, model/encoder.hpp).
     virtual Tensor stem(const Tensor& mel) = 0;
     // Transformer layers, ln_post and projector over packed stem rows x [A, d] (encode_rows, model/encoder.hpp).
-    virtual Tensor encode_rows(Tensor x, int64_t window_rows) = 0;
+    // The CPU engine asks `stop` between layers (empty result when it returned true); a device pass runs to its end.
+    virtual Tensor encode_rows(Tensor x, int64_t window_rows, const std::function<bool()>& stop) = 0;
     virtual int64_t length() const = 0;   // positions in the KV cache
     virtual void truncate(int64_t n) = 0; // keep the first n positions
     virtual void clear() = 0;             // no positions (a new segment)
