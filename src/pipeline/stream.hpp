@@ -64,10 +64,11 @@ public:
     std::vector<StreamEvent> poll();            // events since the last poll (also delivered to the callback)
     TranscriptionResult finish();               // flushes the tail, returns the final result; the session ends
     // Thread-safe; may be called while push() runs on another thread (push-to-talk: the key was released). The
-    // chunk step in progress stops at its next stage boundary (before the decoder's prefill, or between two
-    // decode passes) and no later chunk or pause step starts: push() only appends audio from then on, so finish()
-    // can begin its final almost at once instead of waiting for a step of the whole segment. The final is the
-    // same (its draft is only the older hypothesis).
+    // chunk step in progress stops at its next layer or stage boundary (the open window's encoder layers, the
+    // decoder layers of its prefill and decode passes; device passes run to their end) and no later chunk or
+    // pause step starts: push() only appends audio from then on, so finish() can begin its final almost at once
+    // instead of waiting for a step of the whole segment. The final is the same (its draft is only the older
+    // hypothesis).
     void interrupt() { interrupted_.store(true, std::memory_order_relaxed); }
     const std::vector<StreamChunkStats>& stats() const { return stats_; }
     bool endpoint_used() const { return endpoint_used_; } // finish() took the pause step's transcript (no step)
