@@ -2,7 +2,8 @@
 # CUDA backend on the GPU machine, in one `run` call: the ops-tier CUDA tests, then per preset a random-weight
 # checkpoint (bf16 + MLX 8/6/4-bit), `qasr bench --device cuda` at a fixed decode length, cold-start timings,
 # and scripts/cuda_reference.py (bf16 accuracy vs transformers + the reference's end-to-end time).
-#   OUT=... bash scripts/run_cuda_device.sh BUILD_DIR AUDIO [PRESETS] [TOKENS]
+#   OUT=... [PREV_QASR=old/qasr] bash scripts/run_cuda_device.sh BUILD_DIR AUDIO [PRESETS] [TOKENS]
+# PREV_QASR: a previous build's qasr, benched right after each width for a same-call comparison.
 # Needs: BUILD_DIR with tools/qasr and tests/ops/qasr_cuda_tests (built here with -DQASR_CUDA=ON), their non-CUDA
 # shared libraries in build-carry/lib (scripts/README.md), and the tokenizer in .cache/qasr/tokenizer.
 set -uo pipefail
@@ -48,6 +49,13 @@ PY
         "$q" bench -m "$m/$v" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs ${RUNS:-20} --warmup 0 \
             --api-warmup --json > "$out/bench_${p}_$v.json" 2>> "$out/errors.log"
         log "$p $v bench rc=$? $(python3 -c "import json,sys; j=json.load(open('$out/bench_${p}_$v.json')); print('total %.2f ms (first %.2f, max %.2f) mel %.2f enc %.2f prefill %.2f decode %.2f ms = %.3f ms/tok, warmup %.0f ms, load %.0f ms' % (j['total_ms'], j['first_total_ms'], j['max_total_ms'], j['mel_ms'], j['encode_ms'], j['prefill_ms'], j['decode_ms'], j['ms_per_token'], j['api_warmup_ms'], j['load_ms']))" 2>&1)"
+        # PREV_QASR=binary: the same bench with a previous build, right after, so that a regression of any width
+        # shows in the same call (the 8-bit slowdown of session 7 was found only by comparing across machines)
+        if [ -n "${PREV_QASR:-}" ] && [ -x "$PREV_QASR" ]; then
+            "$PREV_QASR" bench -m "$m/$v" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs ${RUNS:-20} \
+                --warmup 0 --api-warmup --json > "$out/bench_${p}_${v}_prev.json" 2>> "$out/errors.log"
+            log "$p $v previous binary rc=$? $(python3 -c "import json; j=json.load(open('$out/bench_${p}_${v}_prev.json')); print('total %.2f ms = %.3f ms/tok' % (j['total_ms'], j['ms_per_token']))" 2>&1)"
+        fi
     done
     "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs 5 --warmup 0 \
         --json > "$out/bench_${p}_bf16_nowarmup.json" 2>> "$out/errors.log"
