@@ -187,6 +187,7 @@ bool StreamSession::check_pause() {
     // the draft), so that at release the final step finds a complete draft.
     step(false, true);
     speech_since_pause_ = false;
+    if (stats_.back().interrupted) return true; // its hypothesis is not the whole audio: no endpoint
     endpoint_ok_ = true;
     endpoint_hyp_ = hyp_;
     return true;

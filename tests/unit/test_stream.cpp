@@ -544,3 +544,35 @@ TEST(Stream, InterruptAfterWindowsWereReencodedKeepsTheFinal) {
     }
     std::printf("interrupted after re-encoding a window: %d of 12\n", reencoded);
 }
+
+TEST(Stream, InterruptedPauseStepIsNoEndpoint) {
+    NEED_TOKENIZER();
+    // With endpoint_final, finish() may return the last pause step's transcript, but not that of a pause step the
+    // interrupt stopped (its hypothesis does not cover the audio): then the final decodes, as offline.
+    auto audio = speechlike(16000 * 6, 44);
+    audio.resize(16000 * 7, 0.0f); // the pause step runs at 6.3 s (chunk steps every 2 s before it)
+    const std::string want = offline_text(audio);
+    StreamOptions o = small_opts();
+    o.pause_seconds = 0.3;
+    o.endpoint_final = true;
+    o.max_new_tokens_per_chunk = 48;
+    int stopped = 0;
+    for (int delay_us : {0, 1000, 2000, 4000, 8000, 16000}) {
+        StreamSession s(tiny(), o);
+        s.push(audio.data(), 16000 * 6 + 4700); // steps at 2, 4, 6 s; the pause step is due at 6.3 s
+        std::thread release([&] {
+            std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+            s.interrupt();
+        });
+        s.push(audio.data() + 16000 * 6 + 4700, audio.size() - (16000 * 6 + 4700));
+        release.join();
+        const bool pause_stopped = !s.stats().empty() && s.stats().back().pause && s.stats().back().interrupted;
+        stopped += pause_stopped;
+        const auto fin = s.finish();
+        if (pause_stopped) {
+            EXPECT_FALSE(s.endpoint_used()) << "delay " << delay_us << " us";
+            EXPECT_EQ(fin.raw_text, want) << "delay " << delay_us << " us";
+        }
+    }
+    std::printf("pause steps stopped by the interrupt: %d of 6\n", stopped);
+}
