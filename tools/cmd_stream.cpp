@@ -127,16 +127,19 @@ double median(std::vector<double> v) {
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// Calls s.interrupt() at `when` (the key release of a replayed recording), from its own thread, unless it is
-// destroyed first: the release can fall while push() is inside a step.
+// When enabled, calls s.interrupt() at `when` (the key release of a replayed recording) from its own thread,
+// unless it is destroyed first: the release can fall while push() is inside a step.
 class ReleaseAt {
 public:
-    ReleaseAt(StreamSession& s, std::chrono::steady_clock::time_point when, bool enabled)
-        : th_([this, &s, when, enabled] {
-              std::unique_lock<std::mutex> lk(m_);
-              if (!cv_.wait_until(lk, when, [this] { return done_; }) && enabled) s.interrupt();
-          }) {}
+    ReleaseAt(StreamSession& s, std::chrono::steady_clock::time_point when, bool enabled) {
+        if (!enabled) return;
+        th_ = std::thread([this, &s, when] {
+            std::unique_lock<std::mutex> lk(m_);
+            if (!cv_.wait_until(lk, when, [this] { return done_; })) s.interrupt();
+        });
+    }
     ~ReleaseAt() {
+        if (!th_.joinable()) return;
         {
             std::lock_guard<std::mutex> lk(m_);
             done_ = true;
@@ -149,7 +152,7 @@ private:
     std::mutex m_;
     std::condition_variable cv_;
     bool done_ = false;
-    std::thread th_; // last: starts after the members it uses
+    std::thread th_;
 };
 
 int run_bench(const Common& c, const std::vector<std::string>& files, bool realtime, bool interrupt) {
