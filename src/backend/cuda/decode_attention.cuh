@@ -8,6 +8,10 @@
 
 #include <cmath>
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include <cooperative_groups.h>
+#endif
+
 namespace qasr::cuda::detail {
 
 // Decode attention of one new token at position *pos, fused with the q/k RMSNorm + RoPE and the KV-cache write.
@@ -21,6 +25,7 @@ constexpr int kDecMaxG = 8;
 constexpr int kDecTile = 32;
 constexpr int kDecThreads = 128;
 constexpr int kDecMergeMax = 32; // splits the last block merges from registers and shared memory
+constexpr int kDecClusterMax = 16; // splits merged through a cluster (the non-portable cluster size limit of sm_90)
 // floats per split partial: acc[hd], max, sum, padded to a multiple of 4 (float4 loads of a record stay aligned)
 template <int HD> constexpr int kDecRecord = HD + 4;
 static_assert(kDecRecord<128> == decode_partial_floats(128) && kDecRecord<64> == decode_partial_floats(64));
@@ -36,12 +41,30 @@ __device__ __forceinline__ void split_keys(int len, int splits, int sp, int& s0,
     s1 = min(len, s0 + chunk);
 }
 
+// Thread-block clusters (sm_90): the splits of a kv head as one cluster, merging their partials through
+// distributed shared memory instead of global memory, a fence, an atomic and a last block.
+__device__ __forceinline__ void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#endif
+}
+template <class T> __device__ __forceinline__ T* cluster_peer(T* p, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+#else
+    return rank == 0 ? p : nullptr;
+#endif
+}
+
 // GC > 0: the query heads per kv head as a constant (the per-head loops unrolled to exactly GC; the block is a
 // long chain of dependent instructions, so their count matters); 0: a.Hq / a.Hkv at run time (≤ kDecMaxG).
 // WAIT: the body waits for the previous kernel itself (programmatic dependent launch) after loading what does not
 // depend on it — the position (advanced only between steps), the norm weights and RoPE frequencies, and the first
 // tile of this split's cached keys and values (written by earlier steps; the new row at pos comes after the wait).
-template <int HD, int GC = 0, bool WAIT = false>
+// CL: the block is rank sp of a cluster of a.splits blocks (one kv head; k_decode_attention launched with cluster
+// dimension a.splits): the partials stay in shared memory and every block merges 1/splits of the kv head's outputs
+// from its peers' shared memory, in the same order and arithmetic as the last-block merge (bit-identical results).
+template <int HD, int GC = 0, bool WAIT = false, bool CL = false>
 __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     static_assert(GC >= 0 && GC <= kDecMaxG);
     QASR_TL_ENTRY
@@ -238,6 +261,55 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
                     if (gg < G && u < nt) acc[gg][j] += ps[gg][u] * vv[u];
         }
         dec_sync();
+    }
+    if constexpr (CL) { // a.splits > 1 (the launcher's condition)
+        __shared__ __align__(16) float cpart[GM][HD];
+#pragma unroll
+        for (int j = 0; j < DPT; ++j) {
+            const int d = threadIdx.x + j * kDecThreads;
+            if (HD % kDecThreads != 0 && d >= HD) break;
+#pragma unroll
+            for (int gg = 0; gg < GM; ++gg)
+                if (gg < G) cpart[gg][d] = acc[gg][j];
+        }
+        cluster_sync_all(); // every split's acc, Ms, Ls visible to the cluster
+        __shared__ float em[GM][kDecMergeMax];
+        __shared__ float Lm[GM];
+        for (int i = threadIdx.x; i < G * a.splits; i += kDecThreads) {
+            const int gg = i / a.splits, s = i % a.splits;
+            em[gg][s] = *cluster_peer(&Ms[gg], s);
+            ps[gg][s] = *cluster_peer(&Ls[gg], s);
+        }
+        dec_sync();
+        if (threadIdx.x < G) {
+            const int gg = threadIdx.x;
+            float M = -INFINITY;
+            for (int s = 0; s < a.splits; ++s) M = fmaxf(M, em[gg][s]);
+            float L = 0.0f;
+            for (int s = 0; s < a.splits; ++s) {
+                const float ms = em[gg][s];
+                float e = -1.0f;
+                if (ms > -INFINITY) e = expf(ms - M), L += ps[gg][s] * e;
+                em[gg][s] = e;
+            }
+            Lm[gg] = L;
+        }
+        dec_sync();
+        const int n_out = G * HD, per = (n_out + a.splits - 1) / a.splits;
+        const int i0 = sp * per, i1 = min(n_out, i0 + per);
+        for (int i = i0 + int(threadIdx.x); i < i1; i += kDecThreads) {
+            const int gg = i / HD, d = i % HD;
+            float v[kDecClusterMax];
+#pragma unroll
+            for (int s = 0; s < kDecClusterMax; ++s) v[s] = s < a.splits ? *cluster_peer(&cpart[gg][d], s) : 0.0f;
+            float o = 0.0f;
+#pragma unroll
+            for (int s = 0; s < kDecClusterMax; ++s)
+                if (s < a.splits && em[gg][s] >= 0.0f) o += v[s] * em[gg][s];
+            a.o[(g * G + gg) * HD + d] = o / Lm[gg];
+        }
+        cluster_sync_all(); // no block leaves while its peers may still read its shared memory
+        return;
     }
     constexpr int PS = kDecRecord<HD>; // partial record: acc[hd], max, sum, 2 floats of padding
 #pragma unroll

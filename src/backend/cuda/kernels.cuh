@@ -92,6 +92,9 @@ struct DecAttnArgs {
     float* part = nullptr;
     unsigned* counter = nullptr;
     bool pre_wait = false; // load the cached keys/values before waiting (the q/k/v product triggered early)
+    // merge the splits (2..16) inside a thread-block cluster (sm_90) instead of through part/counter and a last
+    // block; falls back to the latter where clusters of that size cannot run
+    bool cluster = false;
 };
 // Floats per split partial of decode_attention (acc[hd], max, sum, padding to a multiple of 4); part ≥ Hq·splits·this.
 constexpr int decode_partial_floats(int hd) { return hd + 4; }

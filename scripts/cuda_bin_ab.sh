@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Interleaved A/B of qasr binaries (e.g. a build of an older commit against the current one) on the GPU machine, in
+# one `run` call: `qasr bench --device cuda` of each binary over ROUNDS rounds on one checkpoint (made here if absent:
+# random 0.6B/1.7B bf16, then `qasr quantize` for WEIGHTS=q8|q6|q4).
+#   OUT=... BINS="build-gpu/tools/qasr build-gpu/tools/qasr-old" WEIGHTS=q8 bash scripts/cuda_bin_ab.sh AUDIO [PRESET] [TOKENS]
+set -uo pipefail
+audio=${1:?audio}; p=${2:-0.6b}; tokens=${3:-40}
+source "$(dirname "$0")/cuda_env.sh"
+read -r -a bins <<< "${BINS:?binaries}"
+q=${bins[0]}
+m=/tmp/qm/$p; w=${WEIGHTS:-bf16}
+[ -f "$m/bf16/model.safetensors" ] || "$q" dev make-random --preset "$p" --layout hf --tokenizer .cache/qasr/tokenizer "$m/bf16" >> "$out/setup.log" 2>&1
+if [ "$w" != bf16 ] && [ ! -f "$m/$w/config.json" ]; then "$q" quantize "$m/bf16" "$m/$w" --bits "${w#q}" >> "$out/setup.log" 2>&1; fi
+for r in $(seq 1 "${ROUNDS:-2}"); do
+    for b in "${bins[@]}"; do
+        f="$out/binab_${p}_${w}_${r}_$(basename "$b").json"
+        timeout 90 "$b" bench -m "$m/$w" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
+            --runs "${RUNS:-10}" --warmup 0 --api-warmup --json > "$f" 2>> "$out/errors.log"
+        log "$p $w round $r $(basename "$b") rc=$? $(python3 -c "import json; j=json.load(open('$f')); print('total %.2f ms enc %.2f prefill %.2f decode %.2f = %.3f ms/tok' % (j['total_ms'], j['encode_ms'], j['prefill_ms'], j['decode_ms'], j['ms_per_token']))" 2>&1 | tail -1)"
+    done
+done
