@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 namespace qasr::cuda {
 
@@ -527,18 +528,26 @@ __global__ void k_attention_combine(AttnArgs a) {
 
 // PRE: waits for the q/k/v product inside, after loading what does not depend on it — for a product that
 // triggers this launch early (matvec_prefetch: 0.819 → 0.780 ms/token, H200, 0.6B bf16); else the wait first.
-// CL: launched in clusters of a.splits blocks (decode_attention_block's cluster merge).
-template <int HD, int GC, bool PRE, bool CL = false>
+// CL: launched in clusters of a.splits blocks (decode_attention_block's cluster merge); OP: with the o-projection
+// (the body waits itself, after starting its weight copies).
+template <int HD, int GC, bool PRE, bool CL = false, bool OP = false>
 __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a) {
-    if constexpr (!PRE) {
+    if constexpr (!PRE && !OP) {
         dep_wait();
         dep_launch();
     }
-    decode_attention_block<HD, GC, PRE, CL>(a, int(blockIdx.x));
+    decode_attention_block<HD, GC, PRE, CL, OP>(a, int(blockIdx.x));
 }
 
-// Whether kernel k can run clusters of n blocks here (sm_90; sizes above 8 need the non-portable attribute).
-template <class K> bool cluster_ok(K k, int n) {
+// The fused o-projection's rows per block. With 64 KB (8 splits of the 0.6B model) the step was slower than the
+// o-projection kernel (H200, 0.6B bf16, 40 tokens: 0.779 vs 0.745 ms/token; through L2 instead: 0.951); with 32 KB
+// (16 splits) faster (0.756 vs 0.762): a block that needs a larger shared-memory carveout than its SM's running
+// kernels starts only when they drain, losing the early launch.
+constexpr size_t kDecOpMaxSmem = 32 * 1024;
+
+// Whether kernel k can run clusters of n blocks here with `smem` bytes of dynamic shared memory each (sm_90; sizes
+// above 8 need the non-portable attribute).
+template <class K> bool cluster_ok(K k, int n, size_t smem) {
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
         major < 9 || n < 2 || n > kDecClusterMax) {
@@ -549,9 +558,14 @@ template <class K> bool cluster_ok(K k, int n) {
         cudaGetLastError();
         return false;
     }
+    if (smem && cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kDecOpMaxSmem)) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(unsigned(n));
     cfg.blockDim = dim3(kDecThreads);
+    cfg.dynamicSmemBytes = smem;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = unsigned(n), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
@@ -564,23 +578,24 @@ template <class K> bool cluster_ok(K k, int n) {
     return clusters > 0;
 }
 
-template <int HD, int GC, bool PRE>
-void launch_decode_attention_cluster(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
+// Cached per (device, splits, smem, kernel): whether the cluster launch is possible.
+template <class K> bool cluster_ok_cached(K k, int n, size_t smem) {
     static std::mutex mu;
-    static std::map<std::pair<int, int>, bool> ok; // (device, splits) → cluster launch possible
+    static std::map<std::tuple<int, int, size_t, const void*>, bool> ok;
     int dev = 0;
     QASR_CUDA(cudaGetDevice(&dev));
-    bool can;
-    {
-        std::lock_guard<std::mutex> lk(mu);
-        auto it = ok.find({dev, a.splits});
-        if (it == ok.end()) it = ok.emplace(std::make_pair(dev, a.splits), cluster_ok(k_decode_attention<HD, GC, PRE, true>, a.splits)).first;
-        can = it->second;
-    }
-    if (!can) return launch(k_decode_attention<HD, GC, PRE>, grid, dim3(kDecThreads), 0, s, a);
+    std::lock_guard<std::mutex> lk(mu);
+    const auto key = std::make_tuple(dev, n, smem, reinterpret_cast<const void*>(k));
+    auto it = ok.find(key);
+    if (it == ok.end()) it = ok.emplace(key, cluster_ok(k, n, smem)).first;
+    return it->second;
+}
+
+template <class K> void launch_cluster(K k, const DecAttnArgs& a, dim3 grid, size_t smem, cudaStream_t s) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(kDecThreads);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -589,8 +604,37 @@ void launch_decode_attention_cluster(const DecAttnArgs& a, dim3 grid, cudaStream
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl_enabled() ? 2 : 1;
-    QASR_CUDA(cudaLaunchKernelEx(&cfg, k_decode_attention<HD, GC, PRE, true>, a));
+    QASR_CUDA(cudaLaunchKernelEx(&cfg, k, a));
 }
+
+size_t op_smem(const DecAttnArgs& a) { return size_t(a.D / a.splits) * (a.Hq / a.Hkv) * a.hd * 2; }
+
+template <int HD, int GC, bool PRE>
+void launch_decode_attention_cluster(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
+    if constexpr (HD == 128 && GC == 2) {
+        if (a.wo) { // decode_attention() checked decode_attention_o_supported
+            launch_cluster(k_decode_attention<HD, GC, PRE, true, true>, a, grid, op_smem(a), s);
+            return;
+        }
+    }
+    if (!cluster_ok_cached(k_decode_attention<HD, GC, PRE, true>, a.splits, 0))
+        return launch(k_decode_attention<HD, GC, PRE>, grid, dim3(kDecThreads), 0, s, a);
+    launch_cluster(k_decode_attention<HD, GC, PRE, true>, a, grid, 0, s);
+}
+
+} // namespace
+
+bool decode_attention_o_supported(int Hq, int Hkv, int hd, int D, int splits) {
+    if (Hkv <= 0 || Hq != 2 * Hkv || hd != 128 || splits < 2 || splits > kDecClusterMax || D <= 0 || D % splits != 0)
+        return false;
+    DecAttnArgs a;
+    a.Hq = Hq, a.Hkv = Hkv, a.hd = hd, a.D = D, a.splits = splits;
+    const size_t smem = op_smem(a);
+    return smem <= kDecOpMaxSmem && cluster_ok_cached(k_decode_attention<128, 2, false, true, true>, splits, smem) &&
+           cluster_ok_cached(k_decode_attention<128, 2, true, true, true>, splits, smem);
+}
+
+namespace {
 
 template <int HD, int GC>
 void launch_decode_attention(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
@@ -787,6 +831,8 @@ bool decode_attention_supported(int Hq, int Hkv, int hd) {
 void decode_attention(const DecAttnArgs& a, cudaStream_t s) {
     if (!decode_attention_supported(a.Hq, a.Hkv, a.hd))
         fail("cuda", "decode attention: needs head_dim 64/128/256 and at most 8 query heads per kv head");
+    if (a.wo && (!a.cluster || !a.opart || !decode_attention_o_supported(a.Hq, a.Hkv, a.hd, a.D, a.splits)))
+        fail("cuda", "decode attention: the fused o-projection needs the cluster merge where decode_attention_o_supported");
     if (a.splits < 1 || a.splits > kDecMergeMax || (a.splits > 1 && (!a.part || !a.counter)))
         fail("cuda", "decode attention: splits must be 1.." + std::to_string(kDecMergeMax) + " with split buffers");
     const dim3 grid(unsigned(a.Hkv * a.splits));

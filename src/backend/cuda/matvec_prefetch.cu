@@ -33,6 +33,7 @@ constexpr int kPfThreads = 256;
 constexpr int kPfWarps = kPfThreads / kWarp;
 constexpr size_t kPfMaxSmem = 108 * 1024; // one block's shared memory; two blocks per SM fit in 227 KB
 constexpr int kPfMaxDevices = 64;
+constexpr int kPfMaxParts = 8; // matvec_prefetch_parts: partial vectors added to x
 
 struct PfArgs {
     const uint16_t* w;
@@ -43,6 +44,9 @@ struct PfArgs {
     const float* norm_w;
     float eps;
     float* y;
+    const float* parts = nullptr; // nparts vectors [K] added to x in order; the sum also goes to xout
+    int nparts = 0;
+    float* xout = nullptr;
 };
 
 __device__ __forceinline__ float dot8_bf16_regs(const uint4 v, const float* x) {
@@ -85,7 +89,20 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
 #pragma unroll
     for (int j = 0; j < KC / 4 + (KC % 4 != 0); ++j) {
         const int i = threadIdx.x + j * kPfThreads; // float4 index
-        if (i < K / 4) reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+        if (i >= K / 4) break;
+        float4 v = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+        if (a.nparts) {
+            float4 pv[kPfMaxParts];
+#pragma unroll
+            for (int g = 0; g < kPfMaxParts; ++g)
+                if (g < a.nparts) pv[g] = __ldcg(reinterpret_cast<const float4*>(a.parts + int64_t(g) * K) + i);
+#pragma unroll
+            for (int g = 0; g < kPfMaxParts; ++g)
+                if (g < a.nparts) v.x += pv[g].x, v.y += pv[g].y, v.z += pv[g].z, v.w += pv[g].w;
+            const int per = (K / 4 + int(gridDim.x) - 1) / int(gridDim.x); // this block's share of the new residual
+            if (i / per == int(blockIdx.x)) reinterpret_cast<float4*>(a.xout)[i] = v;
+        }
+        reinterpret_cast<float4*>(xs)[i] = v;
     }
     if (EPI == int(Epi::Add) && threadIdx.x < nr) ys[threadIdx.x] = __ldcg(a.y + r0 + threadIdx.x);
     __syncthreads();
@@ -181,22 +198,51 @@ void matvec_prefetch_prepare(int ordinal) {
     });
 }
 
-bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+namespace {
+// The launch shape where the prefetching kernel applies to W (else false): rows per block and shared memory.
+bool pf_plan(const DMat& W, Epi epi, int* rpb_out, size_t* smem_out) {
     if (!g_pf_on || W.bits != 16 || !pdl_enabled()) return false;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kPfMaxDevices || !g_dev[dev].ok) return false;
     const int64_t K = W.cols;
     const int KC = int(K / 256);
     if (K % 256 != 0 || (KC != 4 && KC != 8 && KC != 12)) return false;
-    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (!aligned(W.data) || !aligned(x) || (norm_w && !aligned(norm_w))) return false;
+    if (reinterpret_cast<uintptr_t>(W.data) % 16 != 0) return false;
     const int P = epi == Epi::SwiGLU ? 2 : 1;
     const int64_t N = W.rows / P;
     const int sms = g_dev[dev].sms;
     const int rpb = int((N + sms - 1) / sms);
     const size_t smem = size_t(P) * rpb * size_t(K) * 2 + size_t(K) * 8 + (epi == Epi::Add ? size_t(rpb) * 4 : 0);
     if (smem > kPfMaxSmem) return false;
-    PfArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, x, norm_w, eps, y};
+    *rpb_out = rpb, *smem_out = smem;
+    return true;
+}
+} // namespace
+
+bool matvec_prefetch_applies(const DMat& W, Epi epi) {
+    int rpb = 0;
+    size_t smem = 0;
+    return pf_plan(W, epi, &rpb, &smem);
+}
+
+bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+    return matvec_prefetch_parts(W, x, nullptr, 0, nullptr, norm_w, eps, y, epi, s);
+}
+
+bool matvec_prefetch_parts(const DMat& W, const float* x, const float* parts, int nparts, float* xout,
+                           const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+    int rpb = 0;
+    size_t smem = 0;
+    if (!pf_plan(W, epi, &rpb, &smem)) return false;
+    const int64_t K = W.cols;
+    const int KC = int(K / 256);
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(x) || (norm_w && !aligned(norm_w))) return false;
+    if (nparts < 0 || nparts > kPfMaxParts || (nparts && (!parts || !xout || xout == x || !aligned(parts) || !aligned(xout))))
+        return false;
+    const int P = epi == Epi::SwiGLU ? 2 : 1;
+    const int64_t N = W.rows / P;
+    PfArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, x, norm_w, eps, y, parts, nparts, xout};
     const dim3 grid(unsigned((N + rpb - 1) / rpb));
 #define QASR_PF_LAUNCH(kc)                                                                                        \
     switch (epi) {                                                                                                \
