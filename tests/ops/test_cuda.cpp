@@ -238,6 +238,69 @@ TEST(Cuda, MatvecQuantizedMatchesCpuKernelsEveryWidth) {
         }
 }
 
+// The prefetching kernel for MLX 4/6/8-bit weights (the decode step's products of quantized checkpoints) against
+// the exact product with the dequantized matrix, every epilogue, with and without the RMSNorm, two group sizes.
+TEST(Cuda, MatvecPrefetchedQuantizedMatchesCpu) {
+    NEED_GPU();
+    int dev = 0, major = 0;
+    QASR_CUDA(cudaGetDevice(&dev));
+    QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 9) GTEST_SKIP() << "the prefetching matrix-vector kernel needs sm_90 (bulk copies)";
+    matvec_prefetch_prepare(dev);
+    for (const int bits : {4, 6, 8})
+        for (const int gs : {64, 32})
+            for (const auto& [N, K] : {std::pair<int, int>{1536, 1024}, {1024, 3072}, {700, 2048}}) {
+                SCOPED_TRACE(std::to_string(bits) + "-bit, group " + std::to_string(gs) + ", " + std::to_string(N) + "x" +
+                             std::to_string(K));
+                const int R = 2 * N; // SwiGLU: gate rows, then up rows
+                const std::vector<float> w = randv(size_t(R) * K, uint32_t(bits * 7 + gs), 0.2f), x = randv(size_t(K), 41),
+                                         nw = randv(size_t(K), 42), y0 = randv(size_t(R), 43);
+                AffineQuantized q = quantize_affine(w.data(), R, K, bits, gs);
+                std::vector<uint16_t> sc, bi;
+                for (float v : q.scales) sc.push_back(bf16_bits(v));
+                for (float v : q.biases) bi.push_back(bf16_bits(v));
+                WeightMatrix cw;
+                cw.fmt = WFormat::Q, cw.rows = R, cw.cols = K, cw.bits = bits, cw.group_size = gs;
+                cw.data = q.packed.data(), cw.scales = sc.data(), cw.biases = bi.data();
+                const std::vector<float> wd = cw.to_f32();
+                Dev dc(q.packed), ds(sc), db(bi), dx(x), dn(nw);
+                DMat m;
+                m.bits = bits, m.rows = R, m.cols = K, m.gs = gs, m.data = dc.p<void>();
+                m.scales = ds.p<bf16>(), m.biases = db.p<bf16>();
+                for (const bool norm : {true, false}) {
+                    std::vector<float> xn = x;
+                    if (norm) ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
+                    std::vector<float> ref(static_cast<size_t>(R));
+                    for (int r = 0; r < R; ++r) {
+                        double acc = 0;
+                        for (int k = 0; k < K; ++k) acc += double(wd[size_t(r) * K + k]) * xn[size_t(k)];
+                        ref[size_t(r)] = float(acc);
+                    }
+                    const float* dnw = norm ? dn.p<float>() : nullptr;
+                    {
+                        Dev dy(size_t(R) * 4);
+                        ASSERT_TRUE(matvec_prefetch(m, dx.p<float>(), dnw, 1e-6f, dy.p<float>(), Epi::Store, nullptr));
+                        EXPECT_LT(rel_l2(host(dy, size_t(R)), ref), 1e-5) << "store, norm " << norm;
+                    }
+                    {
+                        Dev dy(y0);
+                        ASSERT_TRUE(matvec_prefetch(m, dx.p<float>(), dnw, 1e-6f, dy.p<float>(), Epi::Add, nullptr));
+                        std::vector<float> want = ref;
+                        for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+                        EXPECT_LT(rel_l2(host(dy, size_t(R)), want), 1e-5) << "add, norm " << norm;
+                    }
+                    {
+                        Dev dy(size_t(N) * 4);
+                        ASSERT_TRUE(matvec_prefetch(m, dx.p<float>(), dnw, 1e-6f, dy.p<float>(), Epi::SwiGLU, nullptr));
+                        std::vector<float> want(static_cast<size_t>(N));
+                        for (int i = 0; i < N; ++i)
+                            want[size_t(i)] = ref[size_t(i)] / (1 + std::exp(-ref[size_t(i)])) * ref[size_t(N + i)];
+                        EXPECT_LT(rel_l2(host(dy, size_t(N)), want), 1e-5) << "swiglu, norm " << norm;
+                    }
+                }
+            }
+}
+
 TEST(Cuda, NormsAndActivationsMatchCpu) {
     NEED_GPU();
     const int rows = 7, d = 1000;

@@ -152,6 +152,148 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
     }
 }
 
+// MLX affine-quantized rows (BITS 4/6/8, group size gs), the same scheme: the block's codes, scales and biases are
+// bulk-copied into shared memory before the wait. Lane l takes the 16-code chunks c = l + 32j (j < NCH, K = 512·NCH)
+// of every row, with x[16c … 16c+15] and their sum in registers; per chunk acc += scale·Σ q·x + bias·Σ x, in
+// k_matvec's order (so the same sums but for the RMSNorm's sum of squares, per warp here).
+struct PfqArgs {
+    const uint8_t* codes;
+    const uint16_t* scales;
+    const uint16_t* biases;
+    int64_t N, row_off;
+    int rpb, gs;
+    const float* x;
+    const float* norm_w;
+    float eps;
+    float* y;
+};
+
+// Shared memory: [P][rpb][K·BITS/8] codes | [P][rpb][K/gs] scales | the biases alike | K norm weights | K floats of x
+// | rpb residual rows (Epi::Add). Every part a multiple of 16 bytes (pfq_smem).
+template <int BITS, int NCH, int EPI>
+__global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
+    constexpr int K = NCH * 512, RB = K * BITS / 8, CB = 16 * BITS / 8;
+    constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
+    QASR_TL_ENTRY
+    extern __shared__ __align__(128) uint4 wsm[];
+    __shared__ __align__(8) uint64_t bar;
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int NG = K / a.gs;
+    const int64_t r0 = int64_t(blockIdx.x) * a.rpb;
+    const int nr = int(a.N - r0 < a.rpb ? a.N - r0 : a.rpb);
+    uint8_t* codes = reinterpret_cast<uint8_t*>(wsm);
+    uint16_t* scs = reinterpret_cast<uint16_t*>(codes + size_t(P) * a.rpb * RB);
+    uint16_t* bis = scs + size_t(P) * a.rpb * NG;
+    float* nws = reinterpret_cast<float*>(bis + size_t(P) * a.rpb * NG);
+    float* xs = nws + K;
+    float* ys = xs + K;
+    if (threadIdx.x == 0) {
+        mbar_init(&bar);
+        mbar_fence_init();
+        const uint32_t cb = uint32_t(nr) * RB, sb = uint32_t(nr) * NG * 2;
+        mbar_expect(&bar, P * (cb + 2 * sb) + (a.norm_w ? K * 4u : 0u));
+        for (int p = 0; p < P; ++p) {
+            const int64_t r = r0 + p * a.row_off;
+            bulk_copy(codes + size_t(p) * a.rpb * RB, a.codes + r * RB, cb, &bar);
+            bulk_copy(scs + size_t(p) * a.rpb * NG, a.scales + r * NG, sb, &bar);
+            bulk_copy(bis + size_t(p) * a.rpb * NG, a.biases + r * NG, sb, &bar);
+        }
+        if (a.norm_w) bulk_copy(nws, a.norm_w, K * 4u, &bar);
+    }
+    __syncthreads();
+    dep_wait();
+    QASR_TL_WAITED(kTlMatvecPf, false);
+    dep_launch();
+    for (int i = threadIdx.x; i < K / 4; i += kPfThreads)
+        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+    if (EPI == int(Epi::Add) && threadIdx.x < nr) ys[threadIdx.x] = __ldcg(a.y + r0 + threadIdx.x);
+    __syncthreads();
+    float xv[NCH][16];
+#pragma unroll
+    for (int j = 0; j < NCH; ++j)
+#pragma unroll
+        for (int i = 0; i < 16; i += 4) {
+            const float4 f = reinterpret_cast<const float4*>(xs)[(lane + j * kWarp) * 4 + i / 4];
+            xv[j][i] = f.x, xv[j][i + 1] = f.y, xv[j][i + 2] = f.z, xv[j][i + 3] = f.w;
+        }
+    float inv = 1.0f;
+    if (a.norm_w) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NCH; ++j)
+#pragma unroll
+            for (int i = 0; i < 16; ++i) ss += xv[j][i] * xv[j][i];
+        inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
+    }
+    mbar_wait(&bar, 0);
+    QASR_TL_READY();
+    float xsum[NCH];
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+        if (a.norm_w) {
+            const float4* nw = reinterpret_cast<const float4*>(nws) + (lane + j * kWarp) * 4;
+#pragma unroll
+            for (int i = 0; i < 16; i += 4) {
+                const float4 g = nw[i / 4];
+                xv[j][i] = xv[j][i] * inv * g.x, xv[j][i + 1] = xv[j][i + 1] * inv * g.y;
+                xv[j][i + 2] = xv[j][i + 2] * inv * g.z, xv[j][i + 3] = xv[j][i + 3] * inv * g.w;
+            }
+        }
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) t += xv[j][i];
+        xsum[j] = t;
+    }
+    for (int rr = warp; rr < nr; rr += kPfWarps) {
+        float v[P];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const uint8_t* row = codes + (size_t(p) * a.rpb + rr) * RB;
+            const uint16_t* sc = scs + (size_t(p) * a.rpb + rr) * NG;
+            const uint16_t* bi = bis + (size_t(p) * a.rpb + rr) * NG;
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NCH; ++j) {
+                const int c = lane + j * kWarp;
+                uint32_t w[4];
+                if constexpr (BITS == 8) {
+                    const uint4 q = *reinterpret_cast<const uint4*>(row + c * CB);
+                    w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+                } else if constexpr (BITS == 4) {
+                    const uint2 q = *reinterpret_cast<const uint2*>(row + c * CB);
+                    w[0] = q.x, w[1] = q.y, w[2] = 0, w[3] = 0;
+                } else {
+                    const uint32_t* q = reinterpret_cast<const uint32_t*>(row + c * CB);
+                    w[0] = q[0], w[1] = q[1], w[2] = q[2], w[3] = 0;
+                }
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 16; ++i) {
+                    uint32_t q;
+                    if constexpr (BITS == 8) q = (w[i >> 2] >> ((i & 3) * 8)) & 255u;
+                    else if constexpr (BITS == 4) q = (w[i >> 3] >> ((i & 7) * 4)) & 15u;
+                    else {
+                        const int bit = i * 6, wi = bit >> 5, off = bit & 31;
+                        q = w[wi] >> off;
+                        if (off > 26) q |= w[wi + 1] << (32 - off);
+                        q &= 63u;
+                    }
+                    d += float(q) * xv[j][i];
+                }
+                const int g = (c * 16) / a.gs;
+                acc += bf(sc[g]) * d + bf(bi[g]) * xsum[j];
+            }
+            v[p] = warp_sum(acc);
+        }
+        if (lane == 0) {
+            const int64_t r = r0 + rr;
+            if constexpr (EPI == int(Epi::Store)) a.y[r] = v[0];
+            else if constexpr (EPI == int(Epi::Add)) a.y[r] = ys[rr] + v[0];
+            else a.y[r] = silu(v[0]) * v[P - 1];
+        }
+    }
+}
+
 template <class K> void set_pf_attrs(K* k) {
     QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPfMaxSmem)));
 }
@@ -163,6 +305,19 @@ void set_pf_smem() {
     set_pf_attrs(k_matvec_pf<KC, int(Epi::SwiGLU)>);
 }
 
+template <int BITS, int NCH>
+void set_pfq_smem() {
+    set_pf_attrs(k_matvec_pf_q<BITS, NCH, int(Epi::Store)>);
+    set_pf_attrs(k_matvec_pf_q<BITS, NCH, int(Epi::Add)>);
+    set_pf_attrs(k_matvec_pf_q<BITS, NCH, int(Epi::SwiGLU)>);
+}
+template <int BITS>
+void set_pfq_smem_all() {
+    set_pfq_smem<BITS, 2>();
+    set_pfq_smem<BITS, 4>();
+    set_pfq_smem<BITS, 6>();
+}
+
 struct DeviceInfo {
     bool ok = false; // sm_90 or newer
     int sms = 0;
@@ -172,6 +327,10 @@ std::once_flag g_once[kPfMaxDevices];
 
 bool g_pf_on = [] {
     const char* e = std::getenv("QASR_CUDA_MV_PREFETCH");
+    return !(e && std::string(e) == "0");
+}();
+bool g_pfq_on = [] { // QASR_CUDA_MV_PREFETCH_Q=0: quantized weights through k_matvec (A/B)
+    const char* e = std::getenv("QASR_CUDA_MV_PREFETCH_Q");
     return !(e && std::string(e) == "0");
 }();
 
@@ -193,6 +352,9 @@ void matvec_prefetch_prepare(int ordinal) {
             set_pf_smem<4>();
             set_pf_smem<8>();
             set_pf_smem<12>();
+            set_pfq_smem_all<4>();
+            set_pfq_smem_all<6>();
+            set_pfq_smem_all<8>();
         }
         g_dev[ordinal] = d;
     });
@@ -225,7 +387,50 @@ bool matvec_prefetch_applies(const DMat& W, Epi epi) {
     return pf_plan(W, epi, &rpb, &smem);
 }
 
+namespace {
+bool matvec_prefetch_q(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+    if (!g_pf_on || !g_pfq_on || !pdl_enabled() || (W.bits != 4 && W.bits != 6 && W.bits != 8)) return false;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kPfMaxDevices || !g_dev[dev].ok) return false;
+    const int64_t K = W.cols;
+    const int NCH = int(K / 512);
+    if (K % 512 != 0 || (NCH != 2 && NCH != 4 && NCH != 6) || W.gs < 16 || K % W.gs != 0) return false;
+    const int NG = int(K / W.gs);
+    const int64_t RB = K * W.bits / 8;
+    if ((NG * 2) % 16 != 0 || RB % 16 != 0) return false;
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(W.data) || !aligned(W.scales) || !aligned(W.biases) || !aligned(x) || (norm_w && !aligned(norm_w))) return false;
+    const int P = epi == Epi::SwiGLU ? 2 : 1;
+    const int64_t N = W.rows / P;
+    const int sms = g_dev[dev].sms;
+    const int rpb = int((N + sms - 1) / sms);
+    const size_t smem = size_t(P) * rpb * size_t(RB + 4 * NG) + size_t(K) * 8 + (epi == Epi::Add ? size_t(rpb) * 4 : 0);
+    if (smem > kPfMaxSmem) return false;
+    PfqArgs a{static_cast<const uint8_t*>(W.data), reinterpret_cast<const uint16_t*>(W.scales),
+              reinterpret_cast<const uint16_t*>(W.biases), N, epi == Epi::SwiGLU ? N : 0, rpb, W.gs, x, norm_w, eps, y};
+    const dim3 grid(unsigned((N + rpb - 1) / rpb));
+#define QASR_PFQ_LAUNCH(b, n)                                                                                     \
+    switch (epi) {                                                                                                \
+    case Epi::Store: launch(k_matvec_pf_q<b, n, int(Epi::Store)>, grid, dim3(kPfThreads), smem, s, a); break;     \
+    case Epi::Add: launch(k_matvec_pf_q<b, n, int(Epi::Add)>, grid, dim3(kPfThreads), smem, s, a); break;         \
+    case Epi::SwiGLU: launch(k_matvec_pf_q<b, n, int(Epi::SwiGLU)>, grid, dim3(kPfThreads), smem, s, a); break;   \
+    }
+#define QASR_PFQ_BITS(b)                                                                                          \
+    if (NCH == 2) { QASR_PFQ_LAUNCH(b, 2) }                                                                       \
+    else if (NCH == 4) { QASR_PFQ_LAUNCH(b, 4) }                                                                  \
+    else { QASR_PFQ_LAUNCH(b, 6) }
+    if (W.bits == 8) { QASR_PFQ_BITS(8) }
+    else if (W.bits == 6) { QASR_PFQ_BITS(6) }
+    else { QASR_PFQ_BITS(4) }
+#undef QASR_PFQ_BITS
+#undef QASR_PFQ_LAUNCH
+    QASR_CUDA_LAUNCHED();
+    return true;
+}
+} // namespace
+
 bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+    if (W.bits != 16) return matvec_prefetch_q(W, x, norm_w, eps, y, epi, s);
     return matvec_prefetch_parts(W, x, nullptr, 0, nullptr, norm_w, eps, y, epi, s);
 }
 
