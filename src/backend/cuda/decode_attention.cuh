@@ -90,12 +90,14 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
         }
     }
     constexpr int GM = GC > 0 ? GC : kDecMaxG;
-    constexpr int NW = kDecThreads / kWarp, PER = HD / kWarp, KPW = kDecTile / NW;
+    constexpr int NW = kDecThreads / kWarp, PER = HD / kWarp, QD = HD / NW;
+    static_assert(kDecTile == kWarp && QD % 4 == 0);
     constexpr int DPT = (HD + kDecThreads - 1) / kDecThreads;
     __shared__ __align__(16) float qs[GM][HD];
     __shared__ __align__(16) float kn_s[HD];
     __shared__ __align__(16) float vn_s[HD];
     __shared__ float ps[GM][kDecTile];
+    __shared__ float psw[NW][GM][kDecTile]; // partial scores per warp (its quarter of the dims)
     __shared__ float Ms[GM], Ls[GM], resc[GM];
     __shared__ bool last_block;
     const int G = GC > 0 ? GC : a.Hq / a.Hkv;
@@ -108,34 +110,27 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     const int64_t row = int64_t(a.Hkv) * HD;
     const float* kb = a.kc + int64_t(g) * HD;
     const float* vb = a.vc + int64_t(g) * HD;
-    // WAIT: the first tile's cached keys (warp w: keys w, w + NW, …; lane: elements lane·PER … +PER-1) and values
-    // (thread: element threadIdx.x of each key), all but the new row p. Without WAIT the body keeps the loads where
-    // they are used: after a product that does not trigger this launch early, loading everything at once measured
-    // slower (8-bit decode, H200: 1.256 vs 1.166 ms/token with the earlier body).
-    float kk[KPW][PER];
+    // Keys: lane j holds key j of the tile, warp w its dims [w·QD, (w+1)·QD); the warps' partial scores meet in
+    // shared memory (no per-key warp reductions). WAIT: the first tile's cached keys and values (thread: element
+    // threadIdx.x of each key) are loaded before the wait, all but the new row p. Without WAIT the body keeps the
+    // loads where they are used: after a product that does not trigger this launch early, loading everything at
+    // once measured slower (8-bit decode, H200: 1.256 vs 1.166 ms/token with the earlier body).
+    float kk[QD];
     float vv[kDecTile];
-    if constexpr (WAIT) {
-        const int nt = min(kDecTile, s1 - s0);
+    auto load_keys = [&](int t0, int nt) {
+        const int j = t0 + lane;
+        if (lane < nt && j != p) {
+            const float4* kr = reinterpret_cast<const float4*>(kb + int64_t(j) * row + w * QD);
 #pragma unroll
-        for (int u = 0; u < KPW; ++u) {
-            const int j = s0 + w + u * NW;
-            if (w + u * NW < nt && j != p) {
-                const float* kr = kb + int64_t(j) * row + lane * PER;
-                if constexpr (PER % 4 == 0) {
-#pragma unroll
-                    for (int i = 0; i < PER; i += 4) {
-                        const float4 f = *reinterpret_cast<const float4*>(kr + i);
-                        kk[u][i] = f.x, kk[u][i + 1] = f.y, kk[u][i + 2] = f.z, kk[u][i + 3] = f.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < PER; i += 2) {
-                        const float2 f = *reinterpret_cast<const float2*>(kr + i);
-                        kk[u][i] = f.x, kk[u][i + 1] = f.y;
-                    }
-                }
+            for (int i = 0; i < QD / 4; ++i) {
+                const float4 f = kr[i];
+                kk[4 * i] = f.x, kk[4 * i + 1] = f.y, kk[4 * i + 2] = f.z, kk[4 * i + 3] = f.w;
             }
         }
+    };
+    if constexpr (WAIT) {
+        const int nt = min(kDecTile, s1 - s0);
+        load_keys(s0, nt);
         const int d = threadIdx.x;
 #pragma unroll
         for (int u = 0; u < kDecTile; ++u) {
@@ -159,6 +154,12 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
         dep_wait();
         QASR_TL_WAITED(kTlDecAttn, false);
         dep_launch();
+    }
+    float vnew[DPT]; // the new value row, loaded together with q and k (one round trip, not two)
+#pragma unroll
+    for (int j = 0; j < DPT; ++j) {
+        const int i = threadIdx.x + j * kDecThreads;
+        vnew[j] = i < HD ? __ldcg(a.qkv + (a.Hq + a.Hkv + g) * HD + i) : 0.0f;
     }
     // q heads g·G … g·G+G-1 (scaled by 1/√hd) and k head g: RMSNorm + rotate-half RoPE at position p
     for (int h = w; h <= G; h += NW) {
@@ -192,7 +193,9 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             dst[idx + HD / 2] = (x2 * c + x1 * sn) * scl;
         }
     }
-    for (int i = threadIdx.x; i < HD; i += kDecThreads) vn_s[i] = __ldcg(a.qkv + (a.Hq + a.Hkv + g) * HD + i);
+#pragma unroll
+    for (int j = 0; j < DPT; ++j)
+        if (threadIdx.x + j * kDecThreads < HD) vn_s[threadIdx.x + j * kDecThreads] = vnew[j];
     if (threadIdx.x < GM) Ms[threadIdx.x] = -INFINITY, Ls[threadIdx.x] = 0.0f;
     dec_sync();
     if (s0 <= p && p < s1)
@@ -207,46 +210,35 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
         for (int j = 0; j < DPT; ++j) acc[gg][j] = 0.0f;
     for (int t0 = s0; t0 < s1; t0 += kDecTile) {
         const int nt = min(kDecTile, s1 - t0);
-        { // scores: warp w takes keys w, w + NW, …; lane holds elements lane·PER … +PER-1 of the row
+        { // partial scores: lane = key t0 + lane, this warp's quarter of the dims (WAIT: the first tile preloaded)
+            if (!WAIT || t0 != s0) load_keys(t0, nt);
+            if (lane < nt && t0 + lane == p) { // the new key, normalised and rotated above
 #pragma unroll
-            for (int u = 0; u < KPW; ++u) {
-                const int t = w + u * NW;
-                const int j = t0 + t;
-                if (t < nt && (!WAIT || t0 != s0 || j == p)) { // WAIT: the first tile is in registers but for row p
-                    const float* kr = j == p ? kn_s : kb + int64_t(j) * row;
-                    if constexpr (PER % 4 == 0) {
-#pragma unroll
-                        for (int i = 0; i < PER; i += 4) {
-                            const float4 f = *reinterpret_cast<const float4*>(kr + lane * PER + i);
-                            kk[u][i] = f.x, kk[u][i + 1] = f.y, kk[u][i + 2] = f.z, kk[u][i + 3] = f.w;
-                        }
-                    } else {
-#pragma unroll
-                        for (int i = 0; i < PER; i += 2) {
-                            const float2 f = *reinterpret_cast<const float2*>(kr + lane * PER + i);
-                            kk[u][i] = f.x, kk[u][i + 1] = f.y;
-                        }
-                    }
+                for (int i = 0; i < QD; i += 4) {
+                    const float4 f = *reinterpret_cast<const float4*>(kn_s + w * QD + i);
+                    kk[i] = f.x, kk[i + 1] = f.y, kk[i + 2] = f.z, kk[i + 3] = f.w;
                 }
             }
 #pragma unroll
-            for (int u = 0; u < KPW; ++u) {
-                const int t = w + u * NW;
-                if (t >= nt) break;
+            for (int gg = 0; gg < GM; ++gg) {
+                if (gg >= G) break;
+                float d = 0.0f;
 #pragma unroll
-                for (int gg = 0; gg < GM; ++gg) {
-                    if (gg >= G) break;
-                    float d = 0.0f;
-#pragma unroll
-                    for (int i = 0; i < PER; ++i) d += kk[u][i] * qs[gg][lane * PER + i];
-                    d = warp_sum(d);
-                    if (lane == 0) ps[gg][t] = d;
+                for (int i = 0; i < QD; i += 4) {
+                    const float4 q = *reinterpret_cast<const float4*>(&qs[gg][w * QD + i]);
+                    d += kk[i] * q.x + kk[i + 1] * q.y + kk[i + 2] * q.z + kk[i + 3] * q.w;
                 }
+                psw[w][gg][lane] = d;
             }
         }
         dec_sync();
         for (int gg = w; gg < G; gg += NW) { // online softmax update of head gg over this tile
-            const float sc = lane < nt ? ps[gg][lane] : -INFINITY;
+            float sc = -INFINITY;
+            if (lane < nt) {
+                sc = 0.0f;
+#pragma unroll
+                for (int ww = 0; ww < NW; ++ww) sc += psw[ww][gg][lane];
+            }
             const float Mo = Ms[gg], Mn = fmaxf(Mo, warp_max(sc));
             const float pe = lane < nt ? expf(sc - Mn) : 0.0f;
             if (lane < kDecTile) ps[gg][lane] = pe;
