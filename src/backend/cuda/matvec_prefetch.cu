@@ -20,6 +20,7 @@
 
 #include "core/error.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -294,6 +295,103 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
     }
 }
 
+// bf16 slices too large for shared memory (the 1.7B model's q/k/v, gate/up and down): the block's rows stream
+// through kPfsStages buffers of SR rows (all P parts of a row together). The first stages are bulk-copied before
+// the dependency wait; each later one is issued into the buffer the block has just finished. x is staged (and
+// RMS-normalised) in shared memory and read from there; warp w takes row w of a stage.
+constexpr int kPfsStages = 3;
+constexpr size_t kPfsStageBytes = 24 * 1024;
+
+struct PfsArgs {
+    const uint16_t* w;
+    int64_t N, row_off;
+    int rpb, K, SR;
+    const float* x;
+    const float* norm_w;
+    float eps;
+    float* y;
+};
+
+template <int EPI>
+__global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_stream(PfsArgs a) {
+    constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
+    QASR_TL_ENTRY
+    extern __shared__ __align__(128) uint4 wsm[];
+    __shared__ __align__(8) uint64_t bars[kPfsStages];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int K = a.K, SR = a.SR;
+    const int64_t r0 = int64_t(blockIdx.x) * a.rpb;
+    const int nr = int(a.N - r0 < a.rpb ? a.N - r0 : a.rpb);
+    const int nst = (nr + SR - 1) / SR;
+    const size_t stage_elems = size_t(SR) * P * K; // bf16 elements per stage buffer
+    uint16_t* stages = reinterpret_cast<uint16_t*>(wsm);
+    float* xs = reinterpret_cast<float*>(stages + kPfsStages * stage_elems);
+    float* nws = xs + K;
+    float* ys = nws + (a.norm_w ? K : 0);
+    // stage st into buffer st % kPfsStages: rows r0 + st·SR … of each part, part p at [p][SR][K] of the buffer
+    auto issue = [&](int st, uint32_t extra) {
+        const int rows = min(SR, nr - st * SR);
+        const uint32_t rb = uint32_t(rows) * K * 2;
+        uint64_t* bar = &bars[st % kPfsStages];
+        mbar_expect(bar, P * rb + extra);
+        uint16_t* dst = stages + size_t(st % kPfsStages) * stage_elems;
+        for (int p = 0; p < P; ++p)
+            bulk_copy(dst + size_t(p) * SR * K, a.w + (r0 + int64_t(st) * SR + p * a.row_off) * K, rb, bar);
+    };
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < kPfsStages; ++i) mbar_init(&bars[i]);
+        mbar_fence_init();
+        for (int st = 0; st < kPfsStages && st < nst; ++st) {
+            const bool nw = st == 0 && a.norm_w;
+            issue(st, nw ? uint32_t(K) * 4 : 0u);
+            if (nw) bulk_copy(nws, a.norm_w, uint32_t(K) * 4, &bars[0]);
+        }
+    }
+    __syncthreads();
+    dep_wait();
+    QASR_TL_WAITED(kTlMatvecPf, false);
+    dep_launch();
+    for (int i = threadIdx.x; i < K / 4; i += kPfThreads)
+        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+    if (EPI == int(Epi::Add))
+        for (int i = threadIdx.x; i < nr; i += kPfThreads) ys[i] = __ldcg(a.y + r0 + i);
+    __syncthreads();
+    if (a.norm_w) { // every warp sums the squares itself (no block reduction); the weights came with stage 0
+        float ss = 0.0f;
+        for (int i = lane; i < K; i += kWarp) ss += xs[i] * xs[i];
+        const float inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
+        if (nst > 0) mbar_wait(&bars[0], 0);
+        __syncthreads(); // every warp has its sum before x changes
+        for (int i = threadIdx.x; i < K; i += kPfThreads) xs[i] = xs[i] * inv * nws[i];
+        __syncthreads();
+    }
+    const int n8 = K / 8;
+    for (int st = 0; st < nst; ++st) {
+        const int b = st % kPfsStages;
+        mbar_wait(&bars[b], uint32_t(st / kPfsStages) & 1u);
+        const int rows = min(SR, nr - st * SR);
+        if (warp < rows) {
+            float v[P];
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                const uint4* row = reinterpret_cast<const uint4*>(stages + size_t(b) * stage_elems + (size_t(p) * SR + warp) * K);
+                float acc = 0.0f;
+                for (int c = lane; c < n8; c += kWarp) acc += dot8_bf16(row[c], xs + c * 8);
+                v[p] = warp_sum(acc);
+            }
+            if (lane == 0) {
+                const int rr = st * SR + warp;
+                const int64_t r = r0 + rr;
+                if constexpr (EPI == int(Epi::Store)) a.y[r] = v[0];
+                else if constexpr (EPI == int(Epi::Add)) a.y[r] = ys[rr] + v[0];
+                else a.y[r] = silu(v[0]) * v[P - 1];
+            }
+        }
+        __syncthreads(); // buffer b is read: refill it
+        if (threadIdx.x == 0 && st + kPfsStages < nst) issue(st + kPfsStages, 0u);
+    }
+}
+
 template <class K> void set_pf_attrs(K* k) {
     QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPfMaxSmem)));
 }
@@ -329,6 +427,10 @@ bool g_pf_on = [] {
     const char* e = std::getenv("QASR_CUDA_MV_PREFETCH");
     return !(e && std::string(e) == "0");
 }();
+bool g_pfs_on = [] { // QASR_CUDA_MV_STREAM=0: bf16 slices too large for shared memory through k_matvec (A/B)
+    const char* e = std::getenv("QASR_CUDA_MV_STREAM");
+    return !(e && std::string(e) == "0");
+}();
 bool g_pfq_on = [] { // QASR_CUDA_MV_PREFETCH_Q=0: quantized weights through k_matvec (A/B)
     const char* e = std::getenv("QASR_CUDA_MV_PREFETCH_Q");
     return !(e && std::string(e) == "0");
@@ -352,6 +454,9 @@ void matvec_prefetch_prepare(int ordinal) {
             set_pf_smem<4>();
             set_pf_smem<8>();
             set_pf_smem<12>();
+            set_pf_attrs(k_matvec_pf_stream<int(Epi::Store)>);
+            set_pf_attrs(k_matvec_pf_stream<int(Epi::Add)>);
+            set_pf_attrs(k_matvec_pf_stream<int(Epi::SwiGLU)>);
             set_pfq_smem_all<4>();
             set_pfq_smem_all<6>();
             set_pfq_smem_all<8>();
@@ -429,9 +534,44 @@ bool matvec_prefetch_q(const DMat& W, const float* x, const float* norm_w, float
 }
 } // namespace
 
+namespace {
+bool matvec_prefetch_stream(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi,
+                            cudaStream_t s) {
+    if (!g_pf_on || !g_pfs_on || W.bits != 16 || !pdl_enabled()) return false;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kPfMaxDevices || !g_dev[dev].ok) return false;
+    const int64_t K = W.cols;
+    const int P = epi == Epi::SwiGLU ? 2 : 1;
+    const int64_t N = W.rows / P;
+    if (K % 8 != 0 || K > 8192 || N > 65536) return false; // not the LM head: k_matvec streams it at ~3.4 TB/s
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(W.data) || !aligned(x) || (norm_w && !aligned(norm_w))) return false;
+    const int sms = g_dev[dev].sms;
+    const int rpb = int((N + sms - 1) / sms);
+    // rows per stage: ~kPfsStageBytes, at most one per warp, fewer where x (and the norm weights) leave less room
+    const size_t fixed = size_t(K) * 4 * (norm_w ? 2 : 1) + (epi == Epi::Add ? size_t(rpb) * 4 : 0);
+    const int64_t row_b = int64_t(P) * K * 2;
+    if (fixed >= kPfMaxSmem) return false;
+    const int64_t fit = int64_t(kPfMaxSmem - fixed) / (kPfsStages * row_b);
+    const int SR = int(std::min<int64_t>({kPfThreads / kWarp, std::max<int64_t>(1, int64_t(kPfsStageBytes) / row_b), fit}));
+    if (SR < 1) return false;
+    const size_t smem = size_t(kPfsStages) * SR * size_t(row_b) + fixed;
+    PfsArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, int(K), SR, x, norm_w, eps, y};
+    const dim3 grid(unsigned((N + rpb - 1) / rpb));
+    switch (epi) {
+    case Epi::Store: launch(k_matvec_pf_stream<int(Epi::Store)>, grid, dim3(kPfThreads), smem, s, a); break;
+    case Epi::Add: launch(k_matvec_pf_stream<int(Epi::Add)>, grid, dim3(kPfThreads), smem, s, a); break;
+    case Epi::SwiGLU: launch(k_matvec_pf_stream<int(Epi::SwiGLU)>, grid, dim3(kPfThreads), smem, s, a); break;
+    }
+    QASR_CUDA_LAUNCHED();
+    return true;
+}
+} // namespace
+
 bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
     if (W.bits != 16) return matvec_prefetch_q(W, x, norm_w, eps, y, epi, s);
-    return matvec_prefetch_parts(W, x, nullptr, 0, nullptr, norm_w, eps, y, epi, s);
+    if (matvec_prefetch_parts(W, x, nullptr, 0, nullptr, norm_w, eps, y, epi, s)) return true;
+    return matvec_prefetch_stream(W, x, norm_w, eps, y, epi, s);
 }
 
 bool matvec_prefetch_parts(const DMat& W, const float* x, const float* parts, int nparts, float* xout,
