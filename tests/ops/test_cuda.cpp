@@ -184,29 +184,6 @@ TEST(Cuda, MatvecPrefetchedWeightsMatchCpu) {
         ASSERT_TRUE(matvec_prefetch(m, dx.p<float>(), nullptr, 0.0f, dy.p<float>(), Epi::Add, nullptr));
         EXPECT_LT(rel_l2(host(dy, size_t(N)), want), 1e-5);
     }
-    { // the input as x + Σ parts (the fused o-projection's partial sums per kv head), the sum also written out
-        const int N = 3072, K = 1024, np = 8;
-        const Bf16Mat W(2 * N, K, 21);
-        const std::vector<float> x = randv(size_t(K), 22), nw = randv(size_t(K), 23), parts = randv(size_t(np) * K, 24);
-        std::vector<float> xs = x;
-        for (int g = 0; g < np; ++g)
-            for (int i = 0; i < K; ++i) xs[size_t(i)] += parts[size_t(g) * K + size_t(i)];
-        std::vector<float> xn = xs, ref(size_t(2 * N)), want(static_cast<size_t>(N));
-        ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
-        ops::linear(xn.data(), 1, K, W.f.data(), 2 * N, nullptr, ref.data());
-        for (int i = 0; i < N; ++i) want[size_t(i)] = ref[size_t(i)] / (1 + std::exp(-ref[size_t(i)])) * ref[size_t(N + i)];
-        Dev dw(W.bits), dx(x), dn(nw), dp(parts), dxo(size_t(K) * 4), dy(size_t(N) * 4);
-        DMat m;
-        m.rows = 2 * N, m.cols = K, m.data = dw.p<void>();
-        ASSERT_TRUE(matvec_prefetch_applies(m, Epi::SwiGLU));
-        ASSERT_TRUE(matvec_prefetch_parts(m, dx.p<float>(), dp.p<float>(), np, dxo.p<float>(), dn.p<float>(), 1e-6f,
-                                          dy.p<float>(), Epi::SwiGLU, nullptr));
-        EXPECT_EQ(host(dxo, size_t(K)), xs); // the same additions in the same order
-        EXPECT_LT(rel_l2(host(dy, size_t(N)), want), 1e-5);
-        EXPECT_EQ(host(dx, size_t(K)), x);
-        EXPECT_FALSE(matvec_prefetch_parts(m, dx.p<float>(), dp.p<float>(), np, dx.p<float>(), dn.p<float>(), 1e-6f,
-                                           dy.p<float>(), Epi::SwiGLU, nullptr)); // xout must not be x
-    }
     // Too large a slice for shared memory (the LM head's shape class): not taken, the caller uses k_matvec.
     DMat big;
     big.rows = 200000, big.cols = 1024, big.data = reinterpret_cast<void*>(uintptr_t(256));
@@ -496,69 +473,6 @@ TEST(Cuda, FusedDecodeAttentionMatchesCpu) {
     }
     EXPECT_FALSE(decode_attention_supported(4, 2, 96));
     EXPECT_FALSE(decode_attention_supported(32, 2, 128));
-}
-
-// The decode attention with the o-projection fused in (0.6B shapes): each kv head's cluster writes the partial
-// sums of its columns of wo; their sum is wo · attention.
-TEST(Cuda, FusedDecodeAttentionWithOProjectionMatchesCpu) {
-    NEED_GPU();
-    const int Hq = 16, Hkv = 8, hd = 128, D = 1024, G = Hq / Hkv, W = (Hq + 2 * Hkv) * hd, row = Hkv * hd;
-    if (!decode_attention_o_supported(Hq, Hkv, hd, D, 16))
-        GTEST_SKIP() << "the fused o-projection needs thread-block clusters (sm_90)";
-    EXPECT_FALSE(decode_attention_o_supported(Hq, Hkv, hd, D, 8)); // 64 KB of rows per block: too many
-    EXPECT_FALSE(decode_attention_o_supported(Hq, Hkv, 64, D, 8));
-    const Bf16Mat wo(D, Hq * hd, 31);
-    for (const int n : {1, 37, 300})
-        for (const int splits : {16}) {
-            SCOPED_TRACE("n " + std::to_string(n) + " splits " + std::to_string(splits));
-            ASSERT_TRUE(decode_attention_o_supported(Hq, Hkv, hd, D, splits));
-            const int p = n - 1;
-            const uint32_t sd = uint32_t(n * 17 + splits);
-            const std::vector<float> qkv = randv(size_t(W), sd), qn = randv(size_t(hd), sd + 1), kn = randv(size_t(hd), sd + 2);
-            std::vector<float> kc = randv(size_t(n * row), sd + 3), vc = randv(size_t(n * row), sd + 4);
-            std::vector<float> inv(size_t(hd / 2));
-            for (int i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(1e6, 2.0 * i / hd));
-            std::vector<float> q(qkv.begin(), qkv.begin() + Hq * hd), k(qkv.begin() + Hq * hd, qkv.begin() + (Hq + Hkv) * hd);
-            ops::rms_norm(q.data(), Hq, hd, qn.data(), 1e-6f);
-            ops::rms_norm(k.data(), Hkv, hd, kn.data(), 1e-6f);
-            ops::rope(q.data(), 1, Hq, hd, p, inv.data());
-            ops::rope(k.data(), 1, Hkv, hd, p, inv.data());
-            std::vector<float> kc2 = kc, vc2 = vc;
-            std::copy(k.begin(), k.end(), kc2.begin() + size_t(p) * row);
-            std::copy(qkv.begin() + (Hq + Hkv) * hd, qkv.end(), vc2.begin() + size_t(p) * row);
-            std::vector<float> o(size_t(Hq * hd));
-            ops::causal_attention(q.data(), kc2.data(), vc2.data(), o.data(), 1, p, Hq, Hkv, hd);
-            std::vector<float> ref(size_t(Hkv) * size_t(D)), total(static_cast<size_t>(D));
-            for (int g = 0; g < Hkv; ++g)
-                for (int r = 0; r < D; ++r) {
-                    double acc = 0;
-                    for (int c = g * G * hd; c < (g + 1) * G * hd; ++c) acc += double(wo.f[size_t(r) * Hq * hd + c]) * o[size_t(c)];
-                    ref[size_t(g) * D + r] = float(acc);
-                }
-            ops::linear(o.data(), 1, Hq * hd, wo.f.data(), D, nullptr, total.data());
-            for (const bool pre : {false, true}) {
-                SCOPED_TRACE(pre ? "pre_wait" : "wait first");
-                Dev dqkv(qkv), dqn(qn), dkn(kn), dinv(inv), dkc(kc), dvc(vc), dpos(std::vector<int>{p}), dwo(wo.bits);
-                Dev dpart(size_t(Hq) * splits * decode_partial_floats(hd) * 4), dcnt(size_t(Hkv) * 4), dout(size_t(Hq * hd) * 4);
-                Dev dop(size_t(Hkv) * D * 4);
-                DecAttnArgs a;
-                a.qkv = dqkv.p<float>(), a.pos = dpos.p<int>(), a.Hq = Hq, a.Hkv = Hkv, a.hd = hd;
-                a.qn = dqn.p<float>(), a.kn = dkn.p<float>(), a.eps = 1e-6f, a.inv_freq = dinv.p<float>();
-                a.kc = dkc.p<float>(), a.vc = dvc.p<float>(), a.o = dout.p<float>();
-                a.splits = splits, a.part = dpart.p<float>(), a.counter = dcnt.p<unsigned>();
-                a.pre_wait = pre, a.cluster = true;
-                a.wo = dwo.p<uint16_t>(), a.D = D, a.opart = dop.p<float>();
-                decode_attention(a, nullptr);
-                const std::vector<float> op = host(dop, ref.size());
-                EXPECT_LT(rel_l2(op, ref), 1e-5);
-                std::vector<float> sum(static_cast<size_t>(D), 0.0f);
-                for (int g = 0; g < Hkv; ++g)
-                    for (int r = 0; r < D; ++r) sum[size_t(r)] += op[size_t(g) * D + r];
-                EXPECT_LT(rel_l2(sum, total), 1e-5);
-                EXPECT_LT(rel_l2(host(dkc, kc.size()), kc2), 1e-6);
-                EXPECT_EQ(host(dvc, vc.size()), vc2);
-            }
-        }
 }
 
 TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {

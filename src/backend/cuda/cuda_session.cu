@@ -63,8 +63,6 @@ public:
         kvrow_ = int64_t(Hkv_) * hd_;
         qkvw_ = int64_t(Hq_ + 2 * Hkv_) * hd_;
         x1_.alloc(size_t(D_) * 4);
-        x2_.alloc(size_t(D_) * 4);
-        opart_.alloc(size_t(Hkv_) * D_ * 4);
         qkv1_.alloc(size_t(qkvw_) * 4);
         q1_.alloc(size_t(Hq_) * hd_ * 4);
         o1_.alloc(size_t(Hq_) * hd_ * 4);
@@ -302,14 +300,6 @@ private:
     int64_t cap_ = 0, len_ = 0; // len_: positions filled (host view)
     // step scratch
     Buffer x1_, qkv1_, q1_, o1_, h1_, logits1_, part_, counter_;
-    Buffer x2_, opart_; // the fused o-projection: the other residual buffer, the partial sums per kv head
-    // The decode attention computes the o-projection's partial sums too where decode_attention_o_supported (0.6B
-    // bf16 on sm_90 with 16 key splits, i.e. beyond 256 keys), the gate/up product adds them to the residual;
-    // QASR_CUDA_ATTN_O=0 keeps the o-projection kernel.
-    const bool attn_o_ = [] {
-        const char* e = std::getenv("QASR_CUDA_ATTN_O");
-        return !(e && std::string(e) == "0");
-    }();
 
     bool persistent_ = false; // QASR_CUDA_PERSISTENT=1: the whole step as one cooperative kernel (bf16 weights)
     PersistLaunch plaunch_;
@@ -643,7 +633,6 @@ Tensor CudaSession::extended_logits(int64_t r0, int64_t n) {
 void CudaSession::enqueue_step() {
     const float eps = m_.hp.text.rms_eps;
     float* x = x1_.as<float>();
-    float* xo = x2_.as<float>(); // the fused o-projection's new residual (the two buffers alternate by layer)
     mark("start");
     if (run("embed")) embed(w_.embed, d_tok(), 1, x, s_);
     mark("embed");
@@ -652,27 +641,6 @@ void CudaSession::enqueue_step() {
         const bool qkv_early = run("qkv") && matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
         mark("qkv");
         const bool attn = run("attn");
-        if (attn && fused_attn_ && attn_cluster_ && attn_o_ && l.o.bits == 16 && run("o") && run("gateup") &&
-            matvec_prefetch_applies(l.gateup, Epi::SwiGLU) && decode_attention_o_supported(Hq_, Hkv_, hd_, D_, dec_splits_)) {
-            DecAttnArgs da;
-            da.qkv = qkv1_.as<float>(), da.pos = d_pos(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
-            da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
-            da.kc = kc(li), da.vc = vc(li), da.o = o1_.as<float>();
-            da.splits = dec_splits_, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
-            da.pre_wait = attn_pre_ < 0 ? qkv_early : attn_pre_ == 1;
-            da.cluster = true;
-            da.wo = static_cast<const uint16_t*>(l.o.data), da.D = D_, da.opart = opart_.as<float>();
-            decode_attention(da, s_);
-            mark("attention+o");
-            if (!matvec_prefetch_parts(l.gateup, x, opart_.as<float>(), Hkv_, xo, l.post_norm, eps, h1_.as<float>(),
-                                       Epi::SwiGLU, s_))
-                fail("cuda", "the fused o-projection's gate/up product did not launch");
-            mark("gate_up");
-            std::swap(x, xo); // the new residual
-            if (run("down")) matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
-            mark("down");
-            continue;
-        }
         if (attn && fused_attn_) {
             DecAttnArgs da;
             da.qkv = qkv1_.as<float>(), da.pos = d_pos(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;

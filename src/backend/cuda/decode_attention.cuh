@@ -64,31 +64,10 @@ template <class T> __device__ __forceinline__ T* cluster_peer(T* p, int rank) {
 // CL: the block is rank sp of a cluster of a.splits blocks (one kv head; k_decode_attention launched with cluster
 // dimension a.splits): the partials stay in shared memory and every block merges 1/splits of the kv head's outputs
 // from its peers' shared memory, in the same order and arithmetic as the last-block merge (bit-identical results).
-// OP (with CL): the o-projection fused in (DecAttnArgs::wo): the block's rows of wo are bulk-copied into dynamic
-// shared memory first; without WAIT the body then waits for the previous kernel itself.
-template <int HD, int GC = 0, bool WAIT = false, bool CL = false, bool OP = false>
+template <int HD, int GC = 0, bool WAIT = false, bool CL = false>
 __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     static_assert(GC >= 0 && GC <= kDecMaxG);
-    static_assert(!OP || (CL && GC > 0));
     QASR_TL_ENTRY
-    extern __shared__ __align__(128) uint4 wo_s[]; // OP: rows [R][GC·HD] bf16
-    __shared__ __align__(8) uint64_t wo_bar;
-    if constexpr (OP) {
-        const int R = a.D / a.splits, r0 = (block % a.splits) * R, c0 = (block / a.splits) * GC * HD;
-        constexpr uint32_t RB = GC * HD * 2; // bytes per row
-        if (threadIdx.x == 0) {
-            mbar_init(&wo_bar);
-            mbar_fence_init();
-            mbar_expect(&wo_bar, uint32_t(R) * RB);
-        }
-        dec_sync(); // the barrier is initialised (and expects every row) before a copy completes on it
-        for (int r = threadIdx.x; r < R; r += kDecThreads)
-            bulk_copy(wo_s + size_t(r) * (RB / 16), a.wo + int64_t(r0 + r) * (int64_t(a.Hq) * HD) + c0, RB, &wo_bar);
-        if constexpr (!WAIT) {
-            dep_wait();
-            dep_launch();
-        }
-    }
     constexpr int GM = GC > 0 ? GC : kDecMaxG;
     constexpr int NW = kDecThreads / kWarp, PER = HD / kWarp, QD = HD / NW;
     static_assert(kDecTile == kWarp && QD % 4 == 0);
@@ -308,45 +287,6 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             Lm[gg] = L;
         }
         dec_sync();
-        if constexpr (OP) { // every block gathers all G·HD merged outputs, then its rows of the o-projection
-            __shared__ __align__(16) float att[GM * HD];
-            for (int i = threadIdx.x; i < G * HD; i += kDecThreads) {
-                const int gg = i / HD, d = i % HD;
-                float v[kDecClusterMax];
-#pragma unroll
-                for (int s = 0; s < kDecClusterMax; ++s) v[s] = s < a.splits ? *cluster_peer(&cpart[gg][d], s) : 0.0f;
-                float o = 0.0f;
-#pragma unroll
-                for (int s = 0; s < kDecClusterMax; ++s)
-                    if (s < a.splits && em[gg][s] >= 0.0f) o += v[s] * em[gg][s];
-                att[i] = o / Lm[gg];
-            }
-            dec_sync();
-            constexpr int C = GC * HD / 8; // uint4 chunks per row
-            constexpr int CPL = (C + kWarp - 1) / kWarp;
-            float xv[CPL][8];
-#pragma unroll
-            for (int c = 0; c < CPL; ++c)
-#pragma unroll
-                for (int i = 0; i < 8; ++i) xv[c][i] = lane + c * kWarp < C ? att[(lane + c * kWarp) * 8 + i] : 0.0f;
-            mbar_wait(&wo_bar, 0);
-            const int R = a.D / a.splits, r0 = sp * R;
-            for (int r = w; r < R; r += NW) {
-                float acc = 0.0f;
-#pragma unroll
-                for (int c = 0; c < CPL; ++c) {
-                    if (lane + c * kWarp >= C) break;
-                    const uint4 q = wo_s[size_t(r) * C + lane + c * kWarp];
-                    acc += bf(q.x & 0xffffu) * xv[c][0] + bf(q.x >> 16) * xv[c][1] + bf(q.y & 0xffffu) * xv[c][2] +
-                           bf(q.y >> 16) * xv[c][3] + bf(q.z & 0xffffu) * xv[c][4] + bf(q.z >> 16) * xv[c][5] +
-                           bf(q.w & 0xffffu) * xv[c][6] + bf(q.w >> 16) * xv[c][7];
-                }
-                acc = warp_sum(acc);
-                if (lane == 0) a.opart[int64_t(g) * a.D + r0 + r] = acc;
-            }
-            cluster_sync_all(); // no block leaves while its peers may still read its shared memory
-            return;
-        }
         const int n_out = G * HD, per = (n_out + a.splits - 1) / a.splits;
         const int i0 = sp * per, i1 = min(n_out, i0 + per);
         for (int i = i0 + int(threadIdx.x); i < i1; i += kDecThreads) {

@@ -528,22 +528,15 @@ __global__ void k_attention_combine(AttnArgs a) {
 
 // PRE: waits for the q/k/v product inside, after loading what does not depend on it — for a product that
 // triggers this launch early (matvec_prefetch: 0.819 → 0.780 ms/token, H200, 0.6B bf16); else the wait first.
-// CL: launched in clusters of a.splits blocks (decode_attention_block's cluster merge); OP: with the o-projection
-// (the body waits itself, after starting its weight copies).
-template <int HD, int GC, bool PRE, bool CL = false, bool OP = false>
+// CL: launched in clusters of a.splits blocks (decode_attention_block's cluster merge).
+template <int HD, int GC, bool PRE, bool CL = false>
 __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a) {
-    if constexpr (!PRE && !OP) {
+    if constexpr (!PRE) {
         dep_wait();
         dep_launch();
     }
-    decode_attention_block<HD, GC, PRE, CL, OP>(a, int(blockIdx.x));
+    decode_attention_block<HD, GC, PRE, CL>(a, int(blockIdx.x));
 }
-
-// The fused o-projection's rows per block. With 64 KB (8 splits of the 0.6B model) the step was slower than the
-// o-projection kernel (H200, 0.6B bf16, 40 tokens: 0.779 vs 0.745 ms/token; through L2 instead: 0.951); with 32 KB
-// (16 splits) faster (0.756 vs 0.762): a block that needs a larger shared-memory carveout than its SM's running
-// kernels starts only when they drain, losing the early launch.
-constexpr size_t kDecOpMaxSmem = 32 * 1024;
 
 // Whether kernel k can run clusters of n blocks here with `smem` bytes of dynamic shared memory each (sm_90; sizes
 // above 8 need the non-portable attribute).
@@ -555,10 +548,6 @@ template <class K> bool cluster_ok(K k, int n, size_t smem) {
         return false;
     }
     if (n > 8 && cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    if (smem && cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kDecOpMaxSmem)) != cudaSuccess) {
         cudaGetLastError();
         return false;
     }
@@ -607,34 +596,12 @@ template <class K> void launch_cluster(K k, const DecAttnArgs& a, dim3 grid, siz
     QASR_CUDA(cudaLaunchKernelEx(&cfg, k, a));
 }
 
-size_t op_smem(const DecAttnArgs& a) { return size_t(a.D / a.splits) * (a.Hq / a.Hkv) * a.hd * 2; }
-
 template <int HD, int GC, bool PRE>
 void launch_decode_attention_cluster(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
-    if constexpr (HD == 128 && GC == 2) {
-        if (a.wo) { // decode_attention() checked decode_attention_o_supported
-            launch_cluster(k_decode_attention<HD, GC, PRE, true, true>, a, grid, op_smem(a), s);
-            return;
-        }
-    }
     if (!cluster_ok_cached(k_decode_attention<HD, GC, PRE, true>, a.splits, 0))
         return launch(k_decode_attention<HD, GC, PRE>, grid, dim3(kDecThreads), 0, s, a);
     launch_cluster(k_decode_attention<HD, GC, PRE, true>, a, grid, 0, s);
 }
-
-} // namespace
-
-bool decode_attention_o_supported(int Hq, int Hkv, int hd, int D, int splits) {
-    if (Hkv <= 0 || Hq != 2 * Hkv || hd != 128 || splits < 2 || splits > kDecClusterMax || D <= 0 || D % splits != 0)
-        return false;
-    DecAttnArgs a;
-    a.Hq = Hq, a.Hkv = Hkv, a.hd = hd, a.D = D, a.splits = splits;
-    const size_t smem = op_smem(a);
-    return smem <= kDecOpMaxSmem && cluster_ok_cached(k_decode_attention<128, 2, false, true, true>, splits, smem) &&
-           cluster_ok_cached(k_decode_attention<128, 2, true, true, true>, splits, smem);
-}
-
-namespace {
 
 template <int HD, int GC>
 void launch_decode_attention(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
@@ -831,8 +798,6 @@ bool decode_attention_supported(int Hq, int Hkv, int hd) {
 void decode_attention(const DecAttnArgs& a, cudaStream_t s) {
     if (!decode_attention_supported(a.Hq, a.Hkv, a.hd))
         fail("cuda", "decode attention: needs head_dim 64/128/256 and at most 8 query heads per kv head");
-    if (a.wo && (!a.cluster || !a.opart || !decode_attention_o_supported(a.Hq, a.Hkv, a.hd, a.D, a.splits)))
-        fail("cuda", "decode attention: the fused o-projection needs the cluster merge where decode_attention_o_supported");
     if (a.splits < 1 || a.splits > kDecMergeMax || (a.splits > 1 && (!a.part || !a.counter)))
         fail("cuda", "decode attention: splits must be 1.." + std::to_string(kDecMergeMax) + " with split buffers");
     const dim3 grid(unsigned(a.Hkv * a.splits));

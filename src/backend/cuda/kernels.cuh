@@ -35,12 +35,6 @@ bool matvec(const DMat& W, const float* x, const float* norm_w, float eps, float
 // per device, outside graph capture.
 void matvec_prefetch_prepare(int ordinal);
 bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
-// The same with the input x + parts[0] + … + parts[nparts-1] (each [K], added in that order; the fused attention's
-// o-projection partials), which the blocks also write to xout (the new residual; xout ≠ x). False, launching
-// nothing, where the prefetching kernel does not apply (matvec_prefetch_applies).
-bool matvec_prefetch_parts(const DMat& W, const float* x, const float* parts, int nparts, float* xout,
-                           const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
-bool matvec_prefetch_applies(const DMat& W, Epi epi);
 // out[i, :] = table[ids[i], :] as float32.
 void embed(const DMat& table, const int* ids, int n, float* out, cudaStream_t s);
 // Whole matrix as bf16 [rows, cols] (for cuBLAS).
@@ -101,18 +95,7 @@ struct DecAttnArgs {
     // merge the splits (2..16) inside a thread-block cluster (sm_90) instead of through part/counter and a last
     // block; falls back to the latter where clusters of that size cannot run
     bool cluster = false;
-    // With wo (cluster merge, bf16 o-projection weights [D, Hq·hd]): the o-projection fused in. Each cluster (kv head
-    // g) gathers its G·hd merged outputs and its blocks multiply them by their D / splits rows of columns
-    // g·G·hd … +G·hd of wo (bulk-copied into shared memory before the dependency wait): opart [Hkv, D] gets
-    // cluster g's partial sums, which the next product adds to the residual in kv-head order
-    // (matvec_prefetch_parts). No o written then. Where decode_attention_o_supported().
-    const uint16_t* wo = nullptr;
-    int D = 0;
-    float* opart = nullptr;
 };
-// Whether the fused o-projection applies: sm_90 clusters of `splits` blocks, G = 2, hd 128, D / splits rows of
-// G·hd bf16 columns in ≤ 32 KB of shared memory per block (the 0.6B model with 16 splits).
-bool decode_attention_o_supported(int Hq, int Hkv, int hd, int D, int splits);
 // Floats per split partial of decode_attention (acc[hd], max, sum, padding to a multiple of 4); part ≥ Hq·splits·this.
 constexpr int decode_partial_floats(int hd) { return hd + 4; }
 bool decode_attention_supported(int Hq, int Hkv, int hd);

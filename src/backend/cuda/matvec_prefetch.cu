@@ -34,7 +34,6 @@ constexpr int kPfThreads = 256;
 constexpr int kPfWarps = kPfThreads / kWarp;
 constexpr size_t kPfMaxSmem = 108 * 1024; // one block's shared memory; two blocks per SM fit in 227 KB
 constexpr int kPfMaxDevices = 64;
-constexpr int kPfMaxParts = 8; // matvec_prefetch_parts: partial vectors added to x
 
 struct PfArgs {
     const uint16_t* w;
@@ -45,9 +44,6 @@ struct PfArgs {
     const float* norm_w;
     float eps;
     float* y;
-    const float* parts = nullptr; // nparts vectors [K] added to x in order; the sum also goes to xout
-    int nparts = 0;
-    float* xout = nullptr;
 };
 
 __device__ __forceinline__ float dot8_bf16_regs(const uint4 v, const float* x) {
@@ -91,18 +87,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
     for (int j = 0; j < KC / 4 + (KC % 4 != 0); ++j) {
         const int i = threadIdx.x + j * kPfThreads; // float4 index
         if (i >= K / 4) break;
-        float4 v = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
-        if (a.nparts) {
-            float4 pv[kPfMaxParts];
-#pragma unroll
-            for (int g = 0; g < kPfMaxParts; ++g)
-                if (g < a.nparts) pv[g] = __ldcg(reinterpret_cast<const float4*>(a.parts + int64_t(g) * K) + i);
-#pragma unroll
-            for (int g = 0; g < kPfMaxParts; ++g)
-                if (g < a.nparts) v.x += pv[g].x, v.y += pv[g].y, v.z += pv[g].z, v.w += pv[g].w;
-            const int per = (K / 4 + int(gridDim.x) - 1) / int(gridDim.x); // this block's share of the new residual
-            if (i / per == int(blockIdx.x)) reinterpret_cast<float4*>(a.xout)[i] = v;
-        }
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
         reinterpret_cast<float4*>(xs)[i] = v;
     }
     if (EPI == int(Epi::Add) && threadIdx.x < nr) ys[threadIdx.x] = __ldcg(a.y + r0 + threadIdx.x);
@@ -387,8 +372,11 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_stream(PfsArgs a) {
                 else a.y[r] = silu(v[0]) * v[P - 1];
             }
         }
-        __syncthreads(); // buffer b is read: refill it
-        if (threadIdx.x == 0 && st + kPfsStages < nst) issue(st + kPfsStages, 0u);
+        __syncthreads(); // buffer b is read: refill it (its generic-proxy reads ordered before the bulk writes)
+        if (threadIdx.x == 0 && st + kPfsStages < nst) {
+            fence_proxy_async();
+            issue(st + kPfsStages, 0u);
+        }
     }
 }
 
@@ -486,12 +474,6 @@ bool pf_plan(const DMat& W, Epi epi, int* rpb_out, size_t* smem_out) {
 }
 } // namespace
 
-bool matvec_prefetch_applies(const DMat& W, Epi epi) {
-    int rpb = 0;
-    size_t smem = 0;
-    return pf_plan(W, epi, &rpb, &smem);
-}
-
 namespace {
 bool matvec_prefetch_q(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
     if (!g_pf_on || !g_pfq_on || !pdl_enabled() || (W.bits != 4 && W.bits != 6 && W.bits != 8)) return false;
@@ -568,14 +550,8 @@ bool matvec_prefetch_stream(const DMat& W, const float* x, const float* norm_w, 
 }
 } // namespace
 
-bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
-    if (W.bits != 16) return matvec_prefetch_q(W, x, norm_w, eps, y, epi, s);
-    if (matvec_prefetch_parts(W, x, nullptr, 0, nullptr, norm_w, eps, y, epi, s)) return true;
-    return matvec_prefetch_stream(W, x, norm_w, eps, y, epi, s);
-}
-
-bool matvec_prefetch_parts(const DMat& W, const float* x, const float* parts, int nparts, float* xout,
-                           const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+namespace {
+bool matvec_prefetch_bf16(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
     int rpb = 0;
     size_t smem = 0;
     if (!pf_plan(W, epi, &rpb, &smem)) return false;
@@ -583,11 +559,9 @@ bool matvec_prefetch_parts(const DMat& W, const float* x, const float* parts, in
     const int KC = int(K / 256);
     const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     if (!aligned(x) || (norm_w && !aligned(norm_w))) return false;
-    if (nparts < 0 || nparts > kPfMaxParts || (nparts && (!parts || !xout || xout == x || !aligned(parts) || !aligned(xout))))
-        return false;
     const int P = epi == Epi::SwiGLU ? 2 : 1;
     const int64_t N = W.rows / P;
-    PfArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, x, norm_w, eps, y, parts, nparts, xout};
+    PfArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, x, norm_w, eps, y};
     const dim3 grid(unsigned((N + rpb - 1) / rpb));
 #define QASR_PF_LAUNCH(kc)                                                                                        \
     switch (epi) {                                                                                                \
@@ -601,6 +575,13 @@ bool matvec_prefetch_parts(const DMat& W, const float* x, const float* parts, in
 #undef QASR_PF_LAUNCH
     QASR_CUDA_LAUNCHED();
     return true;
+}
+} // namespace
+
+bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+    if (W.bits != 16) return matvec_prefetch_q(W, x, norm_w, eps, y, epi, s);
+    if (matvec_prefetch_bf16(W, x, norm_w, eps, y, epi, s)) return true;
+    return matvec_prefetch_stream(W, x, norm_w, eps, y, epi, s);
 }
 
 } // namespace qasr::cuda
