@@ -13,29 +13,14 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "cuda_bench_check.cuh"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 namespace {
-
-#define CK(x)                                                                                                       \
-    do {                                                                                                            \
-        const cudaError_t e_ = (x);                                                                                 \
-        if (e_ != cudaSuccess) {                                                                                    \
-            std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                           \
-            std::exit(1);                                                                                           \
-        }                                                                                                           \
-    } while (0)
-#define CB(x)                                                                                                       \
-    do {                                                                                                            \
-        const cublasStatus_t s_ = (x);                                                                              \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                          \
-            std::fprintf(stderr, "%s: status %d\n", #x, int(s_));                                                   \
-            std::exit(1);                                                                                           \
-        }                                                                                                           \
-    } while (0)
 
 struct Shape {
     const char* name;

@@ -7,6 +7,8 @@
 //     dependency wait, or bulk-copied into shared memory before it — and, with the prefetch, x read by every warp
 //     from L2 (the hot spot) or once per block.
 // Build: part of the CUDA build (bench/CMakeLists.txt); run: build/bench/cuda_step_floors
+#include "cuda_bench_check.cuh"
+
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -15,15 +17,6 @@
 #include <cstdlib>
 
 namespace {
-
-#define CK(x)                                                                                                       \
-    do {                                                                                                            \
-        const cudaError_t e_ = (x);                                                                                 \
-        if (e_ != cudaSuccess) {                                                                                    \
-            std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                           \
-            std::exit(1);                                                                                           \
-        }                                                                                                           \
-    } while (0)
 
 namespace cg = cooperative_groups;
 

@@ -41,6 +41,21 @@ __device__ __forceinline__ void split_keys(int len, int splits, int sp, int& s0,
     s1 = min(len, s0 + chunk);
 }
 
+// The merge weights of one head's splits: em[s] = m_s (the split's running max) on entry, exp(m_s − M) on return
+// (−1: an empty split); L = Σ l_s · exp(m_s − M), in split order (the merged output sums in the same order).
+__device__ __forceinline__ void split_weights(float* em, const float* ls, int splits, float& L_out) {
+    float M = -INFINITY;
+    for (int s = 0; s < splits; ++s) M = fmaxf(M, em[s]);
+    float L = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+        const float ms = em[s];
+        float e = -1.0f;
+        if (ms > -INFINITY) e = expf(ms - M), L += ls[s] * e;
+        em[s] = e;
+    }
+    L_out = L;
+}
+
 // Thread-block clusters (sm_90): the splits of a kv head as one cluster, merging their partials through
 // distributed shared memory instead of global memory, a fence, an atomic and a last block.
 __device__ __forceinline__ void cluster_sync_all() {
@@ -273,19 +288,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
             ps[gg][s] = *cluster_peer(&Ls[gg], s);
         }
         dec_sync();
-        if (threadIdx.x < G) {
-            const int gg = threadIdx.x;
-            float M = -INFINITY;
-            for (int s = 0; s < a.splits; ++s) M = fmaxf(M, em[gg][s]);
-            float L = 0.0f;
-            for (int s = 0; s < a.splits; ++s) {
-                const float ms = em[gg][s];
-                float e = -1.0f;
-                if (ms > -INFINITY) e = expf(ms - M), L += ps[gg][s] * e;
-                em[gg][s] = e;
-            }
-            Lm[gg] = L;
-        }
+        if (threadIdx.x < G) split_weights(em[threadIdx.x], ps[threadIdx.x], a.splits, Lm[threadIdx.x]);
         dec_sync();
         const int n_out = G * HD, per = (n_out + a.splits - 1) / a.splits;
         const int i0 = sp * per, i1 = min(n_out, i0 + per);
@@ -338,19 +341,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
         ps[gg][s] = __ldcg(rec + HD + 1); // l_s (ps is free after the key tiles)
     }
     dec_sync();
-    if (threadIdx.x < G) { // M, then L and the weights in split order (o below sums in the same order)
-        const int gg = threadIdx.x;
-        float M = -INFINITY;
-        for (int s = 0; s < a.splits; ++s) M = fmaxf(M, em[gg][s]);
-        float L = 0.0f;
-        for (int s = 0; s < a.splits; ++s) {
-            const float ms = em[gg][s];
-            float e = -1.0f;
-            if (ms > -INFINITY) e = expf(ms - M), L += ps[gg][s] * e;
-            em[gg][s] = e;
-        }
-        Lm[gg] = L;
-    }
+    if (threadIdx.x < G) split_weights(em[threadIdx.x], ps[threadIdx.x], a.splits, Lm[threadIdx.x]);
     dec_sync();
     for (int gg = 0; gg < G; ++gg)
         for (int d = threadIdx.x; d < HD; d += kDecThreads) {

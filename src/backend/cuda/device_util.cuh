@@ -162,6 +162,19 @@ __device__ __forceinline__ uint32_t code_at(const uint8_t* row, int64_t j, int b
     return (v >> sh) & ((1u << bits) - 1u);
 }
 
+// Code i (0 … 15) of a chunk of 16 MLX codes held in w (8-bit: 16 bytes, 6-bit: 12, 4-bit: 8; little-endian bit
+// stream).
+template <int BITS> __device__ __forceinline__ uint32_t chunk_code(const uint32_t (&w)[4], int i) {
+    if constexpr (BITS == 8) return (w[i >> 2] >> ((i & 3) * 8)) & 255u;
+    else if constexpr (BITS == 4) return (w[i >> 3] >> ((i & 7) * 4)) & 15u;
+    else {
+        const int bit = i * 6, wi = bit >> 5, off = bit & 31;
+        uint32_t q = w[wi] >> off;
+        if (off > 26) q |= w[wi + 1] << (32 - off);
+        return q & 63u;
+    }
+}
+
 // Σ of 8 bf16 weights (one 16-byte load) times xp[0..7]; xp is 16-byte aligned shared memory, read with two
 // vector loads (eight scalar ones, a lane's 32 bytes at a 32-byte stride, put eight lanes on one bank).
 __device__ __forceinline__ float dot8_bf16(const uint4 v, const float* xp) {

@@ -97,18 +97,7 @@ __device__ __forceinline__ float dot_q_row(const uint8_t* row, const bf16* sc, c
         }
         float d = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            uint32_t q;
-            if constexpr (BITS == 8) q = (w[i >> 2] >> ((i & 3) * 8)) & 255u;
-            else if constexpr (BITS == 4) q = (w[i >> 3] >> ((i & 7) * 4)) & 15u;
-            else {
-                const int bit = i * 6, wi = bit >> 5, off = bit & 31;
-                q = (w[wi] >> off);
-                if (off > 26) q |= w[wi + 1] << (32 - off);
-                q &= 63u;
-            }
-            d += float(q) * xp[i];
-        }
+        for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * xp[i];
         const int g = (c * 16) / gs;
         acc += __bfloat162float(sc[g]) * d + __bfloat162float(bi[g]) * xsum16[c];
     }

@@ -46,6 +46,14 @@ struct PfArgs {
     float* y;
 };
 
+// A product kernel's output for row rr of its block from the row's dot products v (SwiGLU: gate, up) and, for
+// Epi::Add, the residual rows ys staged in shared memory.
+template <int EPI> __device__ __forceinline__ float pf_out(const float* v, const float* ys, int rr) {
+    if constexpr (EPI == int(Epi::Store)) return v[0];
+    else if constexpr (EPI == int(Epi::Add)) return ys[rr] + v[0];
+    else return silu(v[0]) * v[1];
+}
+
 __device__ __forceinline__ float dot8_bf16_regs(const uint4 v, const float* x) {
     return bf(v.x & 0xffffu) * x[0] + bf(v.x >> 16) * x[1] + bf(v.y & 0xffffu) * x[2] + bf(v.y >> 16) * x[3] +
            bf(v.z & 0xffffu) * x[4] + bf(v.z >> 16) * x[5] + bf(v.w & 0xffffu) * x[6] + bf(v.w >> 16) * x[7];
@@ -129,12 +137,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
             for (int j = 0; j < KC; ++j) acc += dot8_bf16_regs(row[lane + j * kWarp], xv + j * 8);
             v[p] = warp_sum(acc);
         }
-        if (lane == 0) {
-            const int64_t r = r0 + rr;
-            if constexpr (EPI == int(Epi::Store)) a.y[r] = v[0];
-            else if constexpr (EPI == int(Epi::Add)) a.y[r] = ys[rr] + v[0];
-            else a.y[r] = silu(v[0]) * v[P - 1];
-        }
+        if (lane == 0) a.y[r0 + rr] = pf_out<EPI>(v, ys, rr);
     }
 }
 
@@ -254,29 +257,13 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
                 }
                 float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 16; ++i) {
-                    uint32_t q;
-                    if constexpr (BITS == 8) q = (w[i >> 2] >> ((i & 3) * 8)) & 255u;
-                    else if constexpr (BITS == 4) q = (w[i >> 3] >> ((i & 7) * 4)) & 15u;
-                    else {
-                        const int bit = i * 6, wi = bit >> 5, off = bit & 31;
-                        q = w[wi] >> off;
-                        if (off > 26) q |= w[wi + 1] << (32 - off);
-                        q &= 63u;
-                    }
-                    d += float(q) * xv[j][i];
-                }
+                for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * xv[j][i];
                 const int g = (c * 16) / a.gs;
                 acc += bf(sc[g]) * d + bf(bi[g]) * xsum[j];
             }
             v[p] = warp_sum(acc);
         }
-        if (lane == 0) {
-            const int64_t r = r0 + rr;
-            if constexpr (EPI == int(Epi::Store)) a.y[r] = v[0];
-            else if constexpr (EPI == int(Epi::Add)) a.y[r] = ys[rr] + v[0];
-            else a.y[r] = silu(v[0]) * v[P - 1];
-        }
+        if (lane == 0) a.y[r0 + rr] = pf_out<EPI>(v, ys, rr);
     }
 }
 
@@ -364,13 +351,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_stream(PfsArgs a) {
                 for (int c = lane; c < n8; c += kWarp) acc += dot8_bf16(row[c], xs + c * 8);
                 v[p] = warp_sum(acc);
             }
-            if (lane == 0) {
-                const int rr = st * SR + warp;
-                const int64_t r = r0 + rr;
-                if constexpr (EPI == int(Epi::Store)) a.y[r] = v[0];
-                else if constexpr (EPI == int(Epi::Add)) a.y[r] = ys[rr] + v[0];
-                else a.y[r] = silu(v[0]) * v[P - 1];
-            }
+            if (lane == 0) a.y[r0 + st * SR + warp] = pf_out<EPI>(v, ys, st * SR + warp);
         }
         __syncthreads(); // buffer b is read: refill it (its generic-proxy reads ordered before the bulk writes)
         if (threadIdx.x == 0 && st + kPfsStages < nst) {
