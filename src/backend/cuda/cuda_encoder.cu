@@ -1,0 +1,174 @@
+// The CUDA session's audio encoder: log-mel on the device, the conv stem as im2col + cuBLAS products, the encoder
+// layers with the windowed (tiled) attention, and the projector into the decoder's width.
+#include "backend/cuda/cuda_session.hpp"
+
+#include "audio/mel.hpp"
+#include "model/encoder.hpp"
+
+namespace qasr::cuda::detail {
+
+namespace {
+int64_t conv_len(int64_t n) { return (n + 1) / 2; }
+} // namespace
+
+Tensor CudaSession::encode(const Tensor& mel) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    if (mel.dim(0) != m_.hp.audio.n_mels)
+        fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " + std::to_string(m_.hp.audio.n_mels));
+    if (mel.dim(1) <= 0) fail("encoder", "no mel frames");
+    emel_.ensure(mel.size() * 4);
+    QASR_CUDA(cudaMemcpyAsync(emel_.get(), mel.ptr(), mel.size() * 4, cudaMemcpyHostToDevice, s_));
+    return encode_device(emel_.as<float>(), int(mel.dim(1)));
+}
+
+Tensor CudaSession::encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    Stopwatch sw;
+    const size_t N = std::max(audio.size(), min_samples);
+    if (N <= 200) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
+    const int T = int(MelFrontend::n_frames(N)), n_mels = m_.hp.audio.n_mels;
+    maudio_.ensure(std::max<size_t>(audio.size(), 1) * 4);
+    QASR_CUDA(cudaMemcpyAsync(maudio_.get(), audio.data(), audio.size() * 4, cudaMemcpyHostToDevice, s_));
+    mwork_.ensure(log_mel_work_bytes(T, n_mels));
+    emel_.ensure(size_t(T) * n_mels * 4);
+    log_mel(blas_, maudio_.as<float>(), int64_t(audio.size()), int64_t(N), T, n_mels, w_.mel_window, w_.mel_dft,
+            w_.mel_filters, mwork_.as<double>(), emel_.as<float>(), s_);
+    if (mel_ms) {
+        QASR_CUDA(cudaStreamSynchronize(s_));
+        *mel_ms = sw.ms();
+    }
+    return encode_device(emel_.as<float>(), T);
+}
+
+Tensor CudaSession::encode_device(const float* d_mel, int T) {
+    int window = 0;
+    const int A = stem_device(d_mel, T, &window);
+    return encode_layers(A, window);
+}
+
+Tensor CudaSession::encode_stem(const Tensor& mel) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    const AudioHParams& hp = m_.hp.audio;
+    if (mel.dim(0) != hp.n_mels || mel.dim(1) <= 0 || mel.dim(1) > hp.chunk_frames())
+        fail("encoder", "a stem chunk is [n_mels, 1..chunk_frames] of mel");
+    emel_.ensure(mel.size() * 4);
+    QASR_CUDA(cudaMemcpyAsync(emel_.get(), mel.ptr(), mel.size() * 4, cudaMemcpyHostToDevice, s_));
+    int window = 0;
+    const int A = stem_device(emel_.as<float>(), int(mel.dim(1)), &window);
+    Tensor out({int64_t(A), int64_t(hp.d_model)});
+    QASR_CUDA(cudaMemcpyAsync(out.ptr(), ex_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    return out;
+}
+
+int CudaSession::stem_device(const float* d_mel, int T, int* window_out) {
+    const AudioHParams& hp = m_.hp.audio;
+    const int n_mels = hp.n_mels, cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
+    const int Ch = hp.conv_channels, d = hp.d_model;
+    const int H1 = int(conv_len(n_mels)), W1 = int(conv_len(cf)), H2 = int(conv_len(H1)), W2 = int(conv_len(W1));
+    const int H3 = int(conv_len(H2)), W3 = int(conv_len(W2));
+    const int A = int(audio_token_count(T, hp));
+    int m = 0;
+    for (int c = 0; c < C; ++c) m = std::max(m, int(audio_token_count(std::min(cf, T - c * cf), hp)));
+    const int window = m * (hp.n_window_infer / cf);
+
+    const size_t p1 = size_t(C) * H1 * W1, p2 = size_t(C) * H2 * W2, p3 = size_t(C) * H3 * W3;
+    ecols_.ensure(std::max({p1 * 16, p2 * Ch * 9, p3 * Ch * 9, size_t(C) * W3 * Ch * H3}) * 2);
+    ea_.ensure(p1 * Ch * 4);
+    eb_.ensure(p2 * Ch * 4);
+    bf16* cols = ecols_.as<bf16>();
+    im2col_mel(d_mel, n_mels, T, cf, C, 16, cols, s_);
+    gemm(blas_, cols, int(p1), 16, w_.conv1_w, Ch, ea_.as<float>(), 0.0f);
+    bias_act(ea_.as<float>(), int(p1), Ch, w_.conv1_b, true, nullptr, s_);
+    im2col(ea_.as<float>(), C, H1, W1, Ch, cols, s_);
+    gemm(blas_, cols, int(p2), Ch * 9, w_.conv2_w, Ch, eb_.as<float>(), 0.0f);
+    bias_act(eb_.as<float>(), int(p2), Ch, w_.conv2_b, true, nullptr, s_);
+    im2col(eb_.as<float>(), C, H2, W2, Ch, cols, s_);
+    gemm(blas_, cols, int(p3), Ch * 9, w_.conv3_w, Ch, ea_.as<float>(), 0.0f);
+    bias_act(ea_.as<float>(), int(p3), Ch, w_.conv3_b, true, nullptr, s_);
+    flatten_stem(ea_.as<float>(), C, H3, W3, Ch, cols, s_);
+    eco_.ensure(size_t(C) * W3 * d * 4);
+    gemm_w(cols, C * W3, w_.conv_out, eco_.as<float>(), 0.0f);
+    ex_.ensure(size_t(A) * d * 4);
+    float* x = ex_.as<float>();
+    add_pe(eco_.as<float>(), A, d, W3, w_.pe, x, s_);
+    *window_out = window;
+    return A;
+}
+
+Tensor CudaSession::encode_rows(const Tensor& rows, int64_t window_rows) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    const AudioHParams& hp = m_.hp.audio;
+    if (rows.rows() <= 0 || rows.cols() != hp.d_model) fail("encoder", "stem rows of the wrong shape");
+    if (window_rows <= 0) fail("encoder", "attention window of no rows");
+    ex_.ensure(rows.size() * 4);
+    QASR_CUDA(cudaMemcpyAsync(ex_.get(), rows.ptr(), rows.size() * 4, cudaMemcpyHostToDevice, s_));
+    return encode_layers(int(rows.rows()), int(window_rows));
+}
+
+Tensor CudaSession::encode_layers(int A, int window) {
+    const AudioHParams& hp = m_.hp.audio;
+    const int d = hp.d_model, F = hp.ffn_dim, heads = hp.n_heads;
+    float* x = ex_.as<float>();
+    ebf_.ensure(size_t(A) * std::max(d, F) * 2);
+    eqkv_.ensure(size_t(A) * 3 * d * 4);
+    eatt_.ensure(size_t(A) * d * 4);
+    eu_.ensure(size_t(A) * F * 4);
+    bf16* abf = ebf_.as<bf16>();
+    Stopwatch sw;
+    if (profile_) ++prof_calls_["encoder"], npev_ = 0, mark("start");
+    for (const DevEncLayer& l : w_.enc) {
+        layer_norm(x, A, d, l.ln1_w, l.ln1_b, 1e-5f, abf, s_);
+        mark("norm");
+        gemm_w(abf, A, l.qkv, eqkv_.as<float>(), 0.0f);
+        mark("qkv");
+        bias_act(eqkv_.as<float>(), A, 3 * d, l.qkv_b, false, nullptr, s_);
+        mark("bias");
+        AttnArgs at;
+        at.q = eqkv_.as<float>();
+        at.k = eqkv_.as<float>() + d;
+        at.v = eqkv_.as<float>() + 2 * d;
+        at.q_stride = at.kv_stride = 3 * d;
+        at.o = eatt_.as<float>();
+        at.o_stride = d;
+        at.n = A;
+        at.heads = at.kv_heads = heads;
+        at.hd = d / heads;
+        at.causal = false;
+        at.window = window;
+        attention(at, s_);
+        mark("attention");
+        to_bf16(eatt_.as<float>(), size_t(A) * d, abf, s_);
+        mark("to_bf16");
+        gemm_w(abf, A, l.o, x, 1.0f);
+        mark("o");
+        bias_act(x, A, d, l.o_b, false, nullptr, s_);
+        mark("bias");
+        layer_norm(x, A, d, l.ln2_w, l.ln2_b, 1e-5f, abf, s_);
+        mark("norm");
+        gemm_w(abf, A, l.fc1, eu_.as<float>(), 0.0f);
+        mark("fc1");
+        bias_act(eu_.as<float>(), A, F, l.fc1_b, true, abf, s_);
+        mark("bias_gelu");
+        gemm_w(abf, A, l.fc2, x, 1.0f);
+        mark("fc2");
+        bias_act(x, A, d, l.fc2_b, false, nullptr, s_);
+        mark("bias");
+    }
+    rows_flush("encoder");
+    npev_ = 0;
+    host_report("encoder", A, sw);
+    layer_norm(x, A, d, w_.ln_post_w, w_.ln_post_b, 1e-5f, abf, s_);
+    gemm_w(abf, A, w_.proj1, eatt_.as<float>(), 0.0f);
+    bias_act(eatt_.as<float>(), A, d, w_.proj1_b, true, abf, s_);
+    const int O = int(w_.proj2.rows);
+    eout_.ensure(size_t(A) * O * 4);
+    gemm_w(abf, A, w_.proj2, eout_.as<float>(), 0.0f);
+    bias_act(eout_.as<float>(), A, O, w_.proj2_b, false, nullptr, s_);
+    Tensor out({int64_t(A), int64_t(O)});
+    QASR_CUDA(cudaMemcpyAsync(out.ptr(), eout_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    return out;
+}
+
+} // namespace qasr::cuda::detail

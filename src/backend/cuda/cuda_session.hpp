@@ -1,0 +1,309 @@
+// The CUDA backend's per-session engine (internal to backend/cuda): encoder (cuda_encoder.cu), prefill, decode
+// steps and the greedy loop with a captured step graph and one-step-behind readback (cuda_session.cu).
+#pragma once
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/decode_persistent.cuh"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/device_weights.hpp"
+#include "backend/cuda/kernels.cuh"
+#include "backend/device.hpp"
+
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "model/model.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <string>
+
+namespace qasr::cuda::detail {
+
+constexpr int kRing = 4;
+constexpr int kDecodeSplits = 32; // most key splits of the decode attention (QASR_CUDA_DEC_SPLITS, default 16)
+
+class CudaSession final : public DeviceSession {
+public:
+    CudaSession(const Model& m, const DeviceWeights& w) : m_(m), w_(w) {
+        QASR_CUDA(cudaSetDevice(w.ordinal));
+        matvec_prefetch_prepare(w.ordinal);
+        QASR_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+        QASR_CUBLAS(cublasCreate(&blas_));
+        QASR_CUBLAS(cublasSetStream(blas_, s_));
+        for (auto& e : ev_) QASR_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring_h_), sizeof(int2) * kRing, cudaHostAllocMapped));
+        QASR_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ring_d_), ring_h_, 0));
+        QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&tok_h_), sizeof(int), cudaHostAllocDefault));
+        ints_.alloc(4 * sizeof(int));
+        const TextHParams& t = m.hp.text;
+        D_ = t.hidden, Hq_ = t.n_heads, Hkv_ = t.n_kv_heads, hd_ = t.head_dim, I_ = t.intermediate, V_ = t.vocab_size;
+        kvrow_ = int64_t(Hkv_) * hd_;
+        qkvw_ = int64_t(Hq_ + 2 * Hkv_) * hd_;
+        x1_.alloc(size_t(D_) * 4);
+        qkv1_.alloc(size_t(qkvw_) * 4);
+        q1_.alloc(size_t(Hq_) * hd_ * 4);
+        o1_.alloc(size_t(Hq_) * hd_ * 4);
+        h1_.alloc(size_t(I_) * 4);
+        logits1_.alloc(size_t(V_) * 4);
+        part_.alloc(size_t(Hq_) * kDecodeSplits * decode_partial_floats(hd_) * 4); // ≥ kernels.cu's hd + 2 too
+        counter_.alloc(size_t(Hkv_) * sizeof(unsigned));
+        const char* dsp = std::getenv("QASR_CUDA_DEC_SPLITS");
+        dec_splits_fixed_ = dsp && std::atoi(dsp) > 0 ? std::clamp(std::atoi(dsp), 1, kDecodeSplits) : 0;
+        dec_splits_ = dec_splits_fixed_ ? dec_splits_fixed_ : 16;
+        QASR_CUDA(cudaMemset(counter_.get(), 0, size_t(Hkv_) * sizeof(unsigned)));
+        const char* fa = std::getenv("QASR_CUDA_FUSED_ATTN");
+        fused_attn_ = decode_attention_supported(Hq_, Hkv_, hd_) && !(fa && std::string(fa) == "0");
+        // The whole step as one persistent kernel where it applies (bf16 weights, sm_90); QASR_CUDA_PERSISTENT=0
+        // keeps the per-layer kernels, =1 asks for the persistent one.
+        const char* pp = std::getenv("QASR_CUDA_PERSISTENT");
+        persistent_ = pp && std::string(pp) == "1" && persistent_step_supported(w.ordinal, D_, Hq_, Hkv_, hd_, I_) &&
+                      w_.embed.bits == 16 && w_.head.bits == 16;
+        for (const DevDecLayer& l : w_.dec)
+            persistent_ = persistent_ && l.qkv.bits == 16 && l.o.bits == 16 && l.gateup.bits == 16 && l.down.bits == 16;
+        if (persistent_) {
+            plaunch_ = persistent_step_plan(w.ordinal, int(w_.dec.size()), D_, Hq_, hd_, I_);
+            const char* pf = std::getenv("QASR_CUDA_PERSIST_PROFILE");
+            if (pf && std::string(pf) == "1") {
+                pprof_.alloc(24 * sizeof(unsigned long long));
+                QASR_CUDA(cudaMemset(pprof_.get(), 0, 24 * sizeof(unsigned long long)));
+            }
+            players_.alloc(w_.dec.size() * sizeof(PersistLayer));
+            const char* ps = std::getenv("QASR_CUDA_PERSIST_SPLITS");
+            psplits_ = std::clamp(ps ? std::atoi(ps) : 8, 1, kDecodeSplits);
+        }
+        argpart_.alloc(size_t(3) * std::max(plaunch_.grid, 256) * 4);
+#ifdef QASR_CUDA_TIMELINE
+        tl_.alloc(sizeof(detail::Timeline));
+        QASR_CUDA(cudaMemset(tl_.get(), 0, sizeof(detail::Timeline)));
+        timeline_bind_kernels(tl_.get());
+        timeline_bind_prefetch(tl_.get());
+        timeline_bind_attention(tl_.get());
+#endif
+        const char* pe = std::getenv("QASR_CUDA_PROFILE");
+        profile_ = pe && *pe && std::string(pe) != "0";
+        if (profile_)
+            for (auto& e : pev_) QASR_CUDA(cudaEventCreate(&e));
+    }
+    ~CudaSession() override {
+        cudaSetDevice(w_.ordinal);
+        cudaStreamSynchronize(s_);
+        if (profile_ && prof_steps_) {
+            std::fprintf(stderr, "qasr cuda profile: %d decode steps (eager, one event per kernel group), us per step:\n", prof_steps_);
+            double tot = 0;
+            for (const auto& [k, v] : prof_) tot += v;
+            for (const auto& [k, v] : prof_)
+                std::fprintf(stderr, "  %-14s %8.1f us  (%4.1f%%)\n", k.c_str(), 1000.0 * v / prof_steps_, 100.0 * v / tot);
+            std::fprintf(stderr, "  %-14s %8.1f us\n", "total", 1000.0 * tot / prof_steps_);
+        }
+        if (profile_ && !prof_rows_.empty()) {
+            std::fprintf(stderr, "qasr cuda profile: row passes (an event after each kernel group), ms per call:\n");
+            for (const auto& [k, v] : prof_rows_) {
+                const int n = prof_calls_[k.substr(0, k.find('/'))];
+                std::fprintf(stderr, "  %-22s %8.3f ms\n", k.c_str(), v / std::max(1, n));
+            }
+        }
+        if (profile_)
+            for (auto& e : pev_) cudaEventDestroy(e);
+        if (pprof_.get()) {
+            unsigned long long h[24] = {};
+            if (cudaMemcpy(h, pprof_.get(), sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess && h[14]) {
+                static const char* names[] = {"stage+qkv", "sync", "attention", "sync", "merge", "o-proj", "sync",
+                                              "stage+gate/up", "sync", "stage+down", "sync", "head", "sync+argmax"};
+                std::fprintf(stderr, "qasr persistent step profile: %llu steps, block 0, us per step:\n", h[14]);
+                double tot = 0;
+                for (int k = 0; k < 13; ++k) tot += double(h[k]);
+                for (int k = 0; k < 13; ++k)
+                    std::fprintf(stderr, "  %2d %-14s %8.1f us (%4.1f%%)\n", k, names[k], 1e-3 * double(h[k]) / double(h[14]),
+                                 100.0 * double(h[k]) / tot);
+                std::fprintf(stderr, "  total %.1f us; thread 0 in matrix phases (at 1.98 GHz): waits %.1f, dots %.1f, "
+                             "epilogues %.1f, issues %.1f us\n", 1e-3 * tot / double(h[14]),
+                             double(h[13]) / double(h[14]) / 1980.0, double(h[15]) / double(h[14]) / 1980.0,
+                             double(h[16]) / double(h[14]) / 1980.0, double(h[17]) / double(h[14]) / 1980.0);
+            }
+        }
+#ifdef QASR_CUDA_TIMELINE
+        print_timeline();
+#endif
+        for (auto& [n, g] : graphs_) cudaGraphExecDestroy(g);
+        for (auto& e : ev_) cudaEventDestroy(e);
+        cudaFreeHost(ring_h_);
+        cudaFreeHost(tok_h_);
+        cublasDestroy(blas_);
+        cudaStreamDestroy(s_);
+    }
+
+    Tensor encode(const Tensor& mel) override;
+    Tensor encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) override;
+    Tensor prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) override;
+    Tensor step(int token) override;
+    void greedy(int max_tokens, const std::function<bool(int, float)>& take) override;
+    Tensor encode_stem(const Tensor& mel) override;
+    Tensor encode_rows(const Tensor& x, int64_t window_rows) override;
+    int64_t length() const override { return len_; }
+    void truncate(int64_t n) override { len_ = std::max<int64_t>(0, std::min(len_, n)); }
+    void extend(const Tensor& x) override;
+    Tensor extended_logits(int64_t r0, int64_t n) override;
+
+    // After a failed request the stream may hold queued work: drain it so the pooled session starts clean.
+    void reset_after_error() noexcept {
+        cudaStreamSynchronize(s_);
+        cudaGetLastError();
+    }
+
+private:
+    int* d_tok() const { return ints_.as<int>(); }
+    int* d_pos() const { return ints_.as<int>() + 1; }
+    int* d_count() const { return ints_.as<int>() + 2; }
+    float* kc(size_t l) const { return kv_.as<float>() + (2 * l) * size_t(cap_ * kvrow_); }
+    float* vc(size_t l) const { return kv_.as<float>() + (2 * l + 1) * size_t(cap_ * kvrow_); }
+    void ensure_kv(int64_t need);
+    // Causal attention of n query rows (q, o: [n, Hq·hd]) over layer li's KV cache, from position 0.
+    AttnArgs dec_attn(size_t li, const float* q, float* o, int n) const {
+        AttnArgs a;
+        a.q = q;
+        a.q_stride = a.o_stride = Hq_ * hd_;
+        a.k = kc(li);
+        a.v = vc(li);
+        a.kv_stride = int(kvrow_);
+        a.o = o;
+        a.n = n;
+        a.heads = Hq_;
+        a.kv_heads = Hkv_;
+        a.hd = hd_;
+        return a;
+    }
+    void enqueue_step();
+    void launch_step();
+    cudaGraphExec_t capture_step(int splits); // enqueue_step() with that many key splits, captured and instantiated
+    void gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta);
+    Tensor encode_device(const float* d_mel, int T); // mel [n_mels, T] already on the device
+    int stem_device(const float* d_mel, int T, int* window); // conv stem of every chunk → ex_ rows; returns A
+    Tensor encode_layers(int A, int window);         // stem rows [A, d] in ex_ → projector rows on the host
+    // The decoder layers over n input rows in px_ at positions len_ … len_+n-1 (the KV cache holds the earlier
+    // ones); then len_ += n and the device position follows.
+    void decoder_rows(int n);
+    // Logits [n, V] on the device (in plog_) of n final-normed rows of x (bf16 rows through cuBLAS).
+    const float* head_rows(const float* x, int n);
+    int ext_rows_ = 0; // rows of the last extend() (their final hidden state is in px_)
+#ifdef QASR_CUDA_TIMELINE
+    Buffer tl_;
+    void print_timeline() {
+        auto T = std::make_unique<detail::Timeline>();
+        if (cudaMemcpy(T.get(), tl_.get(), sizeof *T, cudaMemcpyDeviceToHost) != cudaSuccess || T->steps < 2) return;
+        static const char* kinds[] = {"embed", "matvec", "matvec_pf", "dec_attn", "argmax_part", "argmax_final"};
+        const double n = T->steps;
+        std::fprintf(stderr, "qasr cuda timeline: %d steps; per kernel of the step, us: critical path (its wait → the "
+                     "next kernel's), launched ahead (entry → wait), weights late (wait → weights in shared memory)\n",
+                     T->steps);
+        double tot = 0;
+        for (int i = 0; i < detail::Timeline::kSlots && (i == 0 || T->lead[i]); ++i) {
+            tot += T->crit[i] / n;
+            std::fprintf(stderr, "  %3d %-12s %7.2f %7.2f %7.2f\n", i, kinds[T->kind[i] % 6], 1e-3 * T->crit[i] / n,
+                         1e-3 * T->lead[i] / n, 1e-3 * T->late[i] / n);
+        }
+        std::fprintf(stderr, "  total critical path %.1f us per step\n", 1e-3 * tot);
+    }
+#endif
+    // QASR_CUDA_SKIP=embed,qkv,attn,o,gateup,down,head (a timing experiment, the tokens are meaningless): the step
+    // leaves those kernel groups out, so the difference in ms/token is what they cost inside the captured step.
+    bool run(const char* what) const { return skip_.find(std::string(",") + what + ",") == std::string::npos; }
+    // QASR_CUDA_ATTN_PRE=0|1 forces the decode attention's order (an A/B switch); default: by the q/k/v product
+    int attn_pre_ = [] {
+        const char* e = std::getenv("QASR_CUDA_ATTN_PRE");
+        return e ? std::atoi(e) : -1;
+    }();
+    // The decode attention merges its splits inside a thread-block cluster (QASR_CUDA_ATTN_CLUSTER=0: through global
+    // memory and a last block). H200, 0.6B, 40 tokens: bf16 0.752 → 0.737 ms/token, 8-bit 1.264 → 1.143.
+    const bool attn_cluster_ = [] {
+        const char* e = std::getenv("QASR_CUDA_ATTN_CLUSTER");
+        return !(e && std::string(e) == "0");
+    }();
+    std::string skip_ = [] { // groups separated by ',' or '+' (scripts/cuda_ab.sh splits variants at commas)
+        const char* e = std::getenv("QASR_CUDA_SKIP");
+        std::string v = e ? "," + std::string(e) + "," : std::string();
+        std::replace(v.begin(), v.end(), '+', ',');
+        return v;
+    }();
+    void mark(const char* what) {
+        if (!profile_ || npev_ >= int(std::size(pev_))) return;
+        QASR_CUDA(cudaEventRecord(pev_[npev_], s_));
+        pname_[npev_++] = what;
+    }
+    // Profiling the row passes (prefill, encoder) per op kind: events as in mark(), read at the end of the pass (the
+    // host runs ahead of these passes, so the gaps between events are the kernels' own times).
+    void rows_flush(const char* pass) {
+        if (!profile_) return;
+        QASR_CUDA(cudaStreamSynchronize(s_));
+        for (int i = 1; i < npev_; ++i) {
+            float ms = 0;
+            QASR_CUDA(cudaEventElapsedTime(&ms, pev_[i - 1], pev_[i]));
+            prof_rows_[std::string(pass) + "/" + pname_[i]] += ms;
+        }
+        npev_ = 0;
+    }
+    std::map<std::string, double> prof_rows_;
+    std::map<std::string, int> prof_calls_;
+    // QASR_CUDA_HOSTTIME=1: per row pass, the host's enqueue time against the time to its completion (stderr), to
+    // tell a launch-bound pass from a device-bound one.
+    const bool hosttime_ = [] {
+        const char* e = std::getenv("QASR_CUDA_HOSTTIME");
+        return e && std::string(e) == "1";
+    }();
+    void host_report(const char* pass, int rows, const Stopwatch& sw) {
+        if (!hosttime_) return;
+        const double enq = sw.ms();
+        QASR_CUDA(cudaStreamSynchronize(s_));
+        std::fprintf(stderr, "qasr cuda hosttime: %s %d rows: enqueued %.3f ms, done %.3f ms\n", pass, rows, enq, sw.ms());
+    }
+    bool profile_ = false;
+    cudaEvent_t pev_[640]{};
+    const char* pname_[640]{};
+    int npev_ = 0, prof_steps_ = 0;
+    std::map<std::string, double> prof_;
+    Buffer argpart_, mwork_, maudio_;
+
+    const Model& m_;
+    const DeviceWeights& w_;
+    cudaStream_t s_ = nullptr;
+    cublasHandle_t blas_ = nullptr;
+    cudaEvent_t ev_[kRing]{};
+    int2* ring_h_ = nullptr;
+    int2* ring_d_ = nullptr;
+    int* tok_h_ = nullptr;
+    Buffer ints_;
+    int D_ = 0, Hq_ = 0, Hkv_ = 0, hd_ = 0, I_ = 0, V_ = 0;
+    int64_t kvrow_ = 0, qkvw_ = 0;
+    // KV cache: [layers][k|v][cap][Hkv·hd]
+    Buffer kv_;
+    int64_t cap_ = 0, len_ = 0; // len_: positions filled (host view)
+    // step scratch
+    Buffer x1_, qkv1_, q1_, o1_, h1_, logits1_, part_, counter_;
+
+    bool persistent_ = false; // QASR_CUDA_PERSISTENT=1: the whole step as one cooperative kernel (bf16 weights)
+    PersistLaunch plaunch_;
+    int psplits_ = 8;
+    Buffer pprof_; // QASR_CUDA_PERSIST_PROFILE=1: ns per phase kind, summed over steps (block 0's view) // key splits of the persistent step's attention (QASR_CUDA_PERSIST_SPLITS)
+    Buffer players_; // PersistLayer [L] on the device, for the KV cache players_kv_
+    const void* players_kv_ = nullptr;
+    void launch_persistent();
+    int dec_splits_ = 16;    // key splits of the per-layer decode attention in the step being enqueued
+    int dec_splits_fixed_ = 0; // QASR_CUDA_DEC_SPLITS=n: always n; else by the number of keys (splits_for)
+    // ~32 keys per split, in three buckets (one captured graph each): fewer splits merge faster, more keep long
+    // contexts parallel (H200, 0.6B bf16, ~200 keys: 8 splits 0.721 ms/token vs 16 splits 0.737, cluster merge)
+    int splits_for(int64_t keys) const {
+        if (dec_splits_fixed_) return dec_splits_fixed_;
+        return keys <= 128 ? 4 : keys <= 256 ? 8 : 16;
+    }
+    bool fused_attn_ = true; // decode_attention (q/k-norm + RoPE + KV write + attention + merge in one kernel);
+                             // QASR_CUDA_FUSED_ATTN=0: qk_norm_rope_kv + attention (+ merge), three kernels
+    // prefill / encoder scratch
+    Buffer px_, pbf_, pqkv_, pq_, po_, pgu_, plog_, deq_;
+    Buffer emel_, ecols_, ea_, eb_, eflat_, eco_, ex_, ebf_, eqkv_, eatt_, eu_, eout_;
+    std::map<int, cudaGraphExec_t> graphs_; // the captured step per split count
+    const void* graph_kv_ = nullptr;         // the KV cache the graphs were captured on
+};
+
+} // namespace qasr::cuda::detail
