@@ -23,7 +23,7 @@
 namespace qasr::cuda::detail {
 
 constexpr int kRing = 4;
-constexpr int kDecodeSplits = 32; // most key splits of the decode attention (QASR_CUDA_DEC_SPLITS, default 16)
+constexpr int kDecodeSplits = 32; // most key splits of the decode attention (QASR_CUDA_DEC_SPLITS; by default splits_for the context)
 
 class CudaSession final : public DeviceSession {
 public:
@@ -48,7 +48,7 @@ public:
         o1_.alloc(size_t(Hq_) * hd_ * 4);
         h1_.alloc(size_t(I_) * 4);
         logits1_.alloc(size_t(V_) * 4);
-        part_.alloc(size_t(Hq_) * kDecodeSplits * decode_partial_floats(hd_) * 4); // ≥ kernels.cu's hd + 2 too
+        part_.alloc(size_t(Hq_) * kDecodeSplits * decode_partial_floats(hd_) * 4); // ≥ attention.cu's hd + 2 too
         counter_.alloc(size_t(Hkv_) * sizeof(unsigned));
         const char* dsp = std::getenv("QASR_CUDA_DEC_SPLITS");
         dec_splits_fixed_ = dsp && std::atoi(dsp) > 0 ? std::clamp(std::atoi(dsp), 1, kDecodeSplits) : 0;
