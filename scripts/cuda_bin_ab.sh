@@ -2,6 +2,7 @@
 # Interleaved A/B of qasr binaries (e.g. a build of an older commit against the current one) on the GPU machine, in
 # one `run` call: `qasr bench --device cuda` of each binary over ROUNDS rounds on one checkpoint (made here if absent:
 # random 0.6B/1.7B bf16, then `qasr quantize` for WEIGHTS=q8|q6|q4).
+# Greedy tokens (CHECK_TOKENS, default 200) of each binary are compared with the first's.
 #   OUT=... BINS="build-gpu/tools/qasr build-gpu/tools/qasr-old" WEIGHTS=q8 bash scripts/cuda_bin_ab.sh AUDIO [PRESET] [TOKENS]
 set -uo pipefail
 audio=${1:?audio}; p=${2:-0.6b}; tokens=${3:-40}
@@ -11,6 +12,22 @@ q=${bins[0]}
 m=/tmp/qm/$p; w=${WEIGHTS:-bf16}
 [ -f "$m/bf16/model.safetensors" ] || "$q" dev make-random --preset "$p" --layout hf --tokenizer .cache/qasr/tokenizer "$m/bf16" >> "$out/setup.log" 2>&1
 if [ "$w" != bf16 ] && [ ! -f "$m/$w/config.json" ]; then "$q" quantize "$m/bf16" "$m/$w" --bits "${w#q}" >> "$out/setup.log" 2>&1; fi
+# greedy tokens of each binary against the first one (same checkpoint, audio and decode length)
+first=""
+for b in "${bins[@]}"; do
+    f="$out/bintok_${p}_${w}_$(basename "$b").json"
+    timeout 60 "$b" transcribe -m "$m/$w" --device cuda --ignore-eos --max-new-tokens "${CHECK_TOKENS:-200}" \
+        --no-itn -q --format json "$audio" > "$f" 2>> "$out/errors.log"
+    if [ -z "$first" ]; then first=$f; continue; fi
+    log "tokens $(basename "$b") vs $(basename "${bins[0]}"): $(python3 -c "
+import json
+def toks(p):
+    j=json.load(open(p)); j=j[0] if isinstance(j,list) else j
+    return [(t['id'], t['logprob']) for t in j['tokens']]
+a,b=toks('$first'),toks('$f')
+n=next((i for i,(x,y) in enumerate(zip(a,b)) if x[0]!=y[0]), None)
+print('%d/%d tokens, first difference at %s, max |dlogprob| %.2e' % (len(b), len(a), n, max(abs(x[1]-y[1]) for x,y in zip(a,b))))" 2>&1 | tail -1)"
+done
 for r in $(seq 1 "${ROUNDS:-2}"); do
     for b in "${bins[@]}"; do
         f="$out/binab_${p}_${w}_${r}_$(basename "$b").json"

@@ -386,7 +386,8 @@ TEST(Cuda, TiledAttentionMatchesCpu) {
     NEED_GPU();
     struct Case { int heads, kv_heads, hd, n, past, window; };
     for (const Case c : {Case{16, 8, 128, 158, 0, 0}, Case{16, 8, 128, 45, 149, 0}, Case{4, 2, 64, 37, 21, 0},
-                         Case{14, 14, 64, 143, 0, 104}, Case{2, 2, 64, 61, 0, 13}, Case{16, 8, 128, 2, 5, 0}}) {
+                         Case{14, 14, 64, 143, 0, 104}, Case{2, 2, 64, 61, 0, 13}, Case{16, 8, 128, 2, 5, 0},
+                         Case{16, 8, 128, 300, 0, 0}, Case{4, 4, 64, 250, 0, 200}}) {
         SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd " + std::to_string(c.hd) +
                      " n " + std::to_string(c.n) + " past " + std::to_string(c.past) + " window " + std::to_string(c.window));
         const int tot = c.past + c.n, qw = c.heads * c.hd, kw = c.kv_heads * c.hd;
@@ -404,6 +405,25 @@ TEST(Cuda, TiledAttentionMatchesCpu) {
         else a.past = dpast.p<int>();
         attention(a, nullptr);
         EXPECT_LT(rel_l2(host(dout, o.size()), o), 1e-5);
+        // the host's count of keys (past + n) picks the key splits merged in a cluster (2–8 here for the longer
+        // cases); the bf16 output is the float32 output rounded
+        a.keys_hint = tot;
+        attention(a, nullptr);
+        const std::vector<float> o2 = host(dout, o.size());
+        EXPECT_LT(rel_l2(o2, o), 1e-5) << "with the key count";
+        Dev dob(o.size() * 2);
+        a.ob = dob.p<__nv_bfloat16>();
+        attention(a, nullptr);
+        std::vector<uint16_t> ob(o.size());
+        QASR_CUDA(cudaMemcpy(ob.data(), dob.b.get(), ob.size() * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < ob.size(); ++i) {
+            const __nv_bfloat16 want = __float2bfloat16(o2[i]);
+            uint16_t wb;
+            std::memcpy(&wb, &want, 2);
+            bad += ob[i] != wb;
+        }
+        EXPECT_EQ(bad, 0u) << "bf16 output differs from the rounded float32 output";
     }
 }
 

@@ -123,22 +123,28 @@ __global__ void __launch_bounds__(128) k_attention(AttnArgs a) {
     }
 }
 
-// Attention of many query rows (prefill, encoder), tiled: block (tile of kAtQ query rows, head), kAtQ / 4 rows per
-// warp. Each tile of 32 keys and values is loaded once into shared memory (coalesced) for all the block's rows; lane
-// j scores key j of the tile (keys padded to HD + 1 floats: conflict-free), an online softmax per row, then each
-// lane accumulates output dims lane, lane + 32, … from the values in shared memory. About ten times faster than
-// k_attention for a 158-row prefill (which walks every key per row from L2 at one row per warp).
-constexpr int kAtQ = 16, kAtK = 32;
-template <int HD>
+// Attention of many query rows (prefill, encoder), tiled: block (tile of kAtQ query rows, head, key split), kAtQ / 4
+// rows per warp. Each tile of 32 keys and values is loaded once into shared memory (coalesced) for all the block's
+// rows; lane j scores key j of the tile (keys padded to HD + 1 floats: conflict-free), an online softmax per row,
+// then each lane accumulates output dims lane, lane + 32, … from the values in shared memory. About ten times faster
+// than k_attention for a 158-row prefill (which walks every key per row from L2 at one row per warp).
+// S > 1: the S blocks of a row tile form a thread-block cluster (sm_90) and take its key tiles in turn (tile i to
+// rank i mod S); their partial (max, sum, output) per row meet in distributed shared memory, each rank merging
+// kAtQ / S rows. The block's chain of dependent key tiles is what this kernel's time was (a 158-row prefill: 5
+// tiles in the last row tile, ~35 µs per layer on the H200).
+constexpr int kAtQ = 16, kAtK = 32, kAtMaxSplit = 8;
+template <int HD, int S>
 __global__ void __launch_bounds__(128) k_attention_tiled(AttnArgs a) {
     constexpr int RW = kAtQ / 4, ND = HD / kWarp;
-    __shared__ __align__(16) float Qs[kAtQ][HD];
+    __shared__ __align__(16) float Qs[kAtQ][HD]; // the block's query rows; after the key tiles its partial outputs
     __shared__ float Ks[kAtK][HD + 1];
     __shared__ __align__(16) float Vs[kAtK][HD];
+    __shared__ float Ms[kAtQ], Ls[kAtQ];
     dep_wait();
     dep_launch();
     const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
-    const int r0 = blockIdx.x * kAtQ, h = blockIdx.y, kvh = h / (a.heads / a.kv_heads);
+    const int rank = S > 1 ? int(blockIdx.x % S) : 0;
+    const int r0 = int(blockIdx.x / S) * kAtQ, h = blockIdx.y, kvh = h / (a.heads / a.kv_heads);
     const int past = a.causal && a.past ? *a.past : 0;
     auto range = [&](int r, int& lo, int& hi) { // keys of query row r (none past the last row)
         if (r >= a.n) lo = hi = 0;
@@ -166,7 +172,7 @@ __global__ void __launch_bounds__(128) k_attention_tiled(AttnArgs a) {
     }
     const float* kb = a.k + int64_t(kvh) * HD;
     const float* vb = a.v + int64_t(kvh) * HD;
-    for (int t0 = klo; t0 < khi; t0 += kAtK) {
+    for (int t0 = klo + rank * kAtK; t0 < khi; t0 += S * kAtK) {
         __syncthreads(); // the previous tile's readers are done (and Qs is written, first time)
         for (int i = threadIdx.x; i < kAtK * HD / 4; i += blockDim.x) {
             const int j = i / (HD / 4), c = (i % (HD / 4)) * 4;
@@ -222,14 +228,47 @@ __global__ void __launch_bounds__(128) k_attention_tiled(AttnArgs a) {
             }
         }
     }
+    auto store = [&](int r, int d, float v) { // output element (bf16 for the next product when a.ob is set)
+        if (a.ob) a.ob[int64_t(r) * a.o_stride + int64_t(h) * HD + d] = __float2bfloat16(v);
+        else a.o[int64_t(r) * a.o_stride + int64_t(h) * HD + d] = v;
+    };
+    if constexpr (S == 1) {
 #pragma unroll
-    for (int i = 0; i < RW; ++i) {
-        const int r = r0 + w * RW + i;
-        if (r >= a.n) break;
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        float* o = a.o + int64_t(r) * a.o_stride + int64_t(h) * HD;
+        for (int i = 0; i < RW; ++i) {
+            const int r = r0 + w * RW + i;
+            if (r >= a.n) break;
+            const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < ND; ++u) o[lane + u * kWarp] = acc[i][u] * inv;
+            for (int u = 0; u < ND; ++u) store(r, lane + u * kWarp, acc[i][u] * inv);
+        }
+    } else {
+        __syncthreads(); // every warp is done with Qs: it takes the partial outputs
+#pragma unroll
+        for (int i = 0; i < RW; ++i) {
+#pragma unroll
+            for (int u = 0; u < ND; ++u) Qs[w * RW + i][lane + u * kWarp] = acc[i][u];
+            if (lane == 0) Ms[w * RW + i] = m[i], Ls[w * RW + i] = l[i];
+        }
+        cluster_sync_all(); // every rank's partials visible to the cluster
+        constexpr int RR = kAtQ / S; // rows this rank merges
+        for (int e = threadIdx.x; e < RR * HD; e += blockDim.x) {
+            const int rr = rank * RR + e / HD, d = e % HD, r = r0 + rr;
+            if (r >= a.n) break;
+            float M = -INFINITY;
+#pragma unroll
+            for (int s2 = 0; s2 < S; ++s2) M = fmaxf(M, *cluster_peer(&Ms[rr], s2));
+            float L = 0.0f, o = 0.0f;
+#pragma unroll
+            for (int s2 = 0; s2 < S; ++s2) {
+                const float ms = *cluster_peer(&Ms[rr], s2);
+                if (ms == -INFINITY) continue; // no key of this row in that rank's tiles
+                const float e2 = expf(ms - M);
+                L += *cluster_peer(&Ls[rr], s2) * e2;
+                o += *cluster_peer(&Qs[rr][d], s2) * e2;
+            }
+            store(r, d, L > 0.0f ? o / L : 0.0f);
+        }
+        cluster_sync_all(); // no block leaves while its peers may still read its shared memory
     }
 }
 
@@ -262,9 +301,10 @@ __global__ void k_attention_combine(AttnArgs a) {
 // CL: launched in clusters of a.splits blocks (decode_attention_block's cluster merge).
 template <int HD, int GC, bool PRE, bool CL = false>
 __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a) {
+    if (a.early) dep_launch();
     if constexpr (!PRE) {
         dep_wait();
-        dep_launch();
+        if (!a.early) dep_launch();
     }
     decode_attention_block<HD, GC, PRE, CL>(a, int(blockIdx.x));
 }
@@ -311,7 +351,8 @@ template <class K> bool cluster_ok_cached(K k, int n, size_t smem) {
     return it->second;
 }
 
-template <class K> void launch_cluster(K k, const DecAttnArgs& a, dim3 grid, size_t smem, cudaStream_t s) {
+template <class K, class Args>
+void launch_cluster(K k, const Args& a, int cluster, dim3 grid, size_t smem, cudaStream_t s) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(kDecThreads);
@@ -319,7 +360,7 @@ template <class K> void launch_cluster(K k, const DecAttnArgs& a, dim3 grid, siz
     cfg.stream = s;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(a.splits), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    attr[0].val.clusterDim.x = unsigned(cluster), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
@@ -331,7 +372,7 @@ template <int HD, int GC, bool PRE>
 void launch_decode_attention_cluster(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
     if (!cluster_ok_cached(k_decode_attention<HD, GC, PRE, true>, a.splits, 0))
         return launch(k_decode_attention<HD, GC, PRE>, grid, dim3(kDecThreads), 0, s, a);
-    launch_cluster(k_decode_attention<HD, GC, PRE, true>, a, grid, 0, s);
+    launch_cluster(k_decode_attention<HD, GC, PRE, true>, a, a.splits, grid, 0, s);
 }
 
 template <int HD, int GC>
@@ -358,9 +399,39 @@ void attention(const AttnArgs& a, cudaStream_t s) {
         return !(e && std::string(e) == "0");
     }();
     if (tiled && a.splits == 1 && a.n > 1 && (a.hd == 128 || a.hd == 64) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0) {
-        const dim3 tg(unsigned((a.n + kAtQ - 1) / kAtQ), unsigned(a.heads));
-        if (a.hd == 128) launch(k_attention_tiled<128>, tg, dim3(128), 0, s, a);
-        else launch(k_attention_tiled<64>, tg, dim3(128), 0, s, a);
+        // key splits: about two key tiles per block in the longest row tile (a power of two ≤ kAtMaxSplit;
+        // QASR_CUDA_ATTN_SPLIT=n caps it, 1 for none)
+        static const int max_split = [] {
+            const char* e = std::getenv("QASR_CUDA_ATTN_SPLIT");
+            return e ? std::max(1, std::min(kAtMaxSplit, std::atoi(e))) : kAtMaxSplit;
+        }();
+        const int keys = a.keys_hint > 0 ? a.keys_hint : a.causal ? a.n : std::min(a.n, a.window + kAtQ);
+        int S = 1;
+        while (S < max_split && S * 2 * kAtK < keys) S *= 2;
+        const dim3 tg(unsigned((a.n + kAtQ - 1) / kAtQ * S), unsigned(a.heads));
+        auto go = [&](auto k1, auto kS) {
+            if (S > 1 && cluster_ok_cached(kS, S, 0)) launch_cluster(kS, a, S, tg, 0, s);
+            else launch(k1, dim3(unsigned((a.n + kAtQ - 1) / kAtQ), unsigned(a.heads)), dim3(128), 0, s, a);
+        };
+        if (a.hd == 128) {
+            if (S == 2) go(k_attention_tiled<128, 1>, k_attention_tiled<128, 2>);
+            else if (S == 4) go(k_attention_tiled<128, 1>, k_attention_tiled<128, 4>);
+            else if (S == 8) go(k_attention_tiled<128, 1>, k_attention_tiled<128, 8>);
+            else go(k_attention_tiled<128, 1>, k_attention_tiled<128, 1>);
+        } else {
+            if (S == 2) go(k_attention_tiled<64, 1>, k_attention_tiled<64, 2>);
+            else if (S == 4) go(k_attention_tiled<64, 1>, k_attention_tiled<64, 4>);
+            else if (S == 8) go(k_attention_tiled<64, 1>, k_attention_tiled<64, 8>);
+            else go(k_attention_tiled<64, 1>, k_attention_tiled<64, 1>);
+        }
+        return;
+    }
+    if (a.ob) { // the other kernels write float32 into o, then one conversion
+        if (!a.o) fail("cuda", "attention: a bf16 output outside the tiled kernel needs the float32 buffer o");
+        AttnArgs f = a;
+        f.ob = nullptr;
+        attention(f, s);
+        to_bf16(a.o, size_t(a.n) * a.o_stride, a.ob, s);
         return;
     }
     const dim3 grid(unsigned((warps + 3) / 4));

@@ -136,10 +136,9 @@ Tensor CudaSession::encode_layers(int A, int window) {
         at.hd = d / heads;
         at.causal = false;
         at.window = window;
+        at.ob = abf; // the o product's operand directly
         attention(at, s_);
         mark("attention");
-        to_bf16(eatt_.as<float>(), size_t(A) * d, abf, s_);
-        mark("to_bf16");
         gemm_w(abf, A, l.o, x, 1.0f);
         mark("o");
         bias_act(x, A, d, l.o_b, false, nullptr, s_);

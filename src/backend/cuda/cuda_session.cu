@@ -125,10 +125,10 @@ void CudaSession::decoder_rows(int L) {
         mark("qk_norm_rope");
         AttnArgs at = dec_attn(li, pq_.as<float>(), po_.as<float>(), L);
         at.past = d_pos();
+        at.keys_hint = int(len_) + L;
+        at.ob = ubf; // the o product's operand directly
         attention(at, s_);
         mark("attention");
-        to_bf16(po_.as<float>(), size_t(L) * qw, ubf, s_);
-        mark("to_bf16");
         gemm_w(ubf, L, l.o, x, 1.0f);
         mark("o");
         rms_norm(x, L, D_, l.post_norm, eps, nullptr, ubf, s_);
@@ -184,7 +184,7 @@ void CudaSession::enqueue_step() {
     mark("embed");
     for (size_t li = 0; li < w_.dec.size(); ++li) {
         const DevDecLayer& l = w_.dec[li];
-        const bool qkv_early = run("qkv") && matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_);
+        const bool qkv_early = run("qkv") && matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_, early("qkv"));
         mark("qkv");
         const bool attn = run("attn");
         if (attn && fused_attn_) {
@@ -195,6 +195,7 @@ void CudaSession::enqueue_step() {
             da.splits = dec_splits_, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
             da.pre_wait = attn_pre_ < 0 ? qkv_early : attn_pre_ == 1;
             da.cluster = attn_cluster_;
+            da.early = early("attn");
             decode_attention(da, s_);
         } else if (attn) {
             qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
@@ -207,11 +208,11 @@ void CudaSession::enqueue_step() {
             attention(at, s_);
         }
         mark("attention");
-        if (run("o")) matvec(l.o, o1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
+        if (run("o")) matvec(l.o, o1_.as<float>(), nullptr, eps, x, Epi::Add, s_, early("o"));
         mark("o_proj");
-        if (run("gateup")) matvec(l.gateup, x, l.post_norm, eps, h1_.as<float>(), Epi::SwiGLU, s_);
+        if (run("gateup")) matvec(l.gateup, x, l.post_norm, eps, h1_.as<float>(), Epi::SwiGLU, s_, early("gateup"));
         mark("gate_up");
-        if (run("down")) matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_);
+        if (run("down")) matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_, early("down"));
         mark("down");
     }
     if (run("head")) matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);

@@ -221,6 +221,15 @@ private:
         const char* e = std::getenv("QASR_CUDA_ATTN_CLUSTER");
         return !(e && std::string(e) == "0");
     }();
+    // QASR_CUDA_EARLY=qkv,attn,o,gateup,down: those decode-step kernels trigger their successor's launch at entry
+    // (its weight copies start one kernel earlier) instead of after their own dependency wait.
+    bool early(const char* what) const { return early_.find(std::string(",") + what + ",") != std::string::npos; }
+    std::string early_ = [] {
+        const char* e = std::getenv("QASR_CUDA_EARLY");
+        std::string v = e ? "," + std::string(e) + "," : std::string();
+        std::replace(v.begin(), v.end(), '+', ',');
+        return v;
+    }();
     std::string skip_ = [] { // groups separated by ',' or '+' (scripts/cuda_ab.sh splits variants at commas)
         const char* e = std::getenv("QASR_CUDA_SKIP");
         std::string v = e ? "," + std::string(e) + "," : std::string();

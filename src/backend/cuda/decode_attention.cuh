@@ -147,7 +147,7 @@ __device__ void decode_attention_block(const DecAttnArgs& a, int block) {
     if constexpr (WAIT) {
         dep_wait();
         QASR_TL_WAITED(kTlDecAttn, false);
-        dep_launch();
+        if (!a.early) dep_launch();
     }
     float vnew[DPT]; // the new value row, loaded together with q and k (one round trip, not two)
 #pragma unroll

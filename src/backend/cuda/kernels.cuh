@@ -29,12 +29,14 @@ enum class Epi { Store, Add, SwiGLU }; // y = Wx | y += Wx | y[i] = silu((Wx)[i]
 
 // y = W·x for one row x [K] (K = W.cols); with norm_w, x is RMS-normalised first (weight norm_w, eps). True when
 // the prefetching kernel ran (matvec_prefetch: it triggers the next kernel's launch early).
-bool matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
+bool matvec(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s,
+            bool early = false);
 // The decode step's bf16 products with the weights prefetched into shared memory before the dependency wait
 // (matvec_prefetch.cu); matvec() uses it where it applies (QASR_CUDA_MV_PREFETCH=0 turns it off). prepare: once
 // per device, outside graph capture.
 void matvec_prefetch_prepare(int ordinal);
-bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s);
+bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s,
+                     bool early = false);
 // out[i, :] = table[ids[i], :] as float32.
 void embed(const DMat& table, const int* ids, int n, float* out, cudaStream_t s);
 // Whole matrix as bf16 [rows, cols] (for cuBLAS).
@@ -70,6 +72,8 @@ struct AttnArgs {
     const int* past = nullptr; // causal: device int, position of row 0 (null: 0)
     int splits = 1;         // > 1: split the keys, partial results in `part`, then combined
     float* part = nullptr;  // [n · heads · splits · (hd + 2)]
+    bf16* ob = nullptr;     // set: the output as bf16 here (o: float32 scratch where the tiled kernel does not apply)
+    int keys_hint = 0;      // the most keys of a row, if the host knows it (past + n); chooses the key splits
 };
 void attention(const AttnArgs& a, cudaStream_t s);
 
@@ -95,6 +99,8 @@ struct DecAttnArgs {
     // merge the splits (2..16) inside a thread-block cluster (sm_90) instead of through part/counter and a last
     // block; falls back to the latter where clusters of that size cannot run
     bool cluster = false;
+    // trigger the successor's launch at entry (its weight copies start while this kernel waits), not after the wait
+    bool early = false;
 };
 // Floats per split partial of decode_attention (acc[hd], max, sum, padding to a multiple of 4); part ≥ Hq·splits·this.
 constexpr int decode_partial_floats(int hd) { return hd + 4; }

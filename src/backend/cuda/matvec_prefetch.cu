@@ -44,6 +44,7 @@ struct PfArgs {
     const float* norm_w;
     float eps;
     float* y;
+    int early; // trigger the successor at entry
 };
 
 // A product kernel's output for row rr of its block from the row's dot products v (SwiGLU: gate, up) and, for
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
     constexpr int K = KC * 256, CPR = K / 8; // uint4 chunks per row
     constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
     QASR_TL_ENTRY
+    if (a.early) dep_launch();
     extern __shared__ __align__(128) uint4 wsm[];
     __shared__ __align__(8) uint64_t bar;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -87,8 +89,8 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
     QASR_TL_WAITED(kTlMatvecPf, false);
     // The next kernel's blocks start their copies while this one computes. Triggering at entry instead (a chain of
     // kernels copying ahead) measured 13 % slower per token (0.6B bf16, H200; 0.757 vs 0.845 ms after the x fix): the copies delay
-    // the chain's own reads.
-    dep_launch();
+    // the chain's own reads. Per kernel (a.early) it is an option.
+    if (!a.early) dep_launch();
     // x once per block (every warp reading all of x from L2 makes its lines a hot spot: 128 blocks × 8 warps
     // requests per line), with the residual rows this block adds to
 #pragma unroll
@@ -100,31 +102,53 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
     }
     if (EPI == int(Epi::Add) && threadIdx.x < nr) ys[threadIdx.x] = __ldcg(a.y + r0 + threadIdx.x);
     __syncthreads();
-    float xv[KC * 8];
-#pragma unroll
-    for (int j = 0; j < KC; ++j) {
-        const float4* src = reinterpret_cast<const float4*>(xs) + 2 * (lane + j * kWarp);
-        const float4 f0 = src[0], f1 = src[1];
-        xv[j * 8 + 0] = f0.x, xv[j * 8 + 1] = f0.y, xv[j * 8 + 2] = f0.z, xv[j * 8 + 3] = f0.w;
-        xv[j * 8 + 4] = f1.x, xv[j * 8 + 5] = f1.y, xv[j * 8 + 6] = f1.z, xv[j * 8 + 7] = f1.w;
-    }
+    // XREG: lane l keeps its chunks of x in registers (reused over the warp's rows). Wide rows (K ≥ 2048: o, down)
+    // have one row per warp, so nothing is reused and 64–96 registers of x only limit which kernels fit an SM
+    // together (65536 registers: two 128-register blocks and nothing else); they read x from shared memory.
+    constexpr bool XREG = KC <= 4;
+    float xv[XREG ? KC * 8 : 1];
     float inv = 1.0f;
-    if (a.norm_w) { // every warp holds all of x across its lanes: the same sum in each, no block reduction
+    if constexpr (XREG) {
+#pragma unroll
+        for (int j = 0; j < KC; ++j) {
+            const float4* src = reinterpret_cast<const float4*>(xs) + 2 * (lane + j * kWarp);
+            const float4 f0 = src[0], f1 = src[1];
+            xv[j * 8 + 0] = f0.x, xv[j * 8 + 1] = f0.y, xv[j * 8 + 2] = f0.z, xv[j * 8 + 3] = f0.w;
+            xv[j * 8 + 4] = f1.x, xv[j * 8 + 5] = f1.y, xv[j * 8 + 6] = f1.z, xv[j * 8 + 7] = f1.w;
+        }
+        if (a.norm_w) { // every warp holds all of x across its lanes: the same sum in each, no block reduction
+            float ss = 0.0f;
+#pragma unroll
+            for (int i = 0; i < KC * 8; ++i) ss += xv[i] * xv[i];
+            inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
+        }
+    } else if (a.norm_w) { // the same per-lane order of the squares as above
         float ss = 0.0f;
 #pragma unroll
-        for (int i = 0; i < KC * 8; ++i) ss += xv[i] * xv[i];
+        for (int j = 0; j < KC; ++j)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float v = xs[(lane + j * kWarp) * 8 + i];
+                ss += v * v;
+            }
         inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
     }
     mbar_wait(&bar, 0);
     QASR_TL_READY();
     if (a.norm_w) {
+        if constexpr (XREG) {
 #pragma unroll
-        for (int j = 0; j < KC; ++j) {
-            const float4* nw = reinterpret_cast<const float4*>(nws) + 2 * (lane + j * kWarp);
-            const float4 g0 = nw[0], g1 = nw[1];
-            const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+            for (int j = 0; j < KC; ++j) {
+                const float4* nw = reinterpret_cast<const float4*>(nws) + 2 * (lane + j * kWarp);
+                const float4 g0 = nw[0], g1 = nw[1];
+                const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
 #pragma unroll
-            for (int i = 0; i < 8; ++i) xv[j * 8 + i] = xv[j * 8 + i] * inv * g[i];
+                for (int i = 0; i < 8; ++i) xv[j * 8 + i] = xv[j * 8 + i] * inv * g[i];
+            }
+        } else {
+            __syncthreads(); // every warp has its sum of squares before x changes
+            for (int i = threadIdx.x; i < K; i += kPfThreads) xs[i] = xs[i] * inv * nws[i];
+            __syncthreads();
         }
     }
     for (int rr = warp; rr < nr; rr += kPfWarps) {
@@ -134,7 +158,11 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
             const uint4* row = wsm + (size_t(p) * a.rpb + rr) * CPR;
             float acc = 0.0f;
 #pragma unroll
-            for (int j = 0; j < KC; ++j) acc += dot8_bf16_regs(row[lane + j * kWarp], xv + j * 8);
+            for (int j = 0; j < KC; ++j) {
+                const int c = lane + j * kWarp;
+                if constexpr (XREG) acc += dot8_bf16_regs(row[c], xv + j * 8);
+                else acc += dot8_bf16(row[c], xs + c * 8);
+            }
             v[p] = warp_sum(acc);
         }
         if (lane == 0) a.y[r0 + rr] = pf_out<EPI>(v, ys, rr);
@@ -155,6 +183,7 @@ struct PfqArgs {
     const float* norm_w;
     float eps;
     float* y;
+    int early;
 };
 
 // Shared memory: [P][rpb][K·BITS/8] codes | [P][rpb][K/gs] scales | the biases alike | K norm weights | K floats of x
@@ -164,6 +193,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
     constexpr int K = NCH * 512, RB = K * BITS / 8, CB = 16 * BITS / 8;
     constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
     QASR_TL_ENTRY
+    if (a.early) dep_launch();
     extern __shared__ __align__(128) uint4 wsm[];
     __shared__ __align__(8) uint64_t bar;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -192,45 +222,57 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
     __syncthreads();
     dep_wait();
     QASR_TL_WAITED(kTlMatvecPf, false);
-    dep_launch();
+    if (!a.early) dep_launch();
     for (int i = threadIdx.x; i < K / 4; i += kPfThreads)
         reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
     if (EPI == int(Epi::Add) && threadIdx.x < nr) ys[threadIdx.x] = __ldcg(a.y + r0 + threadIdx.x);
     __syncthreads();
-    float xv[NCH][16];
+    // XREG as in k_matvec_pf: x in registers only where a warp has several rows (K = 1024); wider rows read it
+    // from shared memory (one row per warp, 126–128 registers otherwise)
+    constexpr bool XREG = NCH <= 2;
+    float xv[XREG ? NCH : 1][16];
+    if constexpr (XREG) {
 #pragma unroll
-    for (int j = 0; j < NCH; ++j)
+        for (int j = 0; j < NCH; ++j)
 #pragma unroll
-        for (int i = 0; i < 16; i += 4) {
-            const float4 f = reinterpret_cast<const float4*>(xs)[(lane + j * kWarp) * 4 + i / 4];
-            xv[j][i] = f.x, xv[j][i + 1] = f.y, xv[j][i + 2] = f.z, xv[j][i + 3] = f.w;
-        }
+            for (int i = 0; i < 16; i += 4) {
+                const float4 f = reinterpret_cast<const float4*>(xs)[(lane + j * kWarp) * 4 + i / 4];
+                xv[j][i] = f.x, xv[j][i + 1] = f.y, xv[j][i + 2] = f.z, xv[j][i + 3] = f.w;
+            }
+    }
+    // element i of lane chunk j of x (registers or shared memory)
+    auto xe = [&](int j, int i) -> float& { return XREG ? xv[XREG ? j : 0][i] : xs[(lane + j * kWarp) * 16 + i]; };
     float inv = 1.0f;
     if (a.norm_w) {
         float ss = 0.0f;
 #pragma unroll
         for (int j = 0; j < NCH; ++j)
 #pragma unroll
-            for (int i = 0; i < 16; ++i) ss += xv[j][i] * xv[j][i];
+            for (int i = 0; i < 16; ++i) ss += xe(j, i) * xe(j, i);
         inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
     }
     mbar_wait(&bar, 0);
     QASR_TL_READY();
+    if (!XREG && a.norm_w) __syncthreads(); // every warp has its sum of squares before x changes in place
     float xsum[NCH];
 #pragma unroll
     for (int j = 0; j < NCH; ++j) {
-        if (a.norm_w) {
+        if (a.norm_w && (XREG || warp == 0)) { // in place: warp 0 normalises shared x, every warp then reads it
             const float4* nw = reinterpret_cast<const float4*>(nws) + (lane + j * kWarp) * 4;
 #pragma unroll
             for (int i = 0; i < 16; i += 4) {
                 const float4 g = nw[i / 4];
-                xv[j][i] = xv[j][i] * inv * g.x, xv[j][i + 1] = xv[j][i + 1] * inv * g.y;
-                xv[j][i + 2] = xv[j][i + 2] * inv * g.z, xv[j][i + 3] = xv[j][i + 3] * inv * g.w;
+                xe(j, i) = xe(j, i) * inv * g.x, xe(j, i + 1) = xe(j, i + 1) * inv * g.y;
+                xe(j, i + 2) = xe(j, i + 2) * inv * g.z, xe(j, i + 3) = xe(j, i + 3) * inv * g.w;
             }
         }
+    }
+    if (!XREG && a.norm_w) __syncthreads();
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
         float t = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) t += xv[j][i];
+        for (int i = 0; i < 16; ++i) t += xe(j, i);
         xsum[j] = t;
     }
     for (int rr = warp; rr < nr; rr += kPfWarps) {
@@ -257,7 +299,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
                 }
                 float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * xv[j][i];
+                for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * xe(j, i);
                 const int g = (c * 16) / a.gs;
                 acc += bf(sc[g]) * d + bf(bi[g]) * xsum[j];
             }
@@ -282,12 +324,14 @@ struct PfsArgs {
     const float* norm_w;
     float eps;
     float* y;
+    int early;
 };
 
 template <int EPI>
 __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_stream(PfsArgs a) {
     constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
     QASR_TL_ENTRY
+    if (a.early) dep_launch();
     extern __shared__ __align__(128) uint4 wsm[];
     __shared__ __align__(8) uint64_t bars[kPfsStages];
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -322,7 +366,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_stream(PfsArgs a) {
     __syncthreads();
     dep_wait();
     QASR_TL_WAITED(kTlMatvecPf, false);
-    dep_launch();
+    if (!a.early) dep_launch();
     for (int i = threadIdx.x; i < K / 4; i += kPfThreads)
         reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
     if (EPI == int(Epi::Add))
@@ -456,7 +500,8 @@ bool pf_plan(const DMat& W, Epi epi, int* rpb_out, size_t* smem_out) {
 } // namespace
 
 namespace {
-bool matvec_prefetch_q(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+bool matvec_prefetch_q(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s,
+                       bool early) {
     if (!g_pf_on || !g_pfq_on || !pdl_enabled() || (W.bits != 4 && W.bits != 6 && W.bits != 8)) return false;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kPfMaxDevices || !g_dev[dev].ok) return false;
@@ -475,7 +520,7 @@ bool matvec_prefetch_q(const DMat& W, const float* x, const float* norm_w, float
     const size_t smem = size_t(P) * rpb * size_t(RB + 4 * NG) + size_t(K) * 8 + (epi == Epi::Add ? size_t(rpb) * 4 : 0);
     if (smem > kPfMaxSmem) return false;
     PfqArgs a{static_cast<const uint8_t*>(W.data), reinterpret_cast<const uint16_t*>(W.scales),
-              reinterpret_cast<const uint16_t*>(W.biases), N, epi == Epi::SwiGLU ? N : 0, rpb, W.gs, x, norm_w, eps, y};
+              reinterpret_cast<const uint16_t*>(W.biases), N, epi == Epi::SwiGLU ? N : 0, rpb, W.gs, x, norm_w, eps, y, early};
     const dim3 grid(unsigned((N + rpb - 1) / rpb));
 #define QASR_PFQ_LAUNCH(b, n)                                                                                     \
     switch (epi) {                                                                                                \
@@ -499,7 +544,7 @@ bool matvec_prefetch_q(const DMat& W, const float* x, const float* norm_w, float
 
 namespace {
 bool matvec_prefetch_stream(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi,
-                            cudaStream_t s) {
+                            cudaStream_t s, bool early) {
     if (!g_pf_on || !g_pfs_on || W.bits != 16 || !pdl_enabled()) return false;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kPfMaxDevices || !g_dev[dev].ok) return false;
@@ -519,7 +564,7 @@ bool matvec_prefetch_stream(const DMat& W, const float* x, const float* norm_w, 
     const int SR = int(std::min<int64_t>({kPfThreads / kWarp, std::max<int64_t>(1, int64_t(kPfsStageBytes) / row_b), fit}));
     if (SR < 1) return false;
     const size_t smem = size_t(kPfsStages) * SR * size_t(row_b) + fixed;
-    PfsArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, int(K), SR, x, norm_w, eps, y};
+    PfsArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, int(K), SR, x, norm_w, eps, y, early};
     const dim3 grid(unsigned((N + rpb - 1) / rpb));
     switch (epi) {
     case Epi::Store: launch(k_matvec_pf_stream<int(Epi::Store)>, grid, dim3(kPfThreads), smem, s, a); break;
@@ -532,7 +577,8 @@ bool matvec_prefetch_stream(const DMat& W, const float* x, const float* norm_w, 
 } // namespace
 
 namespace {
-bool matvec_prefetch_bf16(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
+bool matvec_prefetch_bf16(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s,
+                          bool early) {
     int rpb = 0;
     size_t smem = 0;
     if (!pf_plan(W, epi, &rpb, &smem)) return false;
@@ -542,7 +588,7 @@ bool matvec_prefetch_bf16(const DMat& W, const float* x, const float* norm_w, fl
     if (!aligned(x) || (norm_w && !aligned(norm_w))) return false;
     const int P = epi == Epi::SwiGLU ? 2 : 1;
     const int64_t N = W.rows / P;
-    PfArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, x, norm_w, eps, y};
+    PfArgs a{static_cast<const uint16_t*>(W.data), N, epi == Epi::SwiGLU ? N : 0, rpb, x, norm_w, eps, y, early};
     const dim3 grid(unsigned((N + rpb - 1) / rpb));
 #define QASR_PF_LAUNCH(kc)                                                                                        \
     switch (epi) {                                                                                                \
@@ -559,10 +605,11 @@ bool matvec_prefetch_bf16(const DMat& W, const float* x, const float* norm_w, fl
 }
 } // namespace
 
-bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s) {
-    if (W.bits != 16) return matvec_prefetch_q(W, x, norm_w, eps, y, epi, s);
-    if (matvec_prefetch_bf16(W, x, norm_w, eps, y, epi, s)) return true;
-    return matvec_prefetch_stream(W, x, norm_w, eps, y, epi, s);
+bool matvec_prefetch(const DMat& W, const float* x, const float* norm_w, float eps, float* y, Epi epi, cudaStream_t s,
+                     bool early) {
+    if (W.bits != 16) return matvec_prefetch_q(W, x, norm_w, eps, y, epi, s, early);
+    if (matvec_prefetch_bf16(W, x, norm_w, eps, y, epi, s, early)) return true;
+    return matvec_prefetch_stream(W, x, norm_w, eps, y, epi, s, early);
 }
 
 } // namespace qasr::cuda
