@@ -333,17 +333,26 @@ __global__ void k_argmax_final(const float* x, const float* part, int nparts, in
     dep_wait();
     QASR_TL_WAITED(kTlArgFinal, false);
     dep_launch();
-    if (threadIdx.x != 0) return;
+    // one warp: lane l takes the partials l, l + 32, … (their loads in flight together, not one thread's chain of
+    // 2·nparts dependent loads: 12.9 µs alone on the H200), then the lowest index among the maxima and Σ l·e^(m−M)
+    const int lane = threadIdx.x;
     float M = -FLT_MAX;
     int id = 0x7fffffff;
-    for (int p = 0; p < nparts; ++p) {
+    for (int p = lane; p < nparts; p += kWarp) {
         const float m = part[3 * p];
         const int i = __float_as_int(part[3 * p + 1]);
         if (m > M || (m == M && i < id)) M = m, id = i;
     }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float om = __shfl_xor_sync(0xffffffffu, M, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+        if (om > M || (om == M && oi < id)) M = om, id = oi;
+    }
     float S = 0.0f;
-    for (int p = 0; p < nparts; ++p)
+    for (int p = lane; p < nparts; p += kWarp)
         if (part[3 * p + 2] > 0.0f) S += part[3 * p + 2] * expf(part[3 * p] - M);
+    S = warp_sum(S);
+    if (lane != 0) return;
     const float lp = (x[id] - M) - logf(S);
     *tok = id;
     const int c = *count;

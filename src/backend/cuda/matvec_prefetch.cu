@@ -223,56 +223,89 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
     dep_wait();
     QASR_TL_WAITED(kTlMatvecPf, false);
     if (!a.early) dep_launch();
-    for (int i = threadIdx.x; i < K / 4; i += kPfThreads)
-        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+    // XREG as in k_matvec_pf: x in registers where a warp has several rows (K = 1024). Wider rows (one per warp)
+    // read it from shared memory, stored chunk-transposed — float4 q of chunk c at xq[q·NC + c] — so that the lanes'
+    // float4 reads of their chunks are consecutive (the plain layout put 16 lanes on one bank: 0.6B 8-bit decode
+    // 0.92 → 1.88 ms/token).
+    constexpr bool XREG = NCH <= 2;
+    constexpr int NC = K / 16;
+    float4* xq = reinterpret_cast<float4*>(xs);
+    for (int i = threadIdx.x; i < K / 4; i += kPfThreads) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+        if constexpr (XREG) xq[i] = v;
+        else xq[(i % 4) * NC + i / 4] = v;
+    }
     if (EPI == int(Epi::Add) && threadIdx.x < nr) ys[threadIdx.x] = __ldcg(a.y + r0 + threadIdx.x);
     __syncthreads();
-    // XREG as in k_matvec_pf: x in registers only where a warp has several rows (K = 1024); wider rows read it
-    // from shared memory (one row per warp, 126–128 registers otherwise)
-    constexpr bool XREG = NCH <= 2;
+    // chunk j of this lane (chunk c = lane + 32j): 16 floats of x
+    auto chunk = [&](int j, float (&f)[16]) {
+        const int c = lane + j * kWarp;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float4 v = XREG ? xq[c * 4 + q] : xq[q * NC + c];
+            f[4 * q] = v.x, f[4 * q + 1] = v.y, f[4 * q + 2] = v.z, f[4 * q + 3] = v.w;
+        }
+    };
     float xv[XREG ? NCH : 1][16];
     if constexpr (XREG) {
 #pragma unroll
-        for (int j = 0; j < NCH; ++j)
-#pragma unroll
-            for (int i = 0; i < 16; i += 4) {
-                const float4 f = reinterpret_cast<const float4*>(xs)[(lane + j * kWarp) * 4 + i / 4];
-                xv[j][i] = f.x, xv[j][i + 1] = f.y, xv[j][i + 2] = f.z, xv[j][i + 3] = f.w;
-            }
+        for (int j = 0; j < NCH; ++j) chunk(j, xv[XREG ? j : 0]);
     }
-    // element i of lane chunk j of x (registers or shared memory)
-    auto xe = [&](int j, int i) -> float& { return XREG ? xv[XREG ? j : 0][i] : xs[(lane + j * kWarp) * 16 + i]; };
     float inv = 1.0f;
     if (a.norm_w) {
         float ss = 0.0f;
 #pragma unroll
-        for (int j = 0; j < NCH; ++j)
+        for (int j = 0; j < NCH; ++j) {
+            float f[16];
+            if constexpr (XREG) {
 #pragma unroll
-            for (int i = 0; i < 16; ++i) ss += xe(j, i) * xe(j, i);
+                for (int i = 0; i < 16; ++i) f[i] = xv[XREG ? j : 0][i];
+            } else {
+                chunk(j, f);
+            }
+#pragma unroll
+            for (int i = 0; i < 16; ++i) ss += f[i] * f[i];
+        }
         inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
     }
     mbar_wait(&bar, 0);
     QASR_TL_READY();
-    if (!XREG && a.norm_w) __syncthreads(); // every warp has its sum of squares before x changes in place
+    if (a.norm_w) {
+        if constexpr (XREG) {
+#pragma unroll
+            for (int j = 0; j < NCH; ++j) {
+                const float4* nw = reinterpret_cast<const float4*>(nws) + (lane + j * kWarp) * 4;
+#pragma unroll
+                for (int i = 0; i < 16; i += 4) {
+                    const float4 g = nw[i / 4];
+                    float* x = xv[XREG ? j : 0];
+                    x[i] = x[i] * inv * g.x, x[i + 1] = x[i + 1] * inv * g.y;
+                    x[i + 2] = x[i + 2] * inv * g.z, x[i + 3] = x[i + 3] * inv * g.w;
+                }
+            }
+        } else {
+            __syncthreads(); // every warp has its sum of squares before x changes in place
+            for (int i = threadIdx.x; i < K / 4; i += kPfThreads) { // float4 i of x: chunk i / 4, quarter i % 4
+                const float4 g = reinterpret_cast<const float4*>(nws)[i];
+                float4& v = xq[(i % 4) * NC + i / 4];
+                v = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
+            }
+            __syncthreads();
+        }
+    }
     float xsum[NCH];
 #pragma unroll
     for (int j = 0; j < NCH; ++j) {
-        if (a.norm_w && (XREG || warp == 0)) { // in place: warp 0 normalises shared x, every warp then reads it
-            const float4* nw = reinterpret_cast<const float4*>(nws) + (lane + j * kWarp) * 4;
+        float f[16];
+        if constexpr (XREG) {
 #pragma unroll
-            for (int i = 0; i < 16; i += 4) {
-                const float4 g = nw[i / 4];
-                xe(j, i) = xe(j, i) * inv * g.x, xe(j, i + 1) = xe(j, i + 1) * inv * g.y;
-                xe(j, i + 2) = xe(j, i + 2) * inv * g.z, xe(j, i + 3) = xe(j, i + 3) * inv * g.w;
-            }
+            for (int i = 0; i < 16; ++i) f[i] = xv[XREG ? j : 0][i];
+        } else {
+            chunk(j, f);
         }
-    }
-    if (!XREG && a.norm_w) __syncthreads();
-#pragma unroll
-    for (int j = 0; j < NCH; ++j) {
         float t = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) t += xe(j, i);
+        for (int i = 0; i < 16; ++i) t += f[i];
         xsum[j] = t;
     }
     for (int rr = warp; rr < nr; rr += kPfWarps) {
@@ -297,9 +330,16 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
                     const uint32_t* q = reinterpret_cast<const uint32_t*>(row + c * CB);
                     w[0] = q[0], w[1] = q[1], w[2] = q[2], w[3] = 0;
                 }
+                float f[16];
+                if constexpr (XREG) {
+#pragma unroll
+                    for (int i = 0; i < 16; ++i) f[i] = xv[XREG ? j : 0][i];
+                } else {
+                    chunk(j, f);
+                }
                 float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * xe(j, i);
+                for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * f[i];
                 const int g = (c * 16) / a.gs;
                 acc += bf(sc[g]) * d + bf(bi[g]) * xsum[j];
             }
@@ -407,6 +447,11 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_stream(PfsArgs a) {
 
 template <class K> void set_pf_attrs(K* k) {
     QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPfMaxSmem)));
+    static const int carveout = [] { // QASR_CUDA_PF_CARVEOUT=percent: the shared-memory carveout preferred (A/B)
+        const char* e = std::getenv("QASR_CUDA_PF_CARVEOUT");
+        return e ? std::atoi(e) : -1;
+    }();
+    if (carveout >= 0) QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
 }
 
 template <int KC>
