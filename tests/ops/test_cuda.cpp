@@ -520,6 +520,57 @@ TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {
     cudaFreeHost(ring);
 }
 
+// The decode step's LM head with the argmax's first stage fused (lm_head.cu) + the merge: logits, the token (the
+// lowest index among equal maxima: a copy of the best row placed after it) and its log-probability against the CPU.
+TEST(Cuda, LmHeadArgmaxMatchesCpu) {
+    NEED_GPU();
+    for (const auto& [V, K] : {std::pair<int, int>{20011, 1024}, {9000, 2048}}) {
+        SCOPED_TRACE(std::to_string(V) + "x" + std::to_string(K));
+        Bf16Mat W(V, K, uint32_t(V + K));
+        const std::vector<float> x = randv(size_t(K), 31), nw = randv(size_t(K), 32);
+        std::vector<float> xn = x;
+        ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
+        auto logits_of = [&] {
+            std::vector<float> ref(static_cast<size_t>(V));
+            ops::linear(xn.data(), 1, K, W.f.data(), V, nullptr, ref.data());
+            return ref;
+        };
+        std::vector<float> ref = logits_of();
+        const int best = int(std::max_element(ref.begin(), ref.end()) - ref.begin());
+        const int copy = best + 1 + (V - best - 1) / 2; // a later row equal to the best one: the tie goes to `best`
+        ASSERT_LT(copy, V);
+        std::copy(W.f.begin() + int64_t(best) * K, W.f.begin() + int64_t(best + 1) * K, W.f.begin() + int64_t(copy) * K);
+        std::copy(W.bits.begin() + int64_t(best) * K, W.bits.begin() + int64_t(best + 1) * K, W.bits.begin() + int64_t(copy) * K);
+        ref = logits_of();
+        Dev dw(W.bits), dx(x), dnw(nw), dlog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), ints(std::vector<int>{0, 5, 0, 0});
+        DMat m;
+        m.rows = V, m.cols = K, m.data = dw.p<void>();
+        const int parts = lm_head_argmax(m, dx.p<float>(), dnw.p<float>(), 1e-6f, dlog.p<float>(), dpart.p<float>(), 1024, nullptr);
+        ASSERT_GT(parts, 0) << "the fused LM head applies to bf16 heads of width 1024 and 2048 on sm_90";
+        int2* ring = nullptr;
+        QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
+        argmax_merge(dlog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
+                     true, nullptr);
+        QASR_CUDA(cudaDeviceSynchronize());
+        const std::vector<float> got = host(dlog, size_t(V));
+        EXPECT_LT(rel_l2(got, ref), 1e-5);
+        std::vector<int> h(4);
+        QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
+        const int want = int(std::max_element(got.begin(), got.end()) - got.begin()); // first maximum of the device logits
+        EXPECT_EQ(got[size_t(best)], got[size_t(copy)]);
+        EXPECT_EQ(h[0], want);
+        EXPECT_EQ(h[0], best);
+        EXPECT_EQ(h[1], 6);
+        EXPECT_EQ(h[2], 1);
+        double se = 0;
+        for (float v : got) se += std::exp(double(v) - double(got[size_t(want)]));
+        float lp;
+        std::memcpy(&lp, &ring[0].y, 4);
+        EXPECT_NEAR(lp, -std::log(se), 1e-4);
+        cudaFreeHost(ring);
+    }
+}
+
 TEST(Cuda, ConvStemAsIm2colGemmMatchesCpu) {
     NEED_GPU();
     for (const int Ch : {8, 5}) { // 16-byte column groups; one column per thread

@@ -183,7 +183,7 @@ void CudaSession::enqueue_step() {
     if (run("embed")) embed(w_.embed, d_tok(), 1, x, s_);
     mark("embed");
     for (size_t li = 0; li < w_.dec.size(); ++li) {
-        const DevDecLayer& l = w_.dec[li];
+        const DevDecLayer& l = w_.dec[same_layer_ ? 0 : li];
         const bool qkv_early = run("qkv") && matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_, early("qkv"));
         mark("qkv");
         const bool attn = run("attn");
@@ -215,9 +215,17 @@ void CudaSession::enqueue_step() {
         if (run("down")) matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_, early("down"));
         mark("down");
     }
-    if (run("head")) matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
-    mark("lm_head");
-    argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_);
+    const int parts = run("head") ? lm_head_argmax(w_.head, x, w_.norm, eps, logits1_.as<float>(), argpart_.as<float>(),
+                                                   kArgParts, s_)
+                                  : 0;
+    if (parts) {
+        mark("lm_head");
+        argmax_merge(logits1_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_);
+    } else {
+        if (run("head")) matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
+        mark("lm_head");
+        argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_);
+    }
     mark("argmax");
 }
 

@@ -23,6 +23,7 @@
 namespace qasr::cuda::detail {
 
 constexpr int kRing = 4;
+constexpr int kArgParts = 1024; // argmax partials the LM head may write (lm_head_argmax: two per SM)
 constexpr int kDecodeSplits = 32; // most key splits of the decode attention (QASR_CUDA_DEC_SPLITS; by default splits_for the context)
 
 class CudaSession final : public DeviceSession {
@@ -74,7 +75,7 @@ public:
             const char* ps = std::getenv("QASR_CUDA_PERSIST_SPLITS");
             psplits_ = std::clamp(ps ? std::atoi(ps) : 8, 1, kDecodeSplits);
         }
-        argpart_.alloc(size_t(3) * std::max(plaunch_.grid, 256) * 4);
+        argpart_.alloc(size_t(3) * std::max({plaunch_.grid, 256, kArgParts}) * 4);
 #ifdef QASR_CUDA_TIMELINE
         tl_.alloc(sizeof(detail::Timeline));
         QASR_CUDA(cudaMemset(tl_.get(), 0, sizeof(detail::Timeline)));
@@ -220,6 +221,12 @@ private:
     const bool attn_cluster_ = [] {
         const char* e = std::getenv("QASR_CUDA_ATTN_CLUSTER");
         return !(e && std::string(e) == "0");
+    }();
+    // QASR_CUDA_SAME_LAYER=1 (a timing experiment, the tokens are meaningless): every layer of the decode step uses
+    // layer 0's weights, which then stay in L2 — the step's time without streaming its weights from HBM.
+    const bool same_layer_ = [] {
+        const char* e = std::getenv("QASR_CUDA_SAME_LAYER");
+        return e && std::string(e) == "1";
     }();
     // QASR_CUDA_EARLY=qkv,attn,o,gateup,down: those decode-step kernels trigger their successor's launch at entry
     // (its weight copies start one kernel earlier) instead of after their own dependency wait.

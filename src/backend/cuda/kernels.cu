@@ -452,6 +452,11 @@ void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos
            ring, ring_size, advance);
 }
 
+void argmax_merge(const float* logits, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
+                  int ring_size, bool advance, cudaStream_t s) {
+    launch(k_argmax_final, dim3(1), dim3(32), 0, s, logits, part, nparts, tok, pos, count, ring, ring_size, advance);
+}
+
 void set_pdl(bool on) { g_pdl = on; }
 QASR_TL_BIND(timeline_bind_kernels)
 bool pdl_enabled() { return g_pdl; }

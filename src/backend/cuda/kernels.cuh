@@ -112,6 +112,15 @@ void decode_attention(const DecAttnArgs& a, cudaStream_t s);
 // scratch: ≥ 3·132 floats. Two kernels (per-slice reductions, then the merge).
 void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,
                   bool advance, cudaStream_t s);
+// The argmax's second stage alone: merges nparts (max, index, Σ exp) partials (lm_head_argmax's) into *tok, the
+// ring and the counters, as argmax_token.
+void argmax_merge(const float* logits, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
+                  int ring_size, bool advance, cudaStream_t s);
+// The decode step's LM head fused with the argmax's first stage (lm_head.cu): logits = W · RMSNorm(x) and the
+// argmax partials in part (≥ 3·max_parts floats). Returns the number of partials, or 0 where it does not apply
+// (quantized head, no sm_90, other widths than 1024/2048): then matvec + argmax_token.
+int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
+                   int max_parts, cudaStream_t s);
 // Programmatic dependent launch for the decode-step kernels (default on; QASR_CUDA_PDL=0 turns it off).
 void set_pdl(bool on);
 void set_ints(int* p, int a, int b, cudaStream_t s); // p[0] = a, p[1] = b

@@ -1,0 +1,174 @@
+// The decode step's LM head fused with the argmax's first stage (bf16 head, sm_90): logits = W · RMSNorm(x) and,
+// per block, (max, lowest index of the max, Σ exp(v − max)) over its rows — the partials k_argmax_final merges.
+//
+// The head is the step's one large read (0.6B: 151936 × 1024 bf16, 311 MB). With the weights of every layer held
+// in L2 the step was only 26 µs faster, but leaving the head and its argmax out saved 114 µs (H200, 40 tokens), a
+// third more than its bytes at ~4 TB/s. So: a grid of two blocks per SM, each streaming its contiguous rows through
+// a ring of shared-memory stages (8 rows, one per warp; bulk copies completing on an mbarrier per stage, the first
+// ones issued before the dependency wait), x normalised once per block and held in registers, and the argmax
+// partials kept on the fly (no second kernel reading the logits back).
+#include "backend/cuda/check.hpp"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.cuh"
+
+#include "core/error.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdlib>
+#include <string>
+
+namespace qasr::cuda {
+namespace {
+
+using namespace detail;
+
+constexpr int kHThreads = 256, kHWarps = kHThreads / kWarp;
+constexpr int kHMaxStages = 8;
+constexpr size_t kHRingBytes = 80 * 1024; // per block; two blocks per SM
+
+struct HeadArgs {
+    const uint16_t* w;
+    int64_t V;
+    const float* x;
+    const float* norm_w;
+    float eps;
+    float* logits;
+    float* part;
+    int stages;
+};
+
+// KC = K/256: lane l holds x[8c … 8c+7] for the chunks c = l + 32j (as k_matvec_pf).
+template <int KC>
+__global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
+    constexpr int K = KC * 256, CPR = K / 8, SR = kHWarps; // uint4 chunks per row, rows per stage
+    extern __shared__ __align__(128) uint4 ring[];
+    __shared__ __align__(8) uint64_t full[kHMaxStages];
+    __shared__ __align__(16) float xs[K];
+    __shared__ float wm[kHWarps], wsum[kHWarps];
+    __shared__ int wid[kHWarps];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int64_t r0 = a.V * blockIdx.x / gridDim.x, r1 = a.V * (blockIdx.x + 1) / gridDim.x;
+    const int nst = int((r1 - r0 + SR - 1) / SR);
+    auto issue = [&](int st) {
+        const int rows = int(min(int64_t(SR), r1 - r0 - int64_t(st) * SR));
+        const uint32_t bytes = uint32_t(rows) * K * 2;
+        uint64_t* bar = &full[st % a.stages];
+        mbar_expect(bar, bytes);
+        bulk_copy(ring + size_t(st % a.stages) * SR * CPR, a.w + (r0 + int64_t(st) * SR) * K, bytes, bar);
+    };
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < a.stages; ++i) mbar_init(&full[i]);
+        mbar_fence_init();
+        for (int st = 0; st < a.stages && st < nst; ++st) issue(st);
+    }
+    __syncthreads();
+    dep_wait();
+    dep_launch();
+    for (int i = threadIdx.x; i < K / 4; i += kHThreads)
+        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+    __syncthreads();
+    float xv[KC * 8];
+#pragma unroll
+    for (int j = 0; j < KC; ++j) {
+        const float4* src = reinterpret_cast<const float4*>(xs) + 2 * (lane + j * kWarp);
+        const float4 f0 = src[0], f1 = src[1];
+        xv[j * 8 + 0] = f0.x, xv[j * 8 + 1] = f0.y, xv[j * 8 + 2] = f0.z, xv[j * 8 + 3] = f0.w;
+        xv[j * 8 + 4] = f1.x, xv[j * 8 + 5] = f1.y, xv[j * 8 + 6] = f1.z, xv[j * 8 + 7] = f1.w;
+    }
+    if (a.norm_w) { // every warp holds all of x across its lanes: the same sum in each
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < KC * 8; ++i) ss += xv[i] * xv[i];
+        const float inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
+#pragma unroll
+        for (int j = 0; j < KC; ++j) {
+            const float4* nw = reinterpret_cast<const float4*>(a.norm_w) + 2 * (lane + j * kWarp);
+            const float4 g0 = __ldg(nw), g1 = __ldg(nw + 1);
+            const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) xv[j * 8 + i] = xv[j * 8 + i] * inv * g[i];
+        }
+    }
+    // this warp's rows (warp w of every stage, increasing): running max, its lowest index, Σ exp(v − max)
+    float m = -FLT_MAX, sum = 0.0f;
+    int id = 0x7fffffff;
+    for (int st = 0; st < nst; ++st) {
+        const int b = st % a.stages;
+        mbar_wait(&full[b], uint32_t(st / a.stages) & 1u);
+        const int64_t r = r0 + int64_t(st) * SR + warp;
+        if (r < r1) {
+            const uint4* row = ring + (size_t(b) * SR + warp) * CPR;
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < KC; ++j) {
+                const uint4 v = row[lane + j * kWarp];
+                const float* xp = xv + j * 8;
+                acc += bf(v.x & 0xffffu) * xp[0] + bf(v.x >> 16) * xp[1] + bf(v.y & 0xffffu) * xp[2] + bf(v.y >> 16) * xp[3] +
+                       bf(v.z & 0xffffu) * xp[4] + bf(v.z >> 16) * xp[5] + bf(v.w & 0xffffu) * xp[6] + bf(v.w >> 16) * xp[7];
+            }
+            const float v = warp_sum(acc);
+            if (lane == 0) {
+                a.logits[r] = v;
+                if (v > m) sum = sum * expf(m - v) + 1.0f, m = v, id = int(r);
+                else sum += expf(v - m);
+            }
+        }
+        __syncthreads(); // stage b is read: refill it (generic-proxy reads ordered before the bulk writes)
+        if (threadIdx.x == 0 && st + a.stages < nst) {
+            fence_proxy_async();
+            issue(st + a.stages);
+        }
+    }
+    if (lane == 0) wm[warp] = m, wid[warp] = id, wsum[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = -FLT_MAX, S = 0.0f;
+        int I = 0x7fffffff;
+        for (int w = 0; w < kHWarps; ++w)
+            if (wm[w] > M || (wm[w] == M && wid[w] < I)) M = wm[w], I = wid[w];
+        for (int w = 0; w < kHWarps; ++w)
+            if (wsum[w] > 0.0f) S += wsum[w] * expf(wm[w] - M);
+        a.part[3 * blockIdx.x] = M;
+        a.part[3 * blockIdx.x + 1] = __int_as_float(I);
+        a.part[3 * blockIdx.x + 2] = S;
+    }
+}
+
+bool g_head_on = [] { // QASR_CUDA_LM_HEAD=0: the head through k_matvec and a separate argmax pass (A/B)
+    const char* e = std::getenv("QASR_CUDA_LM_HEAD");
+    return !(e && std::string(e) == "0");
+}();
+
+} // namespace
+
+int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
+                   int max_parts, cudaStream_t s) {
+    if (!g_head_on || W.bits != 16 || !pdl_enabled() || W.cols % 256 != 0) return 0;
+    const int KC = int(W.cols / 256);
+    if (KC != 4 && KC != 8) return 0;
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(W.data) || !aligned(x) || (norm_w && !aligned(norm_w))) return 0;
+    int dev = 0, major = 0, sms = 0;
+    QASR_CUDA(cudaGetDevice(&dev));
+    QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    QASR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (major < 9) return 0;
+    const int grid = std::min(2 * sms, max_parts);
+    const size_t stage_bytes = size_t(kHWarps) * W.cols * 2;
+    const int stages = int(std::min<size_t>(kHMaxStages, kHRingBytes / stage_bytes));
+    if (grid < 1 || stages < 2 || W.rows < int64_t(grid) * kHWarps) return 0;
+    const size_t smem = size_t(stages) * stage_bytes;
+    HeadArgs a{static_cast<const uint16_t*>(W.data), W.rows, x, norm_w, eps, logits, part, stages};
+    if (KC == 4) {
+        QASR_CUDA(cudaFuncSetAttribute(k_lm_head<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch(k_lm_head<4>, dim3(unsigned(grid)), dim3(kHThreads), smem, s, a);
+    } else {
+        QASR_CUDA(cudaFuncSetAttribute(k_lm_head<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch(k_lm_head<8>, dim3(unsigned(grid)), dim3(kHThreads), smem, s, a);
+    }
+    QASR_CUDA_LAUNCHED();
+    return grid;
+}
+
+} // namespace qasr::cuda
