@@ -24,7 +24,7 @@ namespace {
 using namespace detail;
 
 constexpr int kHThreads = 256, kHWarps = kHThreads / kWarp;
-constexpr int kHMaxStages = 8;
+constexpr int kHMaxStages = 12;
 constexpr size_t kHRingBytes = 80 * 1024; // per block; two blocks per SM
 
 struct HeadArgs {
@@ -154,9 +154,18 @@ int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps
     QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     QASR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     if (major < 9) return 0;
-    const int grid = std::min(2 * sms, max_parts);
+    // QASR_CUDA_HEAD_BPS / QASR_CUDA_HEAD_RING_KB: blocks per SM and ring bytes per block (A/B; default 2 and 80)
+    static const int bps = [] {
+        const char* e = std::getenv("QASR_CUDA_HEAD_BPS");
+        return e ? std::clamp(std::atoi(e), 1, 4) : 2;
+    }();
+    static const size_t ring = [] {
+        const char* e = std::getenv("QASR_CUDA_HEAD_RING_KB");
+        return e ? size_t(std::clamp(std::atoi(e), 32, 200)) * 1024 : kHRingBytes;
+    }();
+    const int grid = std::min(bps * sms, max_parts);
     const size_t stage_bytes = size_t(kHWarps) * W.cols * 2;
-    const int stages = int(std::min<size_t>(kHMaxStages, kHRingBytes / stage_bytes));
+    const int stages = int(std::min<size_t>(kHMaxStages, ring / stage_bytes));
     if (grid < 1 || stages < 2 || W.rows < int64_t(grid) * kHWarps) return 0;
     const size_t smem = size_t(stages) * stage_bytes;
     HeadArgs a{static_cast<const uint16_t*>(W.data), W.rows, x, norm_w, eps, logits, part, stages};
