@@ -19,14 +19,7 @@ for b in "${bins[@]}"; do
     timeout 60 "$b" transcribe -m "$m/$w" --device cuda --ignore-eos --max-new-tokens "${CHECK_TOKENS:-200}" \
         --no-itn -q --format json "$audio" > "$f" 2>> "$out/errors.log"
     if [ -z "$first" ]; then first=$f; continue; fi
-    log "tokens $(basename "$b") vs $(basename "${bins[0]}"): $(python3 -c "
-import json
-def toks(p):
-    j=json.load(open(p)); j=j[0] if isinstance(j,list) else j
-    return [(t['id'], t['logprob']) for t in j['tokens']]
-a,b=toks('$first'),toks('$f')
-n=next((i for i,(x,y) in enumerate(zip(a,b)) if x[0]!=y[0]), None)
-print('%d/%d tokens, first difference at %s, max |dlogprob| %.2e' % (len(b), len(a), n, max(abs(x[1]-y[1]) for x,y in zip(a,b))))" 2>&1 | tail -1)"
+    log "tokens $(basename "$b") vs $(basename "${bins[0]}"): $(python3 "$(dirname "$0")/cmp_tokens.py" "$first" "$f" 2>&1 | tail -1)"
 done
 for r in $(seq 1 "${ROUNDS:-2}"); do
     for b in "${bins[@]}"; do

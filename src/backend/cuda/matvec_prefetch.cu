@@ -251,18 +251,22 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
 #pragma unroll
         for (int j = 0; j < NCH; ++j) chunk(j, xv[XREG ? j : 0]);
     }
+    // chunk j of x from the registers (XREG) or shared memory
+    auto xchunk = [&](int j, float (&f)[16]) {
+        if constexpr (XREG) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) f[i] = xv[XREG ? j : 0][i];
+        } else {
+            chunk(j, f);
+        }
+    };
     float inv = 1.0f;
     if (a.norm_w) {
         float ss = 0.0f;
 #pragma unroll
         for (int j = 0; j < NCH; ++j) {
             float f[16];
-            if constexpr (XREG) {
-#pragma unroll
-                for (int i = 0; i < 16; ++i) f[i] = xv[XREG ? j : 0][i];
-            } else {
-                chunk(j, f);
-            }
+            xchunk(j, f);
 #pragma unroll
             for (int i = 0; i < 16; ++i) ss += f[i] * f[i];
         }
@@ -297,12 +301,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
 #pragma unroll
     for (int j = 0; j < NCH; ++j) {
         float f[16];
-        if constexpr (XREG) {
-#pragma unroll
-            for (int i = 0; i < 16; ++i) f[i] = xv[XREG ? j : 0][i];
-        } else {
-            chunk(j, f);
-        }
+        xchunk(j, f);
         float t = 0.0f;
 #pragma unroll
         for (int i = 0; i < 16; ++i) t += f[i];
@@ -331,12 +330,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
                     w[0] = q[0], w[1] = q[1], w[2] = q[2], w[3] = 0;
                 }
                 float f[16];
-                if constexpr (XREG) {
-#pragma unroll
-                    for (int i = 0; i < 16; ++i) f[i] = xv[XREG ? j : 0][i];
-                } else {
-                    chunk(j, f);
-                }
+                xchunk(j, f);
                 float d = 0.0f;
 #pragma unroll
                 for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * f[i];
