@@ -82,6 +82,7 @@ public:
         timeline_bind_kernels(tl_.get());
         timeline_bind_prefetch(tl_.get());
         timeline_bind_attention(tl_.get());
+        timeline_bind_head(tl_.get());
 #endif
         const char* pe = std::getenv("QASR_CUDA_PROFILE");
         profile_ = pe && *pe && std::string(pe) != "0";

@@ -128,6 +128,7 @@ void set_ints(int* p, int a, int b, cudaStream_t s); // p[0] = a, p[1] = b
 void timeline_bind_kernels(void* tl);
 void timeline_bind_prefetch(void* tl);
 void timeline_bind_attention(void* tl);
+void timeline_bind_head(void* tl);
 
 // Log-mel [n_mels, T] of N samples (x holds the first n_have, zeros after) exactly as audio/mel (spec §3), in double
 // like the CPU front end: the DFT as a GEMM (dft [400, 402]: cos and −sin columns per bin), filters [201, n_mels].

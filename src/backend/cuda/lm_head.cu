@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
     __shared__ __align__(16) float xs[K];
     __shared__ float wm[kHWarps], wsum[kHWarps];
     __shared__ int wid[kHWarps];
+    QASR_TL_ENTRY
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int64_t r0 = a.V * blockIdx.x / gridDim.x, r1 = a.V * (blockIdx.x + 1) / gridDim.x;
     const int nst = int((r1 - r0 + SR - 1) / SR);
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
     }
     __syncthreads();
     dep_wait();
+    QASR_TL_WAITED(kTlMatvec, false);
     dep_launch();
     for (int i = threadIdx.x; i < K / 4; i += kHThreads)
         reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
@@ -141,6 +143,8 @@ bool g_head_on = [] { // QASR_CUDA_LM_HEAD=0: the head through k_matvec and a se
 }();
 
 } // namespace
+
+QASR_TL_BIND(timeline_bind_head)
 
 int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                    int max_parts, cudaStream_t s) {
