@@ -574,34 +574,38 @@ TEST(Cuda, LmHeadArgmaxMatchesCpu) {
 TEST(Cuda, ConvStemAsIm2colGemmMatchesCpu) {
     NEED_GPU();
     for (const int Ch : {8, 5}) { // 16-byte column groups; one column per thread
-    SCOPED_TRACE("channels " + std::to_string(Ch));
-    const int H = 11, Wd = 9, C = 2;
-    const std::vector<float> in = randv(size_t(C * H * Wd * Ch), 15), w = randv(size_t(Ch * Ch * 9), 16, 0.3f);
-    std::vector<float> wb = w, inb = in;
-    for (auto& v : wb) v = bf16_round(v);
-    for (auto& v : inb) v = bf16_round(v);
-    const int Ho = (H + 1) / 2, Wo = (Wd + 1) / 2;
-    // CPU: per chunk, CHW layout
-    std::vector<float> ref(size_t(C * Ho * Wo * Ch));
-    for (int c = 0; c < C; ++c) {
-        std::vector<float> chw(size_t(Ch * H * Wd)), out(size_t(Ch * Ho * Wo));
-        for (int h = 0; h < H; ++h)
-            for (int x = 0; x < Wd; ++x)
-                for (int ch = 0; ch < Ch; ++ch)
-                    chw[size_t((ch * H + h) * Wd + x)] = inb[size_t(((c * H + h) * Wd + x) * Ch + ch)];
-        ops::conv3x3_s2(chw.data(), Ch, H, Wd, wb.data(), nullptr, Ch, out.data());
-        for (int ch = 0; ch < Ch; ++ch)
-            for (int p = 0; p < Ho * Wo; ++p) ref[size_t((c * Ho * Wo + p) * Ch + ch)] = out[size_t(ch * Ho * Wo + p)];
-    }
-    std::vector<uint16_t> wbits;
-    for (float v : wb) wbits.push_back(bf16_bits(v));
-    Dev din(in), dw(wbits), cols(size_t(C * Ho * Wo * Ch * 9) * 2), dout(ref.size() * 4);
-    im2col(din.p<float>(), C, H, Wd, Ch, cols.p<bf16>(), nullptr);
-    cublasHandle_t h;
-    QASR_CUBLAS(cublasCreate(&h));
-    gemm(h, cols.p<bf16>(), C * Ho * Wo, Ch * 9, dw.p<bf16>(), Ch, dout.p<float>(), 0.0f);
-    EXPECT_LT(rel_l2(host(dout, ref.size()), ref), 1e-5);
-    cublasDestroy(h);
+        SCOPED_TRACE("channels " + std::to_string(Ch));
+        const int H = 11, Wd = 9, C = 2;
+        const std::vector<float> in = randv(size_t(C * H * Wd * Ch), 15), w = randv(size_t(Ch * Ch * 9), 16, 0.3f);
+        std::vector<float> wb = w, inb = in;
+        for (auto& v : wb)
+            v = bf16_round(v);
+        for (auto& v : inb)
+            v = bf16_round(v);
+        const int Ho = (H + 1) / 2, Wo = (Wd + 1) / 2;
+        // CPU: per chunk, CHW layout
+        std::vector<float> ref(size_t(C * Ho * Wo * Ch));
+        for (int c = 0; c < C; ++c) {
+            std::vector<float> chw(size_t(Ch * H * Wd)), out(size_t(Ch * Ho * Wo));
+            for (int h = 0; h < H; ++h)
+                for (int x = 0; x < Wd; ++x)
+                    for (int ch = 0; ch < Ch; ++ch)
+                        chw[size_t((ch * H + h) * Wd + x)] = inb[size_t(((c * H + h) * Wd + x) * Ch + ch)];
+            ops::conv3x3_s2(chw.data(), Ch, H, Wd, wb.data(), nullptr, Ch, out.data());
+            for (int ch = 0; ch < Ch; ++ch)
+                for (int p = 0; p < Ho * Wo; ++p)
+                    ref[size_t((c * Ho * Wo + p) * Ch + ch)] = out[size_t(ch * Ho * Wo + p)];
+        }
+        std::vector<uint16_t> wbits;
+        for (float v : wb)
+            wbits.push_back(bf16_bits(v));
+        Dev din(in), dw(wbits), cols(size_t(C * Ho * Wo * Ch * 9) * 2), dout(ref.size() * 4);
+        im2col(din.p<float>(), C, H, Wd, Ch, cols.p<bf16>(), nullptr);
+        cublasHandle_t h;
+        QASR_CUBLAS(cublasCreate(&h));
+        gemm(h, cols.p<bf16>(), C * Ho * Wo, Ch * 9, dw.p<bf16>(), Ch, dout.p<float>(), 0.0f);
+        EXPECT_LT(rel_l2(host(dout, ref.size()), ref), 1e-5);
+        cublasDestroy(h);
     }
 }
 

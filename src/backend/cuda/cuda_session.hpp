@@ -232,18 +232,16 @@ private:
     // QASR_CUDA_EARLY=qkv,attn,o,gateup,down: those decode-step kernels trigger their successor's launch at entry
     // (its weight copies start one kernel earlier) instead of after their own dependency wait.
     bool early(const char* what) const { return early_.find(std::string(",") + what + ",") != std::string::npos; }
-    std::string early_ = [] {
-        const char* e = std::getenv("QASR_CUDA_EARLY");
+    // A list of kernel groups from the environment, separated by ',' or '+' (scripts/cuda_ab.sh splits variants at
+    // commas), as ",a,b," for a find of ",name,".
+    static std::string env_groups(const char* var) {
+        const char* e = std::getenv(var);
         std::string v = e ? "," + std::string(e) + "," : std::string();
         std::replace(v.begin(), v.end(), '+', ',');
         return v;
-    }();
-    std::string skip_ = [] { // groups separated by ',' or '+' (scripts/cuda_ab.sh splits variants at commas)
-        const char* e = std::getenv("QASR_CUDA_SKIP");
-        std::string v = e ? "," + std::string(e) + "," : std::string();
-        std::replace(v.begin(), v.end(), '+', ',');
-        return v;
-    }();
+    }
+    const std::string early_ = env_groups("QASR_CUDA_EARLY");
+    const std::string skip_ = env_groups("QASR_CUDA_SKIP");
     void mark(const char* what) {
         if (!profile_ || npev_ >= int(std::size(pev_))) return;
         QASR_CUDA(cudaEventRecord(pev_[npev_], s_));
