@@ -571,6 +571,57 @@ TEST(Cuda, LmHeadArgmaxMatchesCpu) {
     }
 }
 
+// The quantized LM head (MLX 4/6/8-bit) with the argmax partials, against the dequantized weights on the CPU.
+TEST(Cuda, LmHeadArgmaxQuantizedMatchesCpu) {
+    NEED_GPU();
+    for (const int bits : {8, 6, 4})
+        for (const auto& [V, K] : {std::pair<int, int>{20011, 1024}, {9000, 2048}}) {
+            SCOPED_TRACE(std::to_string(bits) + "-bit " + std::to_string(V) + "x" + std::to_string(K));
+            const int gs = 64;
+            const std::vector<float> w = randv(size_t(V) * K, uint32_t(V + bits), 0.2f), x = randv(size_t(K), 61),
+                                     nw = randv(size_t(K), 62);
+            AffineQuantized q = quantize_affine(w.data(), V, K, bits, gs);
+            std::vector<uint16_t> sc, bi;
+            for (float v : q.scales) sc.push_back(bf16_bits(v));
+            for (float v : q.biases) bi.push_back(bf16_bits(v));
+            WeightMatrix cw;
+            cw.fmt = WFormat::Q, cw.rows = V, cw.cols = K, cw.bits = bits, cw.group_size = gs;
+            cw.data = q.packed.data(), cw.scales = sc.data(), cw.biases = bi.data();
+            const std::vector<float> wd = cw.to_f32();
+            std::vector<float> xn = x;
+            ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
+            std::vector<float> ref(static_cast<size_t>(V));
+            for (int r = 0; r < V; ++r) {
+                double acc = 0;
+                for (int k = 0; k < K; ++k) acc += double(wd[size_t(r) * K + k]) * xn[size_t(k)];
+                ref[size_t(r)] = float(acc);
+            }
+            Dev dc(q.packed), ds(sc), db(bi), dx(x), dn(nw), dlog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4),
+                ints(std::vector<int>{0, 5, 0, 0});
+            DMat m;
+            m.bits = bits, m.rows = V, m.cols = K, m.gs = gs, m.data = dc.p<void>();
+            m.scales = ds.p<bf16>(), m.biases = db.p<bf16>();
+            const int parts = lm_head_argmax(m, dx.p<float>(), dn.p<float>(), 1e-6f, dlog.p<float>(), dpart.p<float>(), 1024, nullptr);
+            ASSERT_GT(parts, 0);
+            int2* ring = nullptr;
+            QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
+            argmax_merge(dlog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2,
+                         ring, 4, true, nullptr);
+            QASR_CUDA(cudaDeviceSynchronize());
+            const std::vector<float> got = host(dlog, size_t(V));
+            EXPECT_LT(rel_l2(got, ref), 1e-5);
+            std::vector<int> h(4);
+            QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
+            EXPECT_EQ(h[0], int(std::max_element(got.begin(), got.end()) - got.begin()));
+            double se = 0;
+            for (float v : got) se += std::exp(double(v) - double(got[size_t(h[0])]));
+            float lp;
+            std::memcpy(&lp, &ring[0].y, 4);
+            EXPECT_NEAR(lp, -std::log(se), 1e-4);
+            cudaFreeHost(ring);
+        }
+}
+
 TEST(Cuda, ConvStemAsIm2colGemmMatchesCpu) {
     NEED_GPU();
     for (const int Ch : {8, 5}) { // 16-byte column groups; one column per thread

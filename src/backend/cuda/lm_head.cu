@@ -137,6 +137,159 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
     }
 }
 
+// MLX affine-quantized head (BITS 4/6/8, group size gs; K = 512·NCH): the same ring and partials; a stage holds 8
+// rows' codes, then their scales, then their biases (three bulk copies). Lane l takes the 16-code chunks
+// c = l + 32j of every row with x[16c … 16c+15] and their sum in registers, per chunk acc += scale·Σ q·x + bias·Σ x
+// (k_matvec_pf_q's order).
+struct HeadQArgs {
+    const uint8_t* codes;
+    const uint16_t* scales;
+    const uint16_t* biases;
+    int64_t V;
+    int gs;
+    const float* x;
+    const float* norm_w;
+    float eps;
+    float* logits;
+    float* part;
+    int stages;
+    uint32_t stage_bytes; // codes + scales + biases of 8 rows, a multiple of 16
+};
+
+template <int BITS, int NCH>
+__global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
+    constexpr int K = NCH * 512, RB = K * BITS / 8, CB = 16 * BITS / 8, SR = kHWarps;
+    extern __shared__ __align__(128) uint4 ring[];
+    __shared__ __align__(8) uint64_t full[kHMaxStages];
+    __shared__ __align__(16) float xs[K];
+    __shared__ float wm[kHWarps], wsum[kHWarps];
+    __shared__ int wid[kHWarps];
+    QASR_TL_ENTRY
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int NG = K / a.gs;
+    const int64_t r0 = a.V * blockIdx.x / gridDim.x, r1 = a.V * (blockIdx.x + 1) / gridDim.x;
+    const int nst = int((r1 - r0 + SR - 1) / SR);
+    uint8_t* base = reinterpret_cast<uint8_t*>(ring);
+    auto issue = [&](int st) {
+        const int rows = int(min(int64_t(SR), r1 - r0 - int64_t(st) * SR));
+        const int64_t r = r0 + int64_t(st) * SR;
+        const uint32_t cb = uint32_t(rows) * RB, sb = uint32_t(rows) * NG * 2;
+        uint64_t* bar = &full[st % a.stages];
+        uint8_t* dst = base + size_t(st % a.stages) * a.stage_bytes;
+        mbar_expect(bar, cb + 2 * sb);
+        bulk_copy(dst, a.codes + r * RB, cb, bar);
+        bulk_copy(dst + SR * RB, a.scales + r * NG, sb, bar);
+        bulk_copy(dst + SR * RB + SR * NG * 2, a.biases + r * NG, sb, bar);
+    };
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < a.stages; ++i) mbar_init(&full[i]);
+        mbar_fence_init();
+        for (int st = 0; st < a.stages && st < nst; ++st) issue(st);
+    }
+    __syncthreads();
+    dep_wait();
+    QASR_TL_WAITED(kTlMatvec, false);
+    dep_launch();
+    for (int i = threadIdx.x; i < K / 4; i += kHThreads)
+        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
+    __syncthreads();
+    float xv[NCH][16];
+#pragma unroll
+    for (int j = 0; j < NCH; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float4 v = reinterpret_cast<const float4*>(xs)[(lane + j * kWarp) * 4 + q];
+            xv[j][4 * q] = v.x, xv[j][4 * q + 1] = v.y, xv[j][4 * q + 2] = v.z, xv[j][4 * q + 3] = v.w;
+        }
+    if (a.norm_w) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NCH; ++j)
+#pragma unroll
+            for (int i = 0; i < 16; ++i) ss += xv[j][i] * xv[j][i];
+        const float inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
+#pragma unroll
+        for (int j = 0; j < NCH; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const float4 g = __ldg(reinterpret_cast<const float4*>(a.norm_w) + (lane + j * kWarp) * 4 + q);
+                xv[j][4 * q] = xv[j][4 * q] * inv * g.x, xv[j][4 * q + 1] = xv[j][4 * q + 1] * inv * g.y;
+                xv[j][4 * q + 2] = xv[j][4 * q + 2] * inv * g.z, xv[j][4 * q + 3] = xv[j][4 * q + 3] * inv * g.w;
+            }
+    }
+    float xsum[NCH];
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) t += xv[j][i];
+        xsum[j] = t;
+    }
+    float m = -FLT_MAX, sum = 0.0f;
+    int id = 0x7fffffff;
+    for (int st = 0; st < nst; ++st) {
+        const int b = st % a.stages;
+        mbar_wait(&full[b], uint32_t(st / a.stages) & 1u);
+        const int64_t r = r0 + int64_t(st) * SR + warp;
+        if (r < r1) {
+            const uint8_t* stage = base + size_t(b) * a.stage_bytes;
+            const uint8_t* row = stage + warp * RB;
+            const uint16_t* sc = reinterpret_cast<const uint16_t*>(stage + SR * RB) + warp * NG;
+            const uint16_t* bi = reinterpret_cast<const uint16_t*>(stage + SR * RB + SR * NG * 2) + warp * NG;
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NCH; ++j) {
+                const int c = lane + j * kWarp;
+                uint32_t w[4];
+                if constexpr (BITS == 8) {
+                    const uint4 q = *reinterpret_cast<const uint4*>(row + c * CB);
+                    w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+                } else if constexpr (BITS == 4) {
+                    const uint2 q = *reinterpret_cast<const uint2*>(row + c * CB);
+                    w[0] = q.x, w[1] = q.y, w[2] = 0, w[3] = 0;
+                } else {
+                    const uint32_t* q = reinterpret_cast<const uint32_t*>(row + c * CB);
+                    w[0] = q[0], w[1] = q[1], w[2] = q[2], w[3] = 0;
+                }
+                float d = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * xv[j][i];
+                const int g = (c * 16) / a.gs;
+                acc += bf(sc[g]) * d + bf(bi[g]) * xsum[j];
+            }
+            const float v = warp_sum(acc);
+            if (lane == 0) {
+                a.logits[r] = v;
+                if (v > m) sum = sum * expf(m - v) + 1.0f, m = v, id = int(r);
+                else sum += expf(v - m);
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0 && st + a.stages < nst) {
+            fence_proxy_async();
+            issue(st + a.stages);
+        }
+    }
+    if (lane == 0) wm[warp] = m, wid[warp] = id, wsum[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = -FLT_MAX, S = 0.0f;
+        int I = 0x7fffffff;
+        for (int w = 0; w < kHWarps; ++w)
+            if (wm[w] > M || (wm[w] == M && wid[w] < I)) M = wm[w], I = wid[w];
+        for (int w = 0; w < kHWarps; ++w)
+            if (wsum[w] > 0.0f) S += wsum[w] * expf(wm[w] - M);
+        a.part[3 * blockIdx.x] = M;
+        a.part[3 * blockIdx.x + 1] = __int_as_float(I);
+        a.part[3 * blockIdx.x + 2] = S;
+    }
+}
+
+bool g_head_q_on = [] { // QASR_CUDA_LM_HEAD_Q=0: quantized heads through k_matvec and the separate argmax (A/B)
+    const char* e = std::getenv("QASR_CUDA_LM_HEAD_Q");
+    return !(e && std::string(e) == "0");
+}();
+
 bool g_head_on = [] { // QASR_CUDA_LM_HEAD=0: the head through k_matvec and a separate argmax pass (A/B)
     const char* e = std::getenv("QASR_CUDA_LM_HEAD");
     return !(e && std::string(e) == "0");
@@ -146,9 +299,46 @@ bool g_head_on = [] { // QASR_CUDA_LM_HEAD=0: the head through k_matvec and a se
 
 QASR_TL_BIND(timeline_bind_head)
 
+namespace {
+int lm_head_argmax_q(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
+                     int max_parts, cudaStream_t s) {
+    if (!g_head_on || !g_head_q_on || !pdl_enabled() || (W.bits != 4 && W.bits != 6 && W.bits != 8)) return 0;
+    const int64_t K = W.cols;
+    const int NCH = int(K / 512);
+    if (K % 512 != 0 || (NCH != 2 && NCH != 4) || W.gs < 16 || K % W.gs != 0) return 0;
+    const int NG = int(K / W.gs);
+    const int64_t RB = K * W.bits / 8;
+    if ((NG * 2) % 16 != 0 || RB % 16 != 0) return 0;
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (!aligned(W.data) || !aligned(W.scales) || !aligned(W.biases) || !aligned(x) || (norm_w && !aligned(norm_w))) return 0;
+    int dev = 0, major = 0, sms = 0;
+    QASR_CUDA(cudaGetDevice(&dev));
+    QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    QASR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (major < 9) return 0;
+    const int grid = std::min(2 * sms, max_parts);
+    const uint32_t stage_bytes = uint32_t(kHWarps) * uint32_t(RB + 4 * NG);
+    const int stages = int(std::min<size_t>(kHMaxStages, kHRingBytes / stage_bytes));
+    if (grid < 1 || stages < 2 || W.rows < int64_t(grid) * kHWarps) return 0;
+    const size_t smem = size_t(stages) * stage_bytes;
+    HeadQArgs a{static_cast<const uint8_t*>(W.data), reinterpret_cast<const uint16_t*>(W.scales),
+                reinterpret_cast<const uint16_t*>(W.biases), W.rows, W.gs, x, norm_w, eps, logits, part, stages, stage_bytes};
+    auto go = [&](auto k) {
+        QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch(k, dim3(unsigned(grid)), dim3(kHThreads), smem, s, a);
+    };
+    if (W.bits == 8) NCH == 2 ? go(k_lm_head_q<8, 2>) : go(k_lm_head_q<8, 4>);
+    else if (W.bits == 6) NCH == 2 ? go(k_lm_head_q<6, 2>) : go(k_lm_head_q<6, 4>);
+    else NCH == 2 ? go(k_lm_head_q<4, 2>) : go(k_lm_head_q<4, 4>);
+    QASR_CUDA_LAUNCHED();
+    return grid;
+}
+} // namespace
+
 int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                    int max_parts, cudaStream_t s) {
-    if (!g_head_on || W.bits != 16 || !pdl_enabled() || W.cols % 256 != 0) return 0;
+    if (W.bits != 16) return lm_head_argmax_q(W, x, norm_w, eps, logits, part, max_parts, s);
+    if (!g_head_on || !pdl_enabled() || W.cols % 256 != 0) return 0;
     const int KC = int(W.cols / 256);
     if (KC != 4 && KC != 8) return 0;
     const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
