@@ -83,7 +83,11 @@ Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, co
         out = Tensor({int64_t(L), int64_t(V_)});
         QASR_CUDA(cudaMemcpyAsync(out.ptr(), lg, out.size() * 4, cudaMemcpyDeviceToHost, s_));
     } else {
-        matvec(w_.head, x + size_t(L - 1) * D_, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
+        // the last row's logits (the first token's): the decode step's LM head kernel where it applies (its argmax
+        // partials are recomputed by greedy()'s argmax_token from these logits)
+        if (!lm_head_argmax(w_.head, x + size_t(L - 1) * D_, w_.norm, eps, logits1_.as<float>(), argpart_.as<float>(),
+                            kArgParts, s_))
+            matvec(w_.head, x + size_t(L - 1) * D_, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
         if (logits > 0) {
             out = Tensor({1, int64_t(V_)});
             QASR_CUDA(cudaMemcpyAsync(out.ptr(), logits1_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
