@@ -495,6 +495,83 @@ TEST(Cuda, FusedDecodeAttentionMatchesCpu) {
     EXPECT_FALSE(decode_attention_supported(32, 2, 128));
 }
 
+// The q/k/v product fused with the decode attention (one kernel, a cluster per kv head) against the CPU and against
+// the two separate kernels (the prefetching product, then the decode attention with 16 splits merged in a cluster).
+TEST(Cuda, QkvProductFusedWithDecodeAttentionMatchesCpu) {
+    NEED_GPU();
+    int dev = 0, major = 0;
+    QASR_CUDA(cudaGetDevice(&dev));
+    QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 9) GTEST_SKIP() << "the fused q/k/v product and attention needs sm_90 (bulk copies, clusters)";
+    matvec_prefetch_prepare(dev);
+    const int Hq = 16, Hkv = 8, hd = 128, D = 1024, N = (Hq + 2 * Hkv) * hd, row = Hkv * hd;
+    const Bf16Mat W(N, D, 41);
+    const std::vector<float> x = randv(size_t(D), 42), nw = randv(size_t(D), 43);
+    const std::vector<float> qn = randv(size_t(hd), 44), kn = randv(size_t(hd), 45);
+    std::vector<float> inv(size_t(hd / 2));
+    for (int i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(1e6, 2.0 * i / hd));
+    std::vector<float> xn = x;
+    ops::rms_norm(xn.data(), 1, D, nw.data(), 1e-6f);
+    std::vector<float> qkv(static_cast<size_t>(N));
+    ops::linear(xn.data(), 1, D, W.f.data(), N, nullptr, qkv.data());
+    Dev dw(W.bits), dx(x), dnw(nw), dqn(qn), dkn(kn), dinv(inv);
+    DMat m;
+    m.rows = N, m.cols = D, m.data = dw.p<void>();
+    for (const int n : {1, 5, 16, 37, 300, 1000}) {
+        SCOPED_TRACE("keys " + std::to_string(n));
+        const int p = n - 1;
+        const uint32_t sd = uint32_t(n * 7 + 3);
+        std::vector<float> kc = randv(size_t(n * row), sd), vc = randv(size_t(n * row), sd + 1);
+        std::vector<float> q(qkv.begin(), qkv.begin() + Hq * hd), k(qkv.begin() + Hq * hd, qkv.begin() + (Hq + Hkv) * hd);
+        ops::rms_norm(q.data(), Hq, hd, qn.data(), 1e-6f);
+        ops::rms_norm(k.data(), Hkv, hd, kn.data(), 1e-6f);
+        ops::rope(q.data(), 1, Hq, hd, p, inv.data());
+        ops::rope(k.data(), 1, Hkv, hd, p, inv.data());
+        std::vector<float> kc_want = kc, vc_want = vc;
+        std::copy(k.begin(), k.end(), kc_want.begin() + size_t(p) * row);
+        std::copy(qkv.begin() + (Hq + Hkv) * hd, qkv.end(), vc_want.begin() + size_t(p) * row);
+        std::vector<float> o(size_t(Hq * hd));
+        ops::causal_attention(q.data(), kc_want.data(), vc_want.data(), o.data(), 1, p, Hq, Hkv, hd);
+        std::vector<std::vector<float>> outs; // qkv, o, kc, vc of: the fused kernel, the separate kernels
+        for (const bool fused : {true, false}) {
+            Dev dkc(kc), dvc(vc), dpos(std::vector<int>{p}), dqkv(size_t(N) * 4), dout(size_t(Hq * hd) * 4);
+            Dev dpart(size_t(Hq) * 16 * decode_partial_floats(hd) * 4), dcnt(size_t(Hkv) * 4);
+            DecAttnArgs a;
+            a.pos = dpos.p<int>(), a.Hq = Hq, a.Hkv = Hkv, a.hd = hd;
+            a.qn = dqn.p<float>(), a.kn = dkn.p<float>(), a.eps = 1e-6f, a.inv_freq = dinv.p<float>();
+            a.kc = dkc.p<float>(), a.vc = dvc.p<float>(), a.o = dout.p<float>();
+            a.splits = 16, a.part = dpart.p<float>(), a.counter = dcnt.p<unsigned>();
+            if (fused) {
+                ASSERT_TRUE(qkv_attention(m, dx.p<float>(), dnw.p<float>(), 1e-6f, dqkv.p<float>(), a, nullptr))
+                    << "the fused kernel applies to the 0.6B shapes on sm_90";
+            } else {
+                ASSERT_TRUE(matvec_prefetch(m, dx.p<float>(), dnw.p<float>(), 1e-6f, dqkv.p<float>(), Epi::Store, nullptr));
+                a.qkv = dqkv.p<float>(), a.cluster = true;
+                decode_attention(a, nullptr);
+            }
+            outs.push_back(host(dqkv, size_t(N)));
+            outs.push_back(host(dout, o.size()));
+            outs.push_back(host(dkc, kc.size()));
+            outs.push_back(host(dvc, vc.size()));
+        }
+        EXPECT_LT(rel_l2(outs[0], qkv), 1e-5);
+        EXPECT_EQ(outs[0], outs[4]); // the same product code, the same sums
+        EXPECT_LT(rel_l2(outs[1], o), 1e-5);
+        float md = 0.0f;
+        for (size_t i = 0; i < o.size(); ++i) md = std::max(md, std::fabs(outs[1][i] - outs[5][i]));
+        EXPECT_LT(md, 1e-6f) << "the separate kernels' attention output";
+        EXPECT_LT(rel_l2(outs[2], kc_want), 1e-6); // only row p changed, to the normalised, rotated k
+        EXPECT_EQ(outs[2], outs[6]);
+        EXPECT_EQ(outs[3], vc_want);
+    }
+    // shapes other than the 0.6B model's keep the two kernels
+    DMat other = m;
+    other.cols = 2048;
+    DecAttnArgs a;
+    a.Hq = Hq, a.Hkv = Hkv, a.hd = hd;
+    EXPECT_FALSE(qkv_attention(other, dx.p<float>(), dnw.p<float>(), 1e-6f, reinterpret_cast<float*>(uintptr_t(256)), a, nullptr));
+}
+
 TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {
     NEED_GPU();
     std::vector<float> x = randv(151936, 14);
