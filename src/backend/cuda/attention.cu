@@ -309,11 +309,70 @@ __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a)
     decode_attention_block<HD, GC, PRE, CL>(a, int(blockIdx.x));
 }
 
+// Whether kernel k can run clusters of n blocks here with `smem` bytes of dynamic shared memory each (sm_90; sizes
+// above 8 need the non-portable attribute).
+template <class K> bool cluster_ok(K k, int n, size_t smem) {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        major < 9 || n < 2 || n > kDecClusterMax) {
+        cudaGetLastError();
+        return false;
+    }
+    if (n > 8 && cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(n));
+    cfg.blockDim = dim3(kDecThreads);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(n), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return clusters > 0;
+}
+
+// Cached per (device, splits, smem, kernel): whether the cluster launch is possible.
+template <class K> bool cluster_ok_cached(K k, int n, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::tuple<int, int, size_t, const void*>, bool> ok;
+    int dev = 0;
+    QASR_CUDA(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lk(mu);
+    const auto key = std::make_tuple(dev, n, smem, reinterpret_cast<const void*>(k));
+    auto it = ok.find(key);
+    if (it == ok.end()) it = ok.emplace(key, cluster_ok(k, n, smem)).first;
+    return it->second;
+}
+
+template <class K, class Args>
+void launch_cluster(K k, const Args& a, int cluster, dim3 grid, size_t smem, cudaStream_t s) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kDecThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(cluster), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 2 : 1;
+    QASR_CUDA(cudaLaunchKernelEx(&cfg, k, a));
+}
+
 template <int HD, int GC, bool PRE>
 void launch_decode_attention_cluster(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
-    if (!cluster_ok_cached(k_decode_attention<HD, GC, PRE, true>, a.splits, kDecThreads, 0))
+    if (!cluster_ok_cached(k_decode_attention<HD, GC, PRE, true>, a.splits, 0))
         return launch(k_decode_attention<HD, GC, PRE>, grid, dim3(kDecThreads), 0, s, a);
-    launch_cluster(k_decode_attention<HD, GC, PRE, true>, a.splits, grid, kDecThreads, 0, s, a);
+    launch_cluster(k_decode_attention<HD, GC, PRE, true>, a, a.splits, grid, 0, s);
 }
 
 template <int HD, int GC>
@@ -351,7 +410,7 @@ void attention(const AttnArgs& a, cudaStream_t s) {
         while (S < max_split && S * 2 * kAtK < keys) S *= 2;
         const dim3 tg(unsigned((a.n + kAtQ - 1) / kAtQ * S), unsigned(a.heads));
         auto go = [&](auto k1, auto kS) {
-            if (S > 1 && cluster_ok_cached(kS, S, 128, 0)) launch_cluster(kS, S, tg, 128, 0, s, a);
+            if (S > 1 && cluster_ok_cached(kS, S, 0)) launch_cluster(kS, a, S, tg, 0, s);
             else launch(k1, dim3(unsigned((a.n + kAtQ - 1) / kAtQ), unsigned(a.heads)), dim3(128), 0, s, a);
         };
         if (a.hd == 128) {

@@ -178,41 +178,6 @@ Tensor CudaSession::extended_logits(int64_t r0, int64_t n) {
     return out;
 }
 
-// One layer's q/k/v product and attention: one fused kernel where it applies (qkv_attention), else the product, then
-// the fused decode attention (or, with QASR_CUDA_FUSED_ATTN=0, q/k-norm + RoPE and the generic attention).
-void CudaSession::qkv_and_attention(size_t li, const DevDecLayer& l, float* x) {
-    const float eps = m_.hp.text.rms_eps;
-    const bool attn = run("attn");
-    DecAttnArgs da;
-    da.qkv = qkv1_.as<float>(), da.pos = d_pos(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
-    da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
-    da.kc = kc(li), da.vc = vc(li), da.o = o1_.as<float>();
-    da.splits = dec_splits_, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
-    if (run("qkv") && attn && fused_attn_ && qkv_attention(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), da, s_)) {
-        mark("qkv");
-        mark("attention");
-        return;
-    }
-    const bool qkv_early = run("qkv") && matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_, early("qkv"));
-    mark("qkv");
-    if (attn && fused_attn_) {
-        da.pre_wait = attn_pre_ < 0 ? qkv_early : attn_pre_ == 1;
-        da.cluster = attn_cluster_;
-        da.early = early("attn");
-        decode_attention(da, s_);
-    } else if (attn) {
-        qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
-                        q1_.as<float>(), kc(li), vc(li), s_);
-        mark("qk_norm_rope");
-        AttnArgs at = dec_attn(li, q1_.as<float>(), o1_.as<float>(), 1);
-        at.past = d_pos();
-        at.splits = dec_splits_;
-        at.part = part_.as<float>();
-        attention(at, s_);
-    }
-    mark("attention");
-}
-
 // One decode step on the stream: token *d_tok at position *d_pos → logits1_, then the greedy choice into d_tok,
 // the ring and ++pos. Everything reads its position from device memory, so the sequence can be captured once.
 void CudaSession::enqueue_step() {
@@ -223,7 +188,30 @@ void CudaSession::enqueue_step() {
     mark("embed");
     for (size_t li = 0; li < w_.dec.size(); ++li) {
         const DevDecLayer& l = w_.dec[same_layer_ ? 0 : li];
-        qkv_and_attention(li, l, x);
+        const bool qkv_early = run("qkv") && matvec(l.qkv, x, l.in_norm, eps, qkv1_.as<float>(), Epi::Store, s_, early("qkv"));
+        mark("qkv");
+        const bool attn = run("attn");
+        if (attn && fused_attn_) {
+            DecAttnArgs da;
+            da.qkv = qkv1_.as<float>(), da.pos = d_pos(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
+            da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
+            da.kc = kc(li), da.vc = vc(li), da.o = o1_.as<float>();
+            da.splits = dec_splits_, da.part = part_.as<float>(), da.counter = counter_.as<unsigned>();
+            da.pre_wait = attn_pre_ < 0 ? qkv_early : attn_pre_ == 1;
+            da.cluster = attn_cluster_;
+            da.early = early("attn");
+            decode_attention(da, s_);
+        } else if (attn) {
+            qk_norm_rope_kv(qkv1_.as<float>(), 1, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
+                            q1_.as<float>(), kc(li), vc(li), s_);
+            mark("qk_norm_rope");
+            AttnArgs at = dec_attn(li, q1_.as<float>(), o1_.as<float>(), 1);
+            at.past = d_pos();
+            at.splits = dec_splits_;
+            at.part = part_.as<float>();
+            attention(at, s_);
+        }
+        mark("attention");
         if (run("o")) matvec(l.o, o1_.as<float>(), nullptr, eps, x, Epi::Add, s_, early("o"));
         mark("o_proj");
         if (run("gateup")) matvec(l.gateup, x, l.post_norm, eps, h1_.as<float>(), Epi::SwiGLU, s_, early("gateup"));

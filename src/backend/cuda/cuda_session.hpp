@@ -178,7 +178,6 @@ private:
         return a;
     }
     void enqueue_step();
-    void qkv_and_attention(size_t li, const DevDecLayer& l, float* x);
     void launch_step();
     cudaGraphExec_t capture_step(int splits); // enqueue_step() with that many key splits, captured and instantiated
     void gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta);

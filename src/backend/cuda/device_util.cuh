@@ -6,9 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <utility>
 
 namespace qasr::cuda {
@@ -225,67 +222,6 @@ void launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
     cfg.attrs = attr;
     cfg.numAttrs = pdl_enabled() ? 1 : 0;
     QASR_CUDA(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
-}
-
-
-// Thread-block clusters (sm_90). Whether kernel k can run clusters of n blocks of `threads` threads here with
-// `smem` bytes of dynamic shared memory each (sizes above 8 need the non-portable attribute; a kernel with more than
-// 48 KB of dynamic shared memory needs its size attribute set first). Cached per (device, n, threads, smem, kernel).
-constexpr int kClusterMax = 16; // the non-portable cluster size limit of sm_90
-template <class K> bool cluster_ok(K k, int n, int threads, size_t smem) {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        major < 9 || n < 2 || n > kClusterMax) {
-        cudaGetLastError();
-        return false;
-    }
-    if (n > 8 && cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(n));
-    cfg.blockDim = dim3(unsigned(threads));
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(n), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    return clusters > 0;
-}
-template <class K> bool cluster_ok_cached(K k, int n, int threads, size_t smem) {
-    static std::mutex mu;
-    static std::map<std::tuple<int, int, int, size_t, const void*>, bool> ok;
-    int dev = 0;
-    QASR_CUDA(cudaGetDevice(&dev));
-    std::lock_guard<std::mutex> lk(mu);
-    const auto key = std::make_tuple(dev, n, threads, smem, reinterpret_cast<const void*>(k));
-    auto it = ok.find(key);
-    if (it == ok.end()) it = ok.emplace(key, cluster_ok(k, n, threads, smem)).first;
-    return it->second;
-}
-
-// Launches k in clusters of `cluster` blocks (with programmatic dependent launch where enabled).
-template <class K, class... A>
-void launch_cluster(K k, int cluster, dim3 grid, int threads, size_t smem, cudaStream_t s, const A&... args) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(unsigned(threads));
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(cluster), attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_enabled() ? 2 : 1;
-    QASR_CUDA(cudaLaunchKernelEx(&cfg, k, args...));
 }
 
 } // namespace detail

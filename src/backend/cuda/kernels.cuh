@@ -107,13 +107,6 @@ constexpr int decode_partial_floats(int hd) { return hd + 4; }
 bool decode_attention_supported(int Hq, int Hkv, int hd);
 void decode_attention(const DecAttnArgs& a, cudaStream_t s);
 
-// The decode step's q/k/v product fused with its attention (qkv_attention.cu; bf16 weights, sm_90, the 0.6B shapes):
-// qkv = W · RMSNorm(x) (norm_w), then decode_attention(a) over it, in one kernel whose blocks of a kv head form a
-// cluster (a.qkv, a.splits, a.cluster and the split buffers are set here). Returns false where it does not apply
-// (then matvec + decode_attention); QASR_CUDA_QKV_ATTN=0 turns it off.
-bool qkv_attention(const DMat& W, const float* x, const float* norm_w, float eps, float* qkv, const DecAttnArgs& a,
-                   cudaStream_t s);
-
 // Greedy choice: argmax (ties → lowest id) and its log-softmax; writes *tok, ring[*count % ring_size] =
 // {id, logprob bits}, ++*count, and ++*pos when advance.
 // scratch: ≥ 3·132 floats. Two kernels (per-slice reductions, then the merge).
