@@ -517,6 +517,21 @@ TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {
     float lp;
     std::memcpy(&lp, &ring[0].y, 4);
     EXPECT_NEAR(lp, -std::log(s), 1e-4);
+    // with an embedding table: the chosen row is written out too (the next decode step's input)
+    const int K = 1024;
+    const Bf16Mat E(1000, K, 15);
+    Dev de(E.bits), dout(size_t(K) * 4);
+    DMat emb;
+    emb.rows = 1000, emb.cols = K, emb.data = de.p<void>();
+    argmax_token(dx.p<float>(), 1000, scratch.p<float>(), ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
+                 true, nullptr, &emb, dout.p<float>());
+    EXPECT_EQ(host(dout, size_t(K)), std::vector<float>(E.f.begin() + 777 * K, E.f.begin() + 778 * K));
+    EXPECT_TRUE(argmax_can_embed(emb));
+    DMat qe = emb; // a quantized table keeps the embedding kernel: refused with an error, nothing launched
+    qe.bits = 8, qe.gs = 64;
+    EXPECT_FALSE(argmax_can_embed(qe));
+    EXPECT_ANY_THROW(argmax_token(dx.p<float>(), 1000, scratch.p<float>(), ints.p<int>(), ints.p<int>() + 1,
+                                  ints.p<int>() + 2, ring, 4, true, nullptr, &qe, dout.p<float>()));
     cudaFreeHost(ring);
 }
 

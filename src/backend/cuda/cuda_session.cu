@@ -184,7 +184,7 @@ void CudaSession::enqueue_step() {
     const float eps = m_.hp.text.rms_eps;
     float* x = x1_.as<float>();
     mark("start");
-    if (run("embed")) embed(w_.embed, d_tok(), 1, x, s_);
+    if (!embed_fold_ && run("embed")) embed(w_.embed, d_tok(), 1, x, s_); // else the previous argmax wrote x
     mark("embed");
     for (size_t li = 0; li < w_.dec.size(); ++li) {
         const DevDecLayer& l = w_.dec[same_layer_ ? 0 : li];
@@ -224,11 +224,13 @@ void CudaSession::enqueue_step() {
                                   : 0;
     if (parts) {
         mark("lm_head");
-        argmax_merge(logits1_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_);
+        argmax_merge(logits1_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_,
+                     fold_emb(), x);
     } else {
         if (run("head")) matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
         mark("lm_head");
-        argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_);
+        argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_,
+                     fold_emb(), x);
     }
     mark("argmax");
 }
@@ -314,6 +316,7 @@ Tensor CudaSession::step(int token) {
     ensure_kv(len_ + 1);
     *tok_h_ = token;
     QASR_CUDA(cudaMemcpyAsync(d_tok(), tok_h_, sizeof(int), cudaMemcpyHostToDevice, s_));
+    if (embed_fold_) embed(w_.embed, d_tok(), 1, x1_.as<float>(), s_); // the step's input (the graph has no embed)
     launch_step();
     ++len_;
     Tensor out({1, int64_t(V_)});
@@ -329,7 +332,8 @@ void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& 
     ensure_kv(len_ + max_tokens + 1);
     // Token 0 comes from the prefill's logits (already on the device).
     set_ints(d_count(), 0, 0, s_);
-    argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, false, s_);
+    argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, false, s_,
+                 fold_emb(), x1_.as<float>());
     QASR_CUDA(cudaEventRecord(ev_[0], s_));
     for (int n = 0; n < max_tokens; ++n) {
         if (n + 1 < max_tokens) { // queue the step that makes token n+1 before reading token n

@@ -55,6 +55,8 @@ public:
         dec_splits_fixed_ = dsp && std::atoi(dsp) > 0 ? std::clamp(std::atoi(dsp), 1, kDecodeSplits) : 0;
         dec_splits_ = dec_splits_fixed_ ? dec_splits_fixed_ : 16;
         QASR_CUDA(cudaMemset(counter_.get(), 0, size_t(Hkv_) * sizeof(unsigned)));
+        const char* ef = std::getenv("QASR_CUDA_EMBED_FOLD");
+        embed_fold_ = !(ef && std::string(ef) == "0") && argmax_can_embed(w_.embed);
         const char* fa = std::getenv("QASR_CUDA_FUSED_ATTN");
         fused_attn_ = decode_attention_supported(Hq_, Hkv_, hd_) && !(fa && std::string(fa) == "0");
         // The whole step as one persistent kernel where it applies (bf16 weights, sm_90); QASR_CUDA_PERSISTENT=0
@@ -223,6 +225,10 @@ private:
         const char* e = std::getenv("QASR_CUDA_ATTN_CLUSTER");
         return !(e && std::string(e) == "0");
     }();
+    // The greedy choice's kernel also writes the chosen token's embedding row into the next step's input, so the
+    // step has no embedding kernel of its own (QASR_CUDA_EMBED_FOLD=0: it has; step(token) embeds the given token).
+    bool embed_fold_ = false; // set in the constructor
+    const DMat* fold_emb() const { return embed_fold_ ? &w_.embed : nullptr; }
     // QASR_CUDA_SAME_LAYER=1 (a timing experiment, the tokens are meaningless): every layer of the decode step uses
     // layer 0's weights, which then stay in L2 — the step's time without streaming its weights from HBM.
     const bool same_layer_ = [] {

@@ -164,25 +164,28 @@ void launch_matvec(const MvArgs& a, cudaStream_t s) {
 
 // ---------------------------------------------------------------------------------------------------------------
 
+// Row id of the embedding table t as float32 into o, by threads tid = 0, nt, 2·nt, …
+__device__ __forceinline__ void embed_row(const DMat& t, int64_t id, float* o, int tid, int nt) {
+    const int64_t K = t.cols;
+    if (t.bits == 16) {
+        const uint16_t* r = static_cast<const uint16_t*>(t.data) + id * K;
+        for (int64_t k = tid; k < K; k += nt) o[k] = bf(r[k]);
+    } else {
+        const uint8_t* r = static_cast<const uint8_t*>(t.data) + id * (K * t.bits / 8);
+        const int64_t ng = K / t.gs;
+        for (int64_t k = tid; k < K; k += nt)
+            o[k] = __bfloat162float(t.scales[id * ng + k / t.gs]) * float(code_at(r, k, t.bits)) +
+                   __bfloat162float(t.biases[id * ng + k / t.gs]);
+    }
+}
+
 __global__ void k_embed(DMat t, const int* ids, float* out) {
     QASR_TL_ENTRY
     dep_wait();
     QASR_TL_WAITED(kTlEmbed, true);
     dep_launch();
     const int i = blockIdx.x;
-    const int64_t id = ids[i];
-    const int64_t K = t.cols;
-    float* o = out + int64_t(i) * K;
-    if (t.bits == 16) {
-        const uint16_t* r = static_cast<const uint16_t*>(t.data) + id * K;
-        for (int64_t k = threadIdx.x; k < K; k += blockDim.x) o[k] = bf(r[k]);
-    } else {
-        const uint8_t* r = static_cast<const uint8_t*>(t.data) + id * (K * t.bits / 8);
-        const int64_t ng = K / t.gs;
-        for (int64_t k = threadIdx.x; k < K; k += blockDim.x)
-            o[k] = __bfloat162float(t.scales[id * ng + k / t.gs]) * float(code_at(r, k, t.bits)) +
-                   __bfloat162float(t.biases[id * ng + k / t.gs]);
-    }
+    embed_row(t, ids[i], out + int64_t(i) * t.cols, int(threadIdx.x), int(blockDim.x));
 }
 
 __global__ void k_dequant(DMat t, bf16* out) {
@@ -327,8 +330,9 @@ __global__ void k_argmax_part(const float* x, int V, float* part) {
     }
 }
 
+// emb_out: the chosen token's embedding row (table emb) is written there too (the next step's input).
 __global__ void k_argmax_final(const float* x, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
-                               int ring_size, bool advance) {
+                               int ring_size, bool advance, DMat emb, float* emb_out) {
     QASR_TL_ENTRY
     dep_wait();
     QASR_TL_WAITED(kTlArgFinal, false);
@@ -347,6 +351,22 @@ __global__ void k_argmax_final(const float* x, const float* part, int nparts, in
         const float om = __shfl_xor_sync(0xffffffffu, M, o);
         const int oi = __shfl_xor_sync(0xffffffffu, id, o);
         if (om > M || (om == M && oi < id)) M = om, id = oi;
+    }
+    if (emb_out) { // bf16 rows of 256·EC columns (the launcher's condition): every load in flight before any store
+        constexpr int EC = 8;
+        const int nc = int(emb.cols / 256);
+        const uint4* r = static_cast<const uint4*>(emb.data) + int64_t(id) * (emb.cols / 8);
+        uint4 v[EC];
+#pragma unroll
+        for (int j = 0; j < EC; ++j)
+            if (j < nc) v[j] = __ldg(r + lane + j * kWarp);
+#pragma unroll
+        for (int j = 0; j < EC; ++j) {
+            if (j >= nc) break;
+            float4* o = reinterpret_cast<float4*>(emb_out) + 2 * (lane + j * kWarp);
+            o[0] = make_float4(bf(v[j].x & 0xffffu), bf(v[j].x >> 16), bf(v[j].y & 0xffffu), bf(v[j].y >> 16));
+            o[1] = make_float4(bf(v[j].z & 0xffffu), bf(v[j].z >> 16), bf(v[j].w & 0xffffu), bf(v[j].w >> 16));
+        }
     }
     float S = 0.0f;
     for (int p = lane; p < nparts; p += kWarp)
@@ -445,16 +465,23 @@ void qk_norm_rope_kv(const float* qkv, int n, const int* pos, int Hq, int Hkv, i
     QASR_CUDA_LAUNCHED();
 }
 
+bool argmax_can_embed(const DMat& emb) {
+    return emb.bits == 16 && emb.cols % 256 == 0 && emb.cols <= 2048 && reinterpret_cast<uintptr_t>(emb.data) % 16 == 0;
+}
+
 void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,
-                  bool advance, cudaStream_t s) {
+                  bool advance, cudaStream_t s, const DMat* emb, float* emb_out) {
+    if (emb && !argmax_can_embed(*emb)) fail("cuda", "argmax: the embedding write needs bf16 rows of 256·n ≤ 2048 columns");
     launch(k_argmax_part, dim3(kArgBlocks), dim3(1024), 0, s, logits, V, scratch);
     launch(k_argmax_final, dim3(1), dim3(32), 0, s, logits, static_cast<const float*>(scratch), kArgBlocks, tok, pos, count,
-           ring, ring_size, advance);
+           ring, ring_size, advance, emb ? *emb : DMat{}, emb ? emb_out : nullptr);
 }
 
 void argmax_merge(const float* logits, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
-                  int ring_size, bool advance, cudaStream_t s) {
-    launch(k_argmax_final, dim3(1), dim3(32), 0, s, logits, part, nparts, tok, pos, count, ring, ring_size, advance);
+                  int ring_size, bool advance, cudaStream_t s, const DMat* emb, float* emb_out) {
+    if (emb && !argmax_can_embed(*emb)) fail("cuda", "argmax: the embedding write needs bf16 rows of 256·n ≤ 2048 columns");
+    launch(k_argmax_final, dim3(1), dim3(32), 0, s, logits, part, nparts, tok, pos, count, ring, ring_size, advance,
+           emb ? *emb : DMat{}, emb ? emb_out : nullptr);
 }
 
 void set_pdl(bool on) { g_pdl = on; }

@@ -110,12 +110,15 @@ void decode_attention(const DecAttnArgs& a, cudaStream_t s);
 // Greedy choice: argmax (ties → lowest id) and its log-softmax; writes *tok, ring[*count % ring_size] =
 // {id, logprob bits}, ++*count, and ++*pos when advance.
 // scratch: ≥ 3·132 floats. Two kernels (per-slice reductions, then the merge).
+// With emb, the chosen token's embedding row is also written to emb_out (the next decode step's input); the table
+// must pass argmax_can_embed (bf16, 256·n ≤ 2048 columns).
+bool argmax_can_embed(const DMat& emb);
 void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,
-                  bool advance, cudaStream_t s);
+                  bool advance, cudaStream_t s, const DMat* emb = nullptr, float* emb_out = nullptr);
 // The argmax's second stage alone: merges nparts (max, index, Σ exp) partials (lm_head_argmax's) into *tok, the
 // ring and the counters, as argmax_token.
 void argmax_merge(const float* logits, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
-                  int ring_size, bool advance, cudaStream_t s);
+                  int ring_size, bool advance, cudaStream_t s, const DMat* emb = nullptr, float* emb_out = nullptr);
 // The decode step's LM head fused with the argmax's first stage (lm_head.cu): logits = W · RMSNorm(x) and the
 // argmax partials in part (≥ 3·max_parts floats). Returns the number of partials, or 0 where it does not apply
 // (quantized head, no sm_90, other widths than 1024/2048): then matvec + argmax_token.
