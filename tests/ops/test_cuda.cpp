@@ -320,6 +320,18 @@ TEST(Cuda, NormsAndActivationsMatchCpu) {
         for (int k = 0; k < d; ++k) ref[size_t(r * d + k)] += b[size_t(k)];
     ops::gelu_erf(ref.data(), ref.size());
     EXPECT_LT(rel_l2(host(dy, ref.size()), ref), 1e-6);
+    // a bias added by the layer norm itself (the encoder's residual biases): bit for bit the bias kernel, then the norm
+    Dev x1(x), x2(x), ob1(size_t(rows * d) * 2), ob2(size_t(rows * d) * 2);
+    const std::vector<float> add = randv(size_t(d), 10);
+    Dev dadd(add);
+    bias_act(x1.p<float>(), rows, d, dadd.p<float>(), false, nullptr, nullptr);
+    layer_norm(x1.p<float>(), rows, d, dw.p<float>(), db.p<float>(), 1e-5f, ob1.p<bf16>(), nullptr);
+    add_layer_norm(x2.p<float>(), rows, d, dadd.p<float>(), dw.p<float>(), db.p<float>(), 1e-5f, ob2.p<bf16>(), nullptr);
+    EXPECT_EQ(host(x2, size_t(rows * d)), host(x1, size_t(rows * d)));
+    std::vector<uint16_t> h1(size_t(rows * d)), h2(size_t(rows * d));
+    QASR_CUDA(cudaMemcpy(h1.data(), ob1.p<void>(), h1.size() * 2, cudaMemcpyDeviceToHost));
+    QASR_CUDA(cudaMemcpy(h2.data(), ob2.p<void>(), h2.size() * 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(h2, h1);
 }
 
 TEST(Cuda, QkNormRopeAndAttentionMatchCpu) {

@@ -117,8 +117,11 @@ Tensor CudaSession::encode_layers(int A, int window) {
     bf16* abf = ebf_.as<bf16>();
     Stopwatch sw;
     if (profile_) ++prof_calls_["encoder"], npev_ = 0, mark("start");
+    // The residual's biases (o, fc2) are added by the layer norm that reads the residual next (ln2, the next layer's
+    // ln1, ln_post): the same sums, one kernel fewer each.
+    const float* pending = nullptr;
     for (const DevEncLayer& l : w_.enc) {
-        layer_norm(x, A, d, l.ln1_w, l.ln1_b, 1e-5f, abf, s_);
+        add_layer_norm(x, A, d, pending, l.ln1_w, l.ln1_b, 1e-5f, abf, s_);
         mark("norm");
         gemm_w(abf, A, l.qkv, eqkv_.as<float>(), 0.0f);
         mark("qkv");
@@ -141,9 +144,7 @@ Tensor CudaSession::encode_layers(int A, int window) {
         mark("attention");
         gemm_w(abf, A, l.o, x, 1.0f);
         mark("o");
-        bias_act(x, A, d, l.o_b, false, nullptr, s_);
-        mark("bias");
-        layer_norm(x, A, d, l.ln2_w, l.ln2_b, 1e-5f, abf, s_);
+        add_layer_norm(x, A, d, l.o_b, l.ln2_w, l.ln2_b, 1e-5f, abf, s_);
         mark("norm");
         gemm_w(abf, A, l.fc1, eu_.as<float>(), 0.0f);
         mark("fc1");
@@ -151,13 +152,12 @@ Tensor CudaSession::encode_layers(int A, int window) {
         mark("bias_gelu");
         gemm_w(abf, A, l.fc2, x, 1.0f);
         mark("fc2");
-        bias_act(x, A, d, l.fc2_b, false, nullptr, s_);
-        mark("bias");
+        pending = l.fc2_b;
     }
     rows_flush("encoder");
     npev_ = 0;
     host_report("encoder", A, sw);
-    layer_norm(x, A, d, w_.ln_post_w, w_.ln_post_b, 1e-5f, abf, s_);
+    add_layer_norm(x, A, d, pending, w_.ln_post_w, w_.ln_post_b, 1e-5f, abf, s_);
     gemm_w(abf, A, w_.proj1, eatt_.as<float>(), 0.0f);
     bias_act(eatt_.as<float>(), A, d, w_.proj1_b, true, abf, s_);
     const int O = int(w_.proj2.rows);

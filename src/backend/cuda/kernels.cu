@@ -211,9 +211,12 @@ __global__ void k_rms_norm(const float* x, int d, const float* w, float eps, flo
     }
 }
 
-__global__ void k_layer_norm(const float* x, int d, const float* w, const float* b, float eps, bf16* out) {
+// add: a bias first added to the row in place (x += add), each element by the thread that normalises it.
+__global__ void k_layer_norm(float* x, int d, const float* add, const float* w, const float* b, float eps, bf16* out) {
     __shared__ float red[32];
-    const float* r = x + int64_t(blockIdx.x) * d;
+    float* r = x + int64_t(blockIdx.x) * d;
+    if (add)
+        for (int k = threadIdx.x; k < d; k += blockDim.x) r[k] += add[k];
     float s = 0.0f;
     for (int k = threadIdx.x; k < d; k += blockDim.x) s += r[k];
     const float mean = block_sum(s, red) / float(d);
@@ -430,7 +433,14 @@ void rms_norm(const float* x, int rows, int d, const float* w, float eps, float*
 
 void layer_norm(const float* x, int rows, int d, const float* w, const float* b, float eps, bf16* out, cudaStream_t s) {
     if (rows <= 0) return;
-    k_layer_norm<<<unsigned(rows), 256, 0, s>>>(x, d, w, b, eps, out);
+    k_layer_norm<<<unsigned(rows), 256, 0, s>>>(const_cast<float*>(x), d, nullptr, w, b, eps, out);
+    QASR_CUDA_LAUNCHED();
+}
+
+void add_layer_norm(float* x, int rows, int d, const float* add, const float* w, const float* b, float eps, bf16* out,
+                    cudaStream_t s) {
+    if (rows <= 0) return;
+    k_layer_norm<<<unsigned(rows), 256, 0, s>>>(x, d, add, w, b, eps, out);
     QASR_CUDA_LAUNCHED();
 }
 

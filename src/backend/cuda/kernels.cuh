@@ -45,6 +45,9 @@ void dequant_bf16(const DMat& W, bf16* out, cudaStream_t s);
 void rms_norm(const float* x, int rows, int d, const float* w, float eps, float* out_f32, bf16* out_bf16,
               cudaStream_t s);
 void layer_norm(const float* x, int rows, int d, const float* w, const float* b, float eps, bf16* out, cudaStream_t s);
+// x[r, :] += add (a bias, in place), then layer_norm of the result; add may be null.
+void add_layer_norm(float* x, int rows, int d, const float* add, const float* w, const float* b, float eps, bf16* out,
+                    cudaStream_t s);
 void to_bf16(const float* x, size_t n, bf16* out, cudaStream_t s);
 // y[r, :] += bias; then GELU (exact erf) if gelu; a bf16 copy into out_bf16 when non-null.
 void bias_act(float* y, int rows, int n, const float* bias, bool gelu, bf16* out_bf16, cudaStream_t s);
