@@ -90,6 +90,33 @@ struct Bf16Mat {
     }
 };
 
+// An MLX affine-quantized matrix of w [rows, cols] on the device (codes, bf16 scales and biases) with its dequantized
+// values for the CPU reference.
+struct QuantDevMat {
+    std::vector<float> f; // dequantized, as the device reads them
+    Dev codes, scales, biases;
+    DMat m;
+    static std::vector<uint16_t> bits_of(const std::vector<float>& v) {
+        std::vector<uint16_t> b;
+        for (float x : v) b.push_back(bf16_bits(x));
+        return b;
+    }
+    QuantDevMat(const AffineQuantized& q, std::vector<uint16_t> sc, std::vector<uint16_t> bi, int rows, int cols, int bits,
+                int gs)
+        : codes(q.packed), scales(sc), biases(bi) {
+        WeightMatrix cw;
+        cw.fmt = WFormat::Q, cw.rows = rows, cw.cols = cols, cw.bits = bits, cw.group_size = gs;
+        cw.data = q.packed.data(), cw.scales = sc.data(), cw.biases = bi.data();
+        f = cw.to_f32();
+        m.bits = bits, m.rows = rows, m.cols = cols, m.gs = gs, m.data = codes.p<void>();
+        m.scales = scales.p<bf16>(), m.biases = biases.p<bf16>();
+    }
+    QuantDevMat(const AffineQuantized& q, int rows, int cols, int bits, int gs)
+        : QuantDevMat(q, bits_of(q.scales), bits_of(q.biases), rows, cols, bits, gs) {}
+    QuantDevMat(const std::vector<float>& w, int rows, int cols, int bits, int gs)
+        : QuantDevMat(quantize_affine(w.data(), rows, cols, bits, gs), rows, cols, bits, gs) {}
+};
+
 } // namespace
 
 TEST(Cuda, MatvecBf16AllEpiloguesMatchCpu) {
@@ -195,36 +222,26 @@ TEST(Cuda, MatvecQuantizedMatchesCpuKernelsEveryWidth) {
     for (int bits : {4, 6, 8})
         for (const auto& [N, K] : {std::pair<int, int>{129, 1024}, {40000, 64}}) {
             const std::vector<float> w = randv(size_t(N) * K, 5, 0.2f), x = randv(size_t(K), 6);
-            AffineQuantized q = quantize_affine(w.data(), N, K, bits, 64);
-            std::vector<uint16_t> sc, bi;
-            for (float v : q.scales) sc.push_back(bf16_bits(v));
-            for (float v : q.biases) bi.push_back(bf16_bits(v));
-            WeightMatrix cw;
-            cw.fmt = WFormat::Q, cw.rows = N, cw.cols = K, cw.bits = bits, cw.group_size = 64;
-            cw.data = q.packed.data(), cw.scales = sc.data(), cw.biases = bi.data();
+            const QuantDevMat Q(w, N, K, bits, 64);
             // exact reference: the dequantized matrix in double (the CPU's VNNI kernels round x to int8)
-            const std::vector<float> wd = cw.to_f32();
+            const std::vector<float>& wd = Q.f;
             std::vector<float> ref(static_cast<size_t>(N));
             for (int r = 0; r < N; ++r) {
                 double acc = 0;
                 for (int k = 0; k < K; ++k) acc += double(wd[size_t(r) * K + k]) * x[size_t(k)];
                 ref[size_t(r)] = float(acc);
             }
-            Dev dc(q.packed), ds(sc), db(bi), dx(x), dy(size_t(N) * 4);
-            DMat m;
-            m.bits = bits, m.rows = N, m.cols = K, m.gs = 64, m.data = dc.p<void>();
-            m.scales = ds.p<bf16>(), m.biases = db.p<bf16>();
-            matvec(m, dx.p<float>(), nullptr, 0, dy.p<float>(), Epi::Store, nullptr);
+            Dev dx(x), dy(size_t(N) * 4);
+            matvec(Q.m, dx.p<float>(), nullptr, 0, dy.p<float>(), Epi::Store, nullptr);
             EXPECT_LT(rel_l2(host(dy, size_t(N)), ref), 1e-5) << bits << "-bit " << N << "x" << K;
             // the embedding gather and the bf16 dequantization decode the same codes
             const std::vector<int> ids{0, N - 1, N / 2};
             Dev di(ids), de(ids.size() * size_t(K) * 4);
-            embed(m, di.p<int>(), int(ids.size()), de.p<float>(), nullptr);
+            embed(Q.m, di.p<int>(), int(ids.size()), de.p<float>(), nullptr);
             const std::vector<float> got = host(de, ids.size() * size_t(K));
-            std::vector<float> row(static_cast<size_t>(K));
             for (size_t r = 0; r < ids.size(); ++r) {
-                cw.row_f32(ids[r], row.data());
-                for (int k = 0; k < K; ++k) ASSERT_NEAR(got[r * size_t(K) + size_t(k)], row[size_t(k)], 1e-6f);
+                const float* row = Q.f.data() + size_t(ids[r]) * K;
+                for (int k = 0; k < K; ++k) ASSERT_NEAR(got[r * size_t(K) + size_t(k)], row[k], 1e-6f);
             }
         }
 }
@@ -246,18 +263,10 @@ TEST(Cuda, MatvecPrefetchedQuantizedMatchesCpu) {
                 const int R = 2 * N; // SwiGLU: gate rows, then up rows
                 const std::vector<float> w = randv(size_t(R) * K, uint32_t(bits * 7 + gs), 0.2f), x = randv(size_t(K), 41),
                                          nw = randv(size_t(K), 42), y0 = randv(size_t(R), 43);
-                AffineQuantized q = quantize_affine(w.data(), R, K, bits, gs);
-                std::vector<uint16_t> sc, bi;
-                for (float v : q.scales) sc.push_back(bf16_bits(v));
-                for (float v : q.biases) bi.push_back(bf16_bits(v));
-                WeightMatrix cw;
-                cw.fmt = WFormat::Q, cw.rows = R, cw.cols = K, cw.bits = bits, cw.group_size = gs;
-                cw.data = q.packed.data(), cw.scales = sc.data(), cw.biases = bi.data();
-                const std::vector<float> wd = cw.to_f32();
-                Dev dc(q.packed), ds(sc), db(bi), dx(x), dn(nw);
-                DMat m;
-                m.bits = bits, m.rows = R, m.cols = K, m.gs = gs, m.data = dc.p<void>();
-                m.scales = ds.p<bf16>(), m.biases = db.p<bf16>();
+                const QuantDevMat Q(w, R, K, bits, gs);
+                const std::vector<float>& wd = Q.f;
+                const DMat& m = Q.m;
+                Dev dx(x), dn(nw);
                 for (const bool norm : {true, false}) {
                     std::vector<float> xn = x;
                     if (norm) ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
@@ -607,14 +616,8 @@ TEST(Cuda, LmHeadArgmaxQuantizedMatchesCpu) {
             const int gs = 64;
             const std::vector<float> w = randv(size_t(V) * K, uint32_t(V + bits), 0.2f), x = randv(size_t(K), 61),
                                      nw = randv(size_t(K), 62);
-            AffineQuantized q = quantize_affine(w.data(), V, K, bits, gs);
-            std::vector<uint16_t> sc, bi;
-            for (float v : q.scales) sc.push_back(bf16_bits(v));
-            for (float v : q.biases) bi.push_back(bf16_bits(v));
-            WeightMatrix cw;
-            cw.fmt = WFormat::Q, cw.rows = V, cw.cols = K, cw.bits = bits, cw.group_size = gs;
-            cw.data = q.packed.data(), cw.scales = sc.data(), cw.biases = bi.data();
-            const std::vector<float> wd = cw.to_f32();
+            const QuantDevMat Q(w, V, K, bits, gs);
+            const std::vector<float>& wd = Q.f;
             std::vector<float> xn = x;
             ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
             std::vector<float> ref(static_cast<size_t>(V));
@@ -623,11 +626,8 @@ TEST(Cuda, LmHeadArgmaxQuantizedMatchesCpu) {
                 for (int k = 0; k < K; ++k) acc += double(wd[size_t(r) * K + k]) * xn[size_t(k)];
                 ref[size_t(r)] = float(acc);
             }
-            Dev dc(q.packed), ds(sc), db(bi), dx(x), dn(nw), dlog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4),
-                ints(std::vector<int>{0, 5, 0, 0});
-            DMat m;
-            m.bits = bits, m.rows = V, m.cols = K, m.gs = gs, m.data = dc.p<void>();
-            m.scales = ds.p<bf16>(), m.biases = db.p<bf16>();
+            Dev dx(x), dn(nw), dlog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), ints(std::vector<int>{0, 5, 0, 0});
+            const DMat& m = Q.m;
             const int parts = lm_head_argmax(m, dx.p<float>(), dn.p<float>(), 1e-6f, dlog.p<float>(), dpart.p<float>(), 1024, nullptr);
             ASSERT_GT(parts, 0);
             int2* ring = nullptr;

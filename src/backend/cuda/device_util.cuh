@@ -175,6 +175,49 @@ template <int BITS> __device__ __forceinline__ uint32_t chunk_code(const uint32_
     }
 }
 
+// The 16 codes of the chunk of a quantized row at p as words for chunk_code (8-bit: one 16-byte load, 4-bit: 8
+// bytes, 6-bit: three words), and Σ q·x over them with x[0..15].
+template <int BITS> __device__ __forceinline__ void chunk_words(const uint8_t* p, uint32_t (&w)[4]) {
+    if constexpr (BITS == 8) {
+        const uint4 q = *reinterpret_cast<const uint4*>(p);
+        w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+    } else if constexpr (BITS == 4) {
+        const uint2 q = *reinterpret_cast<const uint2*>(p);
+        w[0] = q.x, w[1] = q.y, w[2] = 0, w[3] = 0;
+    } else {
+        const uint32_t* q = reinterpret_cast<const uint32_t*>(p);
+        w[0] = q[0], w[1] = q[1], w[2] = q[2], w[3] = 0;
+    }
+}
+template <int BITS> __device__ __forceinline__ float chunk_dot(const uint32_t (&w)[4], const float* x) {
+    float d = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * x[i];
+    return d;
+}
+
+// A lane's part of an MLX-quantized row's dot product with x: its chunks c = lane + 32j (j < NCH) of the row's codes
+// (row), group scales sc and biases bi (group size gs), x's chunk j from xchunk(j, float[16]) and its sum xsum[j]:
+// Σ_j scale·Σ q·x + bias·Σ x.
+template <int BITS, int NCH, class X>
+__device__ __forceinline__ float qrow_dot(const uint8_t* row, const uint16_t* sc, const uint16_t* bi, int gs, int lane,
+                                          const float* xsum, X&& xchunk) {
+    constexpr int CB = 16 * BITS / 8;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+        const int c = lane + j * kWarp;
+        uint32_t w[4];
+        chunk_words<BITS>(row + c * CB, w);
+        float f[16];
+        xchunk(j, f);
+        const float d = chunk_dot<BITS>(w, f);
+        const int g = (c * 16) / gs;
+        acc += bf(sc[g]) * d + bf(bi[g]) * xsum[j];
+    }
+    return acc;
+}
+
 // Σ of 8 bf16 weights (one 16-byte load) times xp[0..7]; xp is 16-byte aligned shared memory, read with two
 // vector loads (eight scalar ones, a lane's 32 bytes at a 32-byte stride, put eight lanes on one bank).
 __device__ __forceinline__ float dot8_bf16(const uint4 v, const float* xp) {

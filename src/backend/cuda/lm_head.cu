@@ -38,6 +38,51 @@ struct HeadArgs {
     int stages;
 };
 
+// Thread 0 initialises the ring's stage barriers and issues its first stages (before the dependency wait).
+template <class Issue>
+__device__ __forceinline__ void head_issue_first(uint64_t* full, int stages, int nst, Issue&& issue) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < stages; ++i) mbar_init(&full[i]);
+        mbar_fence_init();
+        for (int st = 0; st < stages && st < nst; ++st) issue(st);
+    }
+    __syncthreads(); // the barriers are initialised before anyone waits on them
+}
+
+// x [K] into shared memory (after the dependency wait), visible to the block.
+__device__ __forceinline__ void stage_x(float* xs, const float* x, int K) {
+    for (int i = threadIdx.x; i < K / 4; i += kHThreads)
+        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(x) + i);
+    __syncthreads();
+}
+
+// Lane 0's row r with logit v: stored, and folded into the warp's running (max, lowest index, Σ exp(v − max)).
+__device__ __forceinline__ void head_take(float v, int64_t r, float* logits, float& m, int& id, float& sum) {
+    logits[r] = v;
+    if (v > m) sum = sum * expf(m - v) + 1.0f, m = v, id = int(r);
+    else sum += expf(v - m);
+}
+
+// The block's argmax partial from its warps' running values (lane 0 of each): part[3·block …] = max, index, Σexp.
+__device__ __forceinline__ void head_partial(float m, int id, float sum, float* part) {
+    __shared__ float wm[kHWarps], wsum[kHWarps];
+    __shared__ int wid[kHWarps];
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    if (lane == 0) wm[warp] = m, wid[warp] = id, wsum[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = -FLT_MAX, S = 0.0f;
+        int I = 0x7fffffff;
+        for (int w = 0; w < kHWarps; ++w)
+            if (wm[w] > M || (wm[w] == M && wid[w] < I)) M = wm[w], I = wid[w];
+        for (int w = 0; w < kHWarps; ++w)
+            if (wsum[w] > 0.0f) S += wsum[w] * expf(wm[w] - M);
+        part[3 * blockIdx.x] = M;
+        part[3 * blockIdx.x + 1] = __int_as_float(I);
+        part[3 * blockIdx.x + 2] = S;
+    }
+}
+
 // KC = K/256: lane l holds x[8c … 8c+7] for the chunks c = l + 32j (as k_matvec_pf).
 template <int KC>
 __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
@@ -45,8 +90,6 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
     extern __shared__ __align__(128) uint4 ring[];
     __shared__ __align__(8) uint64_t full[kHMaxStages];
     __shared__ __align__(16) float xs[K];
-    __shared__ float wm[kHWarps], wsum[kHWarps];
-    __shared__ int wid[kHWarps];
     QASR_TL_ENTRY
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int64_t r0 = a.V * blockIdx.x / gridDim.x, r1 = a.V * (blockIdx.x + 1) / gridDim.x;
@@ -58,18 +101,11 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
         mbar_expect(bar, bytes);
         bulk_copy(ring + size_t(st % a.stages) * SR * CPR, a.w + (r0 + int64_t(st) * SR) * K, bytes, bar);
     };
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < a.stages; ++i) mbar_init(&full[i]);
-        mbar_fence_init();
-        for (int st = 0; st < a.stages && st < nst; ++st) issue(st);
-    }
-    __syncthreads();
+    head_issue_first(full, a.stages, nst, issue);
     dep_wait();
     QASR_TL_WAITED(kTlMatvec, false);
     dep_launch();
-    for (int i = threadIdx.x; i < K / 4; i += kHThreads)
-        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
-    __syncthreads();
+    stage_x(xs, a.x, K);
     float xv[KC * 8];
 #pragma unroll
     for (int j = 0; j < KC; ++j) {
@@ -110,11 +146,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
                        bf(v.z & 0xffffu) * xp[4] + bf(v.z >> 16) * xp[5] + bf(v.w & 0xffffu) * xp[6] + bf(v.w >> 16) * xp[7];
             }
             const float v = warp_sum(acc);
-            if (lane == 0) {
-                a.logits[r] = v;
-                if (v > m) sum = sum * expf(m - v) + 1.0f, m = v, id = int(r);
-                else sum += expf(v - m);
-            }
+            if (lane == 0) head_take(v, r, a.logits, m, id, sum);
         }
         __syncthreads(); // stage b is read: refill it (generic-proxy reads ordered before the bulk writes)
         if (threadIdx.x == 0 && st + a.stages < nst) {
@@ -122,19 +154,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
             issue(st + a.stages);
         }
     }
-    if (lane == 0) wm[warp] = m, wid[warp] = id, wsum[warp] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float M = -FLT_MAX, S = 0.0f;
-        int I = 0x7fffffff;
-        for (int w = 0; w < kHWarps; ++w)
-            if (wm[w] > M || (wm[w] == M && wid[w] < I)) M = wm[w], I = wid[w];
-        for (int w = 0; w < kHWarps; ++w)
-            if (wsum[w] > 0.0f) S += wsum[w] * expf(wm[w] - M);
-        a.part[3 * blockIdx.x] = M;
-        a.part[3 * blockIdx.x + 1] = __int_as_float(I);
-        a.part[3 * blockIdx.x + 2] = S;
-    }
+    head_partial(m, id, sum, a.part);
 }
 
 // MLX affine-quantized head (BITS 4/6/8, group size gs; K = 512·NCH): the same ring and partials; a stage holds 8
@@ -158,12 +178,10 @@ struct HeadQArgs {
 
 template <int BITS, int NCH>
 __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
-    constexpr int K = NCH * 512, RB = K * BITS / 8, CB = 16 * BITS / 8, SR = kHWarps;
+    constexpr int K = NCH * 512, RB = K * BITS / 8, SR = kHWarps;
     extern __shared__ __align__(128) uint4 ring[];
     __shared__ __align__(8) uint64_t full[kHMaxStages];
     __shared__ __align__(16) float xs[K];
-    __shared__ float wm[kHWarps], wsum[kHWarps];
-    __shared__ int wid[kHWarps];
     QASR_TL_ENTRY
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int NG = K / a.gs;
@@ -181,18 +199,11 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
         bulk_copy(dst + SR * RB, a.scales + r * NG, sb, bar);
         bulk_copy(dst + SR * RB + SR * NG * 2, a.biases + r * NG, sb, bar);
     };
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < a.stages; ++i) mbar_init(&full[i]);
-        mbar_fence_init();
-        for (int st = 0; st < a.stages && st < nst; ++st) issue(st);
-    }
-    __syncthreads();
+    head_issue_first(full, a.stages, nst, issue);
     dep_wait();
     QASR_TL_WAITED(kTlMatvec, false);
     dep_launch();
-    for (int i = threadIdx.x; i < K / 4; i += kHThreads)
-        reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(a.x) + i);
-    __syncthreads();
+    stage_x(xs, a.x, K);
     float xv[NCH][16];
 #pragma unroll
     for (int j = 0; j < NCH; ++j)
@@ -236,33 +247,12 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
             const uint8_t* row = stage + warp * RB;
             const uint16_t* sc = reinterpret_cast<const uint16_t*>(stage + SR * RB) + warp * NG;
             const uint16_t* bi = reinterpret_cast<const uint16_t*>(stage + SR * RB + SR * NG * 2) + warp * NG;
-            float acc = 0.0f;
+            const float acc = qrow_dot<BITS, NCH>(row, sc, bi, a.gs, lane, xsum, [&](int j, float (&f)[16]) {
 #pragma unroll
-            for (int j = 0; j < NCH; ++j) {
-                const int c = lane + j * kWarp;
-                uint32_t w[4];
-                if constexpr (BITS == 8) {
-                    const uint4 q = *reinterpret_cast<const uint4*>(row + c * CB);
-                    w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
-                } else if constexpr (BITS == 4) {
-                    const uint2 q = *reinterpret_cast<const uint2*>(row + c * CB);
-                    w[0] = q.x, w[1] = q.y, w[2] = 0, w[3] = 0;
-                } else {
-                    const uint32_t* q = reinterpret_cast<const uint32_t*>(row + c * CB);
-                    w[0] = q[0], w[1] = q[1], w[2] = q[2], w[3] = 0;
-                }
-                float d = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * xv[j][i];
-                const int g = (c * 16) / a.gs;
-                acc += bf(sc[g]) * d + bf(bi[g]) * xsum[j];
-            }
+                for (int i = 0; i < 16; ++i) f[i] = xv[j][i];
+            });
             const float v = warp_sum(acc);
-            if (lane == 0) {
-                a.logits[r] = v;
-                if (v > m) sum = sum * expf(m - v) + 1.0f, m = v, id = int(r);
-                else sum += expf(v - m);
-            }
+            if (lane == 0) head_take(v, r, a.logits, m, id, sum);
         }
         __syncthreads();
         if (threadIdx.x == 0 && st + a.stages < nst) {
@@ -270,19 +260,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
             issue(st + a.stages);
         }
     }
-    if (lane == 0) wm[warp] = m, wid[warp] = id, wsum[warp] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float M = -FLT_MAX, S = 0.0f;
-        int I = 0x7fffffff;
-        for (int w = 0; w < kHWarps; ++w)
-            if (wm[w] > M || (wm[w] == M && wid[w] < I)) M = wm[w], I = wid[w];
-        for (int w = 0; w < kHWarps; ++w)
-            if (wsum[w] > 0.0f) S += wsum[w] * expf(wm[w] - M);
-        a.part[3 * blockIdx.x] = M;
-        a.part[3 * blockIdx.x + 1] = __int_as_float(I);
-        a.part[3 * blockIdx.x + 2] = S;
-    }
+    head_partial(m, id, sum, a.part);
 }
 
 bool g_head_q_on = [] { // QASR_CUDA_LM_HEAD_Q=0: quantized heads through k_matvec and the separate argmax (A/B)

@@ -190,7 +190,7 @@ struct PfqArgs {
 // | rpb residual rows (Epi::Add). Every part a multiple of 16 bytes (pfq_smem).
 template <int BITS, int NCH, int EPI>
 __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
-    constexpr int K = NCH * 512, RB = K * BITS / 8, CB = 16 * BITS / 8;
+    constexpr int K = NCH * 512, RB = K * BITS / 8;
     constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
     QASR_TL_ENTRY
     if (a.early) dep_launch();
@@ -314,30 +314,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf_q(PfqArgs a) {
             const uint8_t* row = codes + (size_t(p) * a.rpb + rr) * RB;
             const uint16_t* sc = scs + (size_t(p) * a.rpb + rr) * NG;
             const uint16_t* bi = bis + (size_t(p) * a.rpb + rr) * NG;
-            float acc = 0.0f;
-#pragma unroll
-            for (int j = 0; j < NCH; ++j) {
-                const int c = lane + j * kWarp;
-                uint32_t w[4];
-                if constexpr (BITS == 8) {
-                    const uint4 q = *reinterpret_cast<const uint4*>(row + c * CB);
-                    w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
-                } else if constexpr (BITS == 4) {
-                    const uint2 q = *reinterpret_cast<const uint2*>(row + c * CB);
-                    w[0] = q.x, w[1] = q.y, w[2] = 0, w[3] = 0;
-                } else {
-                    const uint32_t* q = reinterpret_cast<const uint32_t*>(row + c * CB);
-                    w[0] = q[0], w[1] = q[1], w[2] = q[2], w[3] = 0;
-                }
-                float f[16];
-                xchunk(j, f);
-                float d = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 16; ++i) d += float(chunk_code<BITS>(w, i)) * f[i];
-                const int g = (c * 16) / a.gs;
-                acc += bf(sc[g]) * d + bf(bi[g]) * xsum[j];
-            }
-            v[p] = warp_sum(acc);
+            v[p] = warp_sum(qrow_dot<BITS, NCH>(row, sc, bi, a.gs, lane, xsum, xchunk));
         }
         if (lane == 0) a.y[r0 + rr] = pf_out<EPI>(v, ys, rr);
     }
