@@ -558,6 +558,44 @@ TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {
 
 // The decode step's LM head with the argmax's first stage fused (lm_head.cu) + the merge: logits, the token (the
 // lowest index among equal maxima: a copy of the best row placed after it) and its log-probability against the CPU.
+// lm_head_argmax of m over x (norm weights nw), then the argmax merge: the device logits, the chosen token, the
+// position and count after it (from 5 and 0) and the ring's log-probability.
+struct HeadRun {
+    std::vector<float> logits;
+    int tok = -1, pos = 0, count = 0;
+    float lp = 0.0f;
+};
+HeadRun run_head_argmax(const DMat& m, const std::vector<float>& x, const std::vector<float>& nw, int V) {
+    Dev dx(x), dn(nw), dlog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), ints(std::vector<int>{0, 5, 0, 0});
+    HeadRun r;
+    const int parts = lm_head_argmax(m, dx.p<float>(), dn.p<float>(), 1e-6f, dlog.p<float>(), dpart.p<float>(), 1024, nullptr);
+    EXPECT_GT(parts, 0) << "the fused LM head applies to heads of width 1024 and 2048 on sm_90";
+    if (parts <= 0) return r;
+    int2* ring = nullptr;
+    QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
+    argmax_merge(dlog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
+                 true, nullptr);
+    QASR_CUDA(cudaDeviceSynchronize());
+    r.logits = host(dlog, size_t(V));
+    std::vector<int> h(4);
+    QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
+    r.tok = h[0], r.pos = h[1], r.count = h[2];
+    std::memcpy(&r.lp, &ring[0].y, 4);
+    cudaFreeHost(ring);
+    return r;
+}
+// The token: the first maximum of the device logits; its log-probability; the counters advanced once.
+void expect_head_choice(const HeadRun& r) {
+    const std::vector<float>& got = r.logits;
+    ASSERT_FALSE(got.empty());
+    EXPECT_EQ(r.tok, int(std::max_element(got.begin(), got.end()) - got.begin()));
+    EXPECT_EQ(r.pos, 6);
+    EXPECT_EQ(r.count, 1);
+    double se = 0;
+    for (float v : got) se += std::exp(double(v) - double(got[size_t(r.tok)]));
+    EXPECT_NEAR(r.lp, -std::log(se), 1e-4);
+}
+
 TEST(Cuda, LmHeadArgmaxMatchesCpu) {
     NEED_GPU();
     for (const auto& [V, K] : {std::pair<int, int>{20011, 1024}, {9000, 2048}}) {
@@ -578,32 +616,15 @@ TEST(Cuda, LmHeadArgmaxMatchesCpu) {
         std::copy(W.f.begin() + int64_t(best) * K, W.f.begin() + int64_t(best + 1) * K, W.f.begin() + int64_t(copy) * K);
         std::copy(W.bits.begin() + int64_t(best) * K, W.bits.begin() + int64_t(best + 1) * K, W.bits.begin() + int64_t(copy) * K);
         ref = logits_of();
-        Dev dw(W.bits), dx(x), dnw(nw), dlog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), ints(std::vector<int>{0, 5, 0, 0});
+        Dev dw(W.bits);
         DMat m;
         m.rows = V, m.cols = K, m.data = dw.p<void>();
-        const int parts = lm_head_argmax(m, dx.p<float>(), dnw.p<float>(), 1e-6f, dlog.p<float>(), dpart.p<float>(), 1024, nullptr);
-        ASSERT_GT(parts, 0) << "the fused LM head applies to bf16 heads of width 1024 and 2048 on sm_90";
-        int2* ring = nullptr;
-        QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
-        argmax_merge(dlog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
-                     true, nullptr);
-        QASR_CUDA(cudaDeviceSynchronize());
-        const std::vector<float> got = host(dlog, size_t(V));
-        EXPECT_LT(rel_l2(got, ref), 1e-5);
-        std::vector<int> h(4);
-        QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
-        const int want = int(std::max_element(got.begin(), got.end()) - got.begin()); // first maximum of the device logits
-        EXPECT_EQ(got[size_t(best)], got[size_t(copy)]);
-        EXPECT_EQ(h[0], want);
-        EXPECT_EQ(h[0], best);
-        EXPECT_EQ(h[1], 6);
-        EXPECT_EQ(h[2], 1);
-        double se = 0;
-        for (float v : got) se += std::exp(double(v) - double(got[size_t(want)]));
-        float lp;
-        std::memcpy(&lp, &ring[0].y, 4);
-        EXPECT_NEAR(lp, -std::log(se), 1e-4);
-        cudaFreeHost(ring);
+        const HeadRun r = run_head_argmax(m, x, nw, V);
+        EXPECT_LT(rel_l2(r.logits, ref), 1e-5);
+        expect_head_choice(r);
+        ASSERT_FALSE(r.logits.empty());
+        EXPECT_EQ(r.logits[size_t(best)], r.logits[size_t(copy)]);
+        EXPECT_EQ(r.tok, best);
     }
 }
 
@@ -617,35 +638,17 @@ TEST(Cuda, LmHeadArgmaxQuantizedMatchesCpu) {
             const std::vector<float> w = randv(size_t(V) * K, uint32_t(V + bits), 0.2f), x = randv(size_t(K), 61),
                                      nw = randv(size_t(K), 62);
             const QuantDevMat Q(w, V, K, bits, gs);
-            const std::vector<float>& wd = Q.f;
             std::vector<float> xn = x;
             ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
             std::vector<float> ref(static_cast<size_t>(V));
             for (int r = 0; r < V; ++r) {
                 double acc = 0;
-                for (int k = 0; k < K; ++k) acc += double(wd[size_t(r) * K + k]) * xn[size_t(k)];
+                for (int k = 0; k < K; ++k) acc += double(Q.f[size_t(r) * K + k]) * xn[size_t(k)];
                 ref[size_t(r)] = float(acc);
             }
-            Dev dx(x), dn(nw), dlog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), ints(std::vector<int>{0, 5, 0, 0});
-            const DMat& m = Q.m;
-            const int parts = lm_head_argmax(m, dx.p<float>(), dn.p<float>(), 1e-6f, dlog.p<float>(), dpart.p<float>(), 1024, nullptr);
-            ASSERT_GT(parts, 0);
-            int2* ring = nullptr;
-            QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
-            argmax_merge(dlog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2,
-                         ring, 4, true, nullptr);
-            QASR_CUDA(cudaDeviceSynchronize());
-            const std::vector<float> got = host(dlog, size_t(V));
-            EXPECT_LT(rel_l2(got, ref), 1e-5);
-            std::vector<int> h(4);
-            QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
-            EXPECT_EQ(h[0], int(std::max_element(got.begin(), got.end()) - got.begin()));
-            double se = 0;
-            for (float v : got) se += std::exp(double(v) - double(got[size_t(h[0])]));
-            float lp;
-            std::memcpy(&lp, &ring[0].y, 4);
-            EXPECT_NEAR(lp, -std::log(se), 1e-4);
-            cudaFreeHost(ring);
+            const HeadRun r = run_head_argmax(Q.m, x, nw, V);
+            EXPECT_LT(rel_l2(r.logits, ref), 1e-5);
+            expect_head_choice(r);
         }
 }
 

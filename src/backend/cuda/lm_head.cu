@@ -27,8 +27,8 @@ constexpr int kHThreads = 256, kHWarps = kHThreads / kWarp;
 constexpr int kHMaxStages = 12;
 constexpr size_t kHRingBytes = 80 * 1024; // per block; two blocks per SM
 
-struct HeadArgs {
-    const uint16_t* w;
+// What both heads take: V rows, x and its RMSNorm weights, the logits and the argmax partials, the ring's stages.
+struct HeadCommon {
     int64_t V;
     const float* x;
     const float* norm_w;
@@ -36,6 +36,9 @@ struct HeadArgs {
     float* logits;
     float* part;
     int stages;
+};
+struct HeadArgs : HeadCommon {
+    const uint16_t* w;
 };
 
 // Thread 0 initialises the ring's stage barriers and issues its first stages (before the dependency wait).
@@ -83,6 +86,32 @@ __device__ __forceinline__ void head_partial(float m, int id, float sum, float* 
     }
 }
 
+// The block's rows stage by stage: warp w takes row w of each stage (increasing rows), its lane's part of the dot
+// product from row_dot(stage buffer), the warp's sum folded into its running argmax (head_take); each stage, once
+// read, is refilled with the stage `stages` later (issue); then the block's partial (head_partial).
+template <class Issue, class RowDot>
+__device__ __forceinline__ void head_rows(const HeadCommon& a, uint64_t* full, int nst, int64_t r0, int64_t r1, Issue&& issue,
+                                          RowDot&& row_dot) {
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    float m = -FLT_MAX, sum = 0.0f;
+    int id = 0x7fffffff;
+    for (int st = 0; st < nst; ++st) {
+        const int b = st % a.stages;
+        mbar_wait(&full[b], uint32_t(st / a.stages) & 1u);
+        const int64_t r = r0 + int64_t(st) * kHWarps + warp;
+        if (r < r1) {
+            const float v = warp_sum(row_dot(b));
+            if (lane == 0) head_take(v, r, a.logits, m, id, sum);
+        }
+        __syncthreads(); // stage b is read: refill it (generic-proxy reads ordered before the bulk writes)
+        if (threadIdx.x == 0 && st + a.stages < nst) {
+            fence_proxy_async();
+            issue(st + a.stages);
+        }
+    }
+    head_partial(m, id, sum, a.part);
+}
+
 // KC = K/256: lane l holds x[8c … 8c+7] for the chunks c = l + 32j (as k_matvec_pf).
 template <int KC>
 __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
@@ -128,51 +157,29 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
             for (int i = 0; i < 8; ++i) xv[j * 8 + i] = xv[j * 8 + i] * inv * g[i];
         }
     }
-    // this warp's rows (warp w of every stage, increasing): running max, its lowest index, Σ exp(v − max)
-    float m = -FLT_MAX, sum = 0.0f;
-    int id = 0x7fffffff;
-    for (int st = 0; st < nst; ++st) {
-        const int b = st % a.stages;
-        mbar_wait(&full[b], uint32_t(st / a.stages) & 1u);
-        const int64_t r = r0 + int64_t(st) * SR + warp;
-        if (r < r1) {
-            const uint4* row = ring + (size_t(b) * SR + warp) * CPR;
-            float acc = 0.0f;
+    head_rows(a, full, nst, r0, r1, issue, [&](int b) {
+        const uint4* row = ring + (size_t(b) * SR + warp) * CPR;
+        float acc = 0.0f;
 #pragma unroll
-            for (int j = 0; j < KC; ++j) {
-                const uint4 v = row[lane + j * kWarp];
-                const float* xp = xv + j * 8;
-                acc += bf(v.x & 0xffffu) * xp[0] + bf(v.x >> 16) * xp[1] + bf(v.y & 0xffffu) * xp[2] + bf(v.y >> 16) * xp[3] +
-                       bf(v.z & 0xffffu) * xp[4] + bf(v.z >> 16) * xp[5] + bf(v.w & 0xffffu) * xp[6] + bf(v.w >> 16) * xp[7];
-            }
-            const float v = warp_sum(acc);
-            if (lane == 0) head_take(v, r, a.logits, m, id, sum);
+        for (int j = 0; j < KC; ++j) {
+            const uint4 v = row[lane + j * kWarp];
+            const float* xp = xv + j * 8;
+            acc += bf(v.x & 0xffffu) * xp[0] + bf(v.x >> 16) * xp[1] + bf(v.y & 0xffffu) * xp[2] + bf(v.y >> 16) * xp[3] +
+                   bf(v.z & 0xffffu) * xp[4] + bf(v.z >> 16) * xp[5] + bf(v.w & 0xffffu) * xp[6] + bf(v.w >> 16) * xp[7];
         }
-        __syncthreads(); // stage b is read: refill it (generic-proxy reads ordered before the bulk writes)
-        if (threadIdx.x == 0 && st + a.stages < nst) {
-            fence_proxy_async();
-            issue(st + a.stages);
-        }
-    }
-    head_partial(m, id, sum, a.part);
+        return acc;
+    });
 }
 
 // MLX affine-quantized head (BITS 4/6/8, group size gs; K = 512·NCH): the same ring and partials; a stage holds 8
 // rows' codes, then their scales, then their biases (three bulk copies). Lane l takes the 16-code chunks
 // c = l + 32j of every row with x[16c … 16c+15] and their sum in registers, per chunk acc += scale·Σ q·x + bias·Σ x
 // (k_matvec_pf_q's order).
-struct HeadQArgs {
+struct HeadQArgs : HeadCommon {
     const uint8_t* codes;
     const uint16_t* scales;
     const uint16_t* biases;
-    int64_t V;
     int gs;
-    const float* x;
-    const float* norm_w;
-    float eps;
-    float* logits;
-    float* part;
-    int stages;
     uint32_t stage_bytes; // codes + scales + biases of 8 rows, a multiple of 16
 };
 
@@ -236,31 +243,16 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
         for (int i = 0; i < 16; ++i) t += xv[j][i];
         xsum[j] = t;
     }
-    float m = -FLT_MAX, sum = 0.0f;
-    int id = 0x7fffffff;
-    for (int st = 0; st < nst; ++st) {
-        const int b = st % a.stages;
-        mbar_wait(&full[b], uint32_t(st / a.stages) & 1u);
-        const int64_t r = r0 + int64_t(st) * SR + warp;
-        if (r < r1) {
-            const uint8_t* stage = base + size_t(b) * a.stage_bytes;
-            const uint8_t* row = stage + warp * RB;
-            const uint16_t* sc = reinterpret_cast<const uint16_t*>(stage + SR * RB) + warp * NG;
-            const uint16_t* bi = reinterpret_cast<const uint16_t*>(stage + SR * RB + SR * NG * 2) + warp * NG;
-            const float acc = qrow_dot<BITS, NCH>(row, sc, bi, a.gs, lane, xsum, [&](int j, float (&f)[16]) {
+    head_rows(a, full, nst, r0, r1, issue, [&](int b) {
+        const uint8_t* stage = base + size_t(b) * a.stage_bytes;
+        const uint8_t* row = stage + warp * RB;
+        const uint16_t* sc = reinterpret_cast<const uint16_t*>(stage + SR * RB) + warp * NG;
+        const uint16_t* bi = reinterpret_cast<const uint16_t*>(stage + SR * RB + SR * NG * 2) + warp * NG;
+        return qrow_dot<BITS, NCH>(row, sc, bi, a.gs, lane, xsum, [&](int j, float (&f)[16]) {
 #pragma unroll
-                for (int i = 0; i < 16; ++i) f[i] = xv[j][i];
-            });
-            const float v = warp_sum(acc);
-            if (lane == 0) head_take(v, r, a.logits, m, id, sum);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0 && st + a.stages < nst) {
-            fence_proxy_async();
-            issue(st + a.stages);
-        }
-    }
-    head_partial(m, id, sum, a.part);
+            for (int i = 0; i < 16; ++i) f[i] = xv[j][i];
+        });
+    });
 }
 
 bool g_head_q_on = [] { // QASR_CUDA_LM_HEAD_Q=0: quantized heads through k_matvec and the separate argmax (A/B)
@@ -299,8 +291,8 @@ int lm_head_argmax_q(const DMat& W, const float* x, const float* norm_w, float e
     const int stages = int(std::min<size_t>(kHMaxStages, kHRingBytes / stage_bytes));
     if (grid < 1 || stages < 2 || W.rows < int64_t(grid) * kHWarps) return 0;
     const size_t smem = size_t(stages) * stage_bytes;
-    HeadQArgs a{static_cast<const uint8_t*>(W.data), reinterpret_cast<const uint16_t*>(W.scales),
-                reinterpret_cast<const uint16_t*>(W.biases), W.rows, W.gs, x, norm_w, eps, logits, part, stages, stage_bytes};
+    HeadQArgs a{{W.rows, x, norm_w, eps, logits, part, stages}, static_cast<const uint8_t*>(W.data),
+                reinterpret_cast<const uint16_t*>(W.scales), reinterpret_cast<const uint16_t*>(W.biases), W.gs, stage_bytes};
     auto go = [&](auto k) {
         QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         launch(k, dim3(unsigned(grid)), dim3(kHThreads), smem, s, a);
@@ -340,7 +332,7 @@ int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps
     const int stages = int(std::min<size_t>(kHMaxStages, ring / stage_bytes));
     if (grid < 1 || stages < 2 || W.rows < int64_t(grid) * kHWarps) return 0;
     const size_t smem = size_t(stages) * stage_bytes;
-    HeadArgs a{static_cast<const uint16_t*>(W.data), W.rows, x, norm_w, eps, logits, part, stages};
+    HeadArgs a{{W.rows, x, norm_w, eps, logits, part, stages}, static_cast<const uint16_t*>(W.data)};
     if (KC == 4) {
         QASR_CUDA(cudaFuncSetAttribute(k_lm_head<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         launch(k_lm_head<4>, dim3(unsigned(grid)), dim3(kHThreads), smem, s, a);
