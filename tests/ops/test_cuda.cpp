@@ -445,7 +445,26 @@ TEST(Cuda, TiledAttentionMatchesCpu) {
             bad += ob[i] != wb;
         }
         EXPECT_EQ(bad, 0u) << "bf16 output differs from the rounded float32 output";
+        // q/k/v biases added on load (the encoder's): bit for bit the attention over the biased rows
+        const std::vector<float> bq = randv(size_t(qw), sd + 3), bk = randv(size_t(kw), sd + 4), bv = randv(size_t(kw), sd + 5);
+        std::vector<float> q2 = q, k2 = k, v2 = v;
+        for (size_t i = 0; i < q2.size(); ++i) q2[i] += bq[i % size_t(qw)];
+        for (size_t i = 0; i < k2.size(); ++i) k2[i] += bk[i % size_t(kw)], v2[i] += bv[i % size_t(kw)];
+        Dev dq2(q2), dk2(k2), dv2(v2), dbq(bq), dbk(bk), dbv(bv);
+        AttnArgs b = a;
+        b.ob = nullptr, b.q = dq2.p<float>(), b.k = dk2.p<float>(), b.v = dv2.p<float>();
+        attention(b, nullptr);
+        const std::vector<float> want = host(dout, o.size());
+        a.ob = nullptr, a.bq = dbq.p<float>(), a.bk = dbk.p<float>(), a.bv = dbv.p<float>();
+        ASSERT_TRUE(attention_tiled(a));
+        attention(a, nullptr);
+        EXPECT_EQ(host(dout, o.size()), want);
     }
+    AttnArgs one; // one row: not the tiled kernel, so biases are refused
+    one.n = 1, one.heads = one.kv_heads = 2, one.hd = 64, one.q_stride = one.kv_stride = one.o_stride = 128;
+    one.bq = one.bk = one.bv = reinterpret_cast<const float*>(uintptr_t(256));
+    EXPECT_FALSE(attention_tiled(one));
+    EXPECT_ANY_THROW(attention(one, nullptr));
 }
 
 // The fused decode kernel (q/k norm + RoPE + KV write + split-key attention + merge) against the CPU ops, for

@@ -24,6 +24,7 @@ using namespace detail;
 // Attention: one warp per (row, head, split). Pass 1: running max and sum of exp over the split's keys (lane-
 // strided); pass 2: scores again, weights broadcast by shuffles, lane owns output dims lane, lane+32, ….
 constexpr int kMaxHd = 256;
+__device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 // HD > 0: head dimension known at compile time (a multiple of 32): each lane's key row is loaded with all its
 // float4s in flight and the loops are unrolled. HD = 0: any multiple of 4 up to kMaxHd.
 template <int HD>
@@ -158,7 +159,10 @@ __global__ void __launch_bounds__(128) k_attention_tiled(AttnArgs a) {
     for (int i = threadIdx.x; i < kAtQ * HD / 4; i += blockDim.x) {
         const int r = i / (HD / 4), c = (i % (HD / 4)) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r0 + r < a.n) v = *reinterpret_cast<const float4*>(a.q + int64_t(r0 + r) * a.q_stride + int64_t(h) * HD + c);
+        if (r0 + r < a.n) {
+            v = *reinterpret_cast<const float4*>(a.q + int64_t(r0 + r) * a.q_stride + int64_t(h) * HD + c);
+            if (a.bq) v = add4(v, *reinterpret_cast<const float4*>(a.bq + h * HD + c));
+        }
         *reinterpret_cast<float4*>(&Qs[r][c]) = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
     }
     int lo[RW], hi[RW];
@@ -180,6 +184,10 @@ __global__ void __launch_bounds__(128) k_attention_tiled(AttnArgs a) {
             if (t0 + j < khi) {
                 kv = *reinterpret_cast<const float4*>(kb + int64_t(t0 + j) * a.kv_stride + c);
                 vv = *reinterpret_cast<const float4*>(vb + int64_t(t0 + j) * a.kv_stride + c);
+                if (a.bk) {
+                    kv = add4(kv, *reinterpret_cast<const float4*>(a.bk + kvh * HD + c));
+                    vv = add4(vv, *reinterpret_cast<const float4*>(a.bv + kvh * HD + c));
+                }
             }
             Ks[j][c] = kv.x, Ks[j][c + 1] = kv.y, Ks[j][c + 2] = kv.z, Ks[j][c + 3] = kv.w;
             *reinterpret_cast<float4*>(&Vs[j][c]) = vv;
@@ -394,11 +402,9 @@ void attention(const AttnArgs& a, cudaStream_t s) {
     const int64_t warps = int64_t(a.n) * a.heads * a.splits;
     if (!warps) return;
     // many rows in one split: the tiled kernel (QASR_CUDA_ATTN_TILED=0 keeps the row-per-warp one, for A/B)
-    static const bool tiled = [] {
-        const char* e = std::getenv("QASR_CUDA_ATTN_TILED");
-        return !(e && std::string(e) == "0");
-    }();
-    if (tiled && a.splits == 1 && a.n > 1 && (a.hd == 128 || a.hd == 64) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0) {
+    if ((a.bq || a.bk || a.bv) && !(a.bq && a.bk && a.bv && attention_tiled(a)))
+        fail("cuda", "attention: q/k/v biases need all three and the tiled kernel (attention_tiled)");
+    if (attention_tiled(a)) {
         // key splits: about two key tiles per block in the longest row tile (a power of two ≤ kAtMaxSplit;
         // QASR_CUDA_ATTN_SPLIT=n caps it, 1 for none)
         static const int max_split = [] {
@@ -439,6 +445,16 @@ void attention(const AttnArgs& a, cudaStream_t s) {
     else if (a.hd == 64) launch(k_attention<64>, grid, dim3(128), 0, s, a);
     else launch(k_attention<0>, grid, dim3(128), 0, s, a);
     if (a.splits > 1) launch(k_attention_combine, dim3(unsigned(int64_t(a.n) * a.heads)), dim3(128), 0, s, a);
+}
+
+bool attention_tiled(const AttnArgs& a) {
+    static const bool tiled = [] { // QASR_CUDA_ATTN_TILED=0 keeps the row-per-warp kernel (A/B)
+        const char* e = std::getenv("QASR_CUDA_ATTN_TILED");
+        return !(e && std::string(e) == "0");
+    }();
+    const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return tiled && a.splits == 1 && a.n > 1 && (a.hd == 128 || a.hd == 64) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0 &&
+           (!a.bq || (aligned(a.bq) && aligned(a.bk) && aligned(a.bv)));
 }
 
 bool decode_attention_supported(int Hq, int Hkv, int hd) {

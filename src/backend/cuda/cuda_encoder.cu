@@ -125,8 +125,6 @@ Tensor CudaSession::encode_layers(int A, int window) {
         mark("norm");
         gemm_w(abf, A, l.qkv, eqkv_.as<float>(), 0.0f);
         mark("qkv");
-        bias_act(eqkv_.as<float>(), A, 3 * d, l.qkv_b, false, nullptr, s_);
-        mark("bias");
         AttnArgs at;
         at.q = eqkv_.as<float>();
         at.k = eqkv_.as<float>() + d;
@@ -140,6 +138,13 @@ Tensor CudaSession::encode_layers(int A, int window) {
         at.causal = false;
         at.window = window;
         at.ob = abf; // the o product's operand directly
+        // the q/k/v biases added by the tiled attention as it loads its rows (else their own kernel first)
+        at.bq = l.qkv_b, at.bk = l.qkv_b + d, at.bv = l.qkv_b + 2 * d;
+        if (!attention_tiled(at)) {
+            bias_act(eqkv_.as<float>(), A, 3 * d, l.qkv_b, false, nullptr, s_);
+            mark("bias");
+            at.bq = at.bk = at.bv = nullptr;
+        }
         attention(at, s_);
         mark("attention");
         gemm_w(abf, A, l.o, x, 1.0f);

@@ -77,8 +77,14 @@ struct AttnArgs {
     float* part = nullptr;  // [n · heads · splits · (hd + 2)]
     bf16* ob = nullptr;     // set: the output as bf16 here (o: float32 scratch where the tiled kernel does not apply)
     int keys_hint = 0;      // the most keys of a row, if the host knows it (past + n); chooses the key splits
+    // biases of q, k and v ([heads·hd], [kv_heads·hd] each), added as they are loaded; only where attention_tiled(a)
+    const float* bq = nullptr;
+    const float* bk = nullptr;
+    const float* bv = nullptr;
 };
 void attention(const AttnArgs& a, cudaStream_t s);
+// Whether attention(a) runs the tiled kernel (many rows, head_dim 64/128), which can add q/k/v biases on load.
+bool attention_tiled(const AttnArgs& a);
 
 // Decode attention of the one new token at *pos fused with qk_norm_rope_kv: qkv [(Hq + 2·Hkv)·hd] → q/k RMSNorm
 // + RoPE, k and v written into the caches kc/vc [cap, Hkv·hd] at *pos, o [Hq·hd] = causal attention over 0..*pos.
