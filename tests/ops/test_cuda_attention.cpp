@@ -1,0 +1,336 @@
+// CUDA attention and greedy-choice kernels against the CPU ops: q/k-norm + RoPE, the tiled prefill/encoder
+// attention, the fused decode attention, the argmax and the streaming LM head with its argmax partials. Every test
+// skips where no CUDA device is present (the binary's main is in test_cuda.cpp).
+#include "cuda_test_util.hpp"
+
+using namespace qasr;
+using namespace qasr::cuda;
+using namespace qasr::cuda::test;
+
+TEST(Cuda, QkNormRopeAndAttentionMatchCpu) {
+    NEED_GPU();
+    const int Hq = 4, Hkv = 2, hd = 64, n = 37, W = (Hq + 2 * Hkv) * hd;
+    const std::vector<float> qkv = randv(size_t(n * W), 10), qn = randv(size_t(hd), 11), kn = randv(size_t(hd), 12);
+    std::vector<float> inv(size_t(hd / 2));
+    for (int i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(1e6, 2.0 * i / hd));
+    // CPU: split, q/k norm, RoPE at positions 0..n-1, causal attention
+    std::vector<float> q(size_t(n * Hq * hd)), k(size_t(n * Hkv * hd)), v(size_t(n * Hkv * hd));
+    for (int r = 0; r < n; ++r) {
+        std::memcpy(&q[size_t(r * Hq * hd)], &qkv[size_t(r * W)], size_t(Hq * hd) * 4);
+        std::memcpy(&k[size_t(r * Hkv * hd)], &qkv[size_t(r * W + Hq * hd)], size_t(Hkv * hd) * 4);
+        std::memcpy(&v[size_t(r * Hkv * hd)], &qkv[size_t(r * W + (Hq + Hkv) * hd)], size_t(Hkv * hd) * 4);
+    }
+    ops::rms_norm(q.data(), n * Hq, hd, qn.data(), 1e-6f);
+    ops::rms_norm(k.data(), n * Hkv, hd, kn.data(), 1e-6f);
+    ops::rope(q.data(), n, Hq, hd, 0, inv.data());
+    ops::rope(k.data(), n, Hkv, hd, 0, inv.data());
+    std::vector<float> o(size_t(n * Hq * hd));
+    ops::causal_attention(q.data(), k.data(), v.data(), o.data(), n, 0, Hq, Hkv, hd);
+
+    Dev dqkv(qkv), dqn(qn), dkn(kn), dinv(inv), dq(q.size() * 4), dk(k.size() * 4), dv(v.size() * 4), dout(o.size() * 4);
+    qk_norm_rope_kv(dqkv.p<float>(), n, nullptr, Hq, Hkv, hd, dqn.p<float>(), dkn.p<float>(), 1e-6f, dinv.p<float>(),
+                    dq.p<float>(), dk.p<float>(), dv.p<float>(), nullptr);
+    EXPECT_LT(rel_l2(host(dq, q.size()), q), 1e-5);
+    EXPECT_LT(rel_l2(host(dk, k.size()), k), 1e-5);
+    EXPECT_LT(rel_l2(host(dv, v.size()), v), 1e-7);
+    AttnArgs a;
+    a.q = dq.p<float>(), a.q_stride = Hq * hd, a.k = dk.p<float>(), a.v = dv.p<float>(), a.kv_stride = Hkv * hd;
+    a.o = dout.p<float>(), a.o_stride = Hq * hd, a.n = n, a.heads = Hq, a.kv_heads = Hkv, a.hd = hd;
+    attention(a, nullptr);
+    EXPECT_LT(rel_l2(host(dout, o.size()), o), 1e-5);
+    // decode form: the last row alone at position n-1 (past read from the device), keys split 16 ways
+    const std::vector<int> past{n - 1};
+    Dev dpast(past), dpart(size_t(Hq) * 16 * (hd + 2) * 4), d1(size_t(Hq * hd) * 4);
+    a.q = dq.p<float>() + size_t(n - 1) * Hq * hd, a.n = 1, a.past = dpast.p<int>(), a.splits = 16;
+    a.part = dpart.p<float>(), a.o = d1.p<float>();
+    attention(a, nullptr);
+    const std::vector<float> last(o.end() - Hq * hd, o.end());
+    EXPECT_LT(rel_l2(host(d1, size_t(Hq * hd)), last), 1e-5);
+    // windowed (encoder) form: windows of 10 rows, no GQA, q/k/v interleaved in one [n, 3·d] buffer
+    const int heads = 2, ehd = 16, d = heads * ehd;
+    const std::vector<float> x = randv(size_t(n * 3 * d), 13);
+    std::vector<float> eq(size_t(n * d)), ek(size_t(n * d)), ev(size_t(n * d)), eo(size_t(n * d));
+    for (int r = 0; r < n; ++r)
+        for (int c = 0; c < d; ++c) {
+            eq[size_t(r * d + c)] = x[size_t(r * 3 * d + c)];
+            ek[size_t(r * d + c)] = x[size_t(r * 3 * d + d + c)];
+            ev[size_t(r * d + c)] = x[size_t(r * 3 * d + 2 * d + c)];
+        }
+    ops::windowed_attention(eq.data(), ek.data(), ev.data(), eo.data(), n, heads, ehd, 10);
+    Dev dx(x), deo(eo.size() * 4);
+    AttnArgs w;
+    w.q = dx.p<float>(), w.k = dx.p<float>() + d, w.v = dx.p<float>() + 2 * d, w.q_stride = w.kv_stride = 3 * d;
+    w.o = deo.p<float>(), w.o_stride = d, w.n = n, w.heads = w.kv_heads = heads, w.hd = ehd, w.causal = false, w.window = 10;
+    attention(w, nullptr);
+    EXPECT_LT(rel_l2(host(deo, eo.size()), eo), 1e-5);
+}
+
+// The tiled many-row attention (prefill, encoder) against the CPU ops at the model's shapes: causal with GQA from
+// position 0 and after earlier positions (extend), windowed with windows that do and do not align with its tiles.
+TEST(Cuda, TiledAttentionMatchesCpu) {
+    NEED_GPU();
+    struct Case { int heads, kv_heads, hd, n, past, window; };
+    for (const Case c : {Case{16, 8, 128, 158, 0, 0}, Case{16, 8, 128, 45, 149, 0}, Case{4, 2, 64, 37, 21, 0},
+                         Case{14, 14, 64, 143, 0, 104}, Case{2, 2, 64, 61, 0, 13}, Case{16, 8, 128, 2, 5, 0},
+                         Case{16, 8, 128, 300, 0, 0}, Case{4, 4, 64, 250, 0, 200}}) {
+        SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd " + std::to_string(c.hd) +
+                     " n " + std::to_string(c.n) + " past " + std::to_string(c.past) + " window " + std::to_string(c.window));
+        const int tot = c.past + c.n, qw = c.heads * c.hd, kw = c.kv_heads * c.hd;
+        const uint32_t sd = uint32_t(c.n * 7 + c.past + c.hd);
+        const std::vector<float> q = randv(size_t(c.n * qw), sd, 2.0f), k = randv(size_t(tot * kw), sd + 1, 2.0f),
+                                 v = randv(size_t(tot * kw), sd + 2);
+        std::vector<float> o(size_t(c.n * qw));
+        if (c.window) ops::windowed_attention(q.data(), k.data(), v.data(), o.data(), c.n, c.heads, c.hd, c.window);
+        else ops::causal_attention(q.data(), k.data(), v.data(), o.data(), c.n, c.past, c.heads, c.kv_heads, c.hd);
+        Dev dq(q), dk(k), dv(v), dpast(std::vector<int>{c.past}), dout(o.size() * 4);
+        AttnArgs a;
+        a.q = dq.p<float>(), a.q_stride = qw, a.k = dk.p<float>(), a.v = dv.p<float>(), a.kv_stride = kw;
+        a.o = dout.p<float>(), a.o_stride = qw, a.n = c.n, a.heads = c.heads, a.kv_heads = c.kv_heads, a.hd = c.hd;
+        if (c.window) a.causal = false, a.window = c.window;
+        else a.past = dpast.p<int>();
+        attention(a, nullptr);
+        EXPECT_LT(rel_l2(host(dout, o.size()), o), 1e-5);
+        // the host's count of keys (past + n) picks the key splits merged in a cluster (2–8 here for the longer
+        // cases); the bf16 output is the float32 output rounded
+        a.keys_hint = tot;
+        attention(a, nullptr);
+        const std::vector<float> o2 = host(dout, o.size());
+        EXPECT_LT(rel_l2(o2, o), 1e-5) << "with the key count";
+        Dev dob(o.size() * 2);
+        a.ob = dob.p<__nv_bfloat16>();
+        attention(a, nullptr);
+        std::vector<uint16_t> ob(o.size());
+        QASR_CUDA(cudaMemcpy(ob.data(), dob.b.get(), ob.size() * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (size_t i = 0; i < ob.size(); ++i) {
+            const __nv_bfloat16 want = __float2bfloat16(o2[i]);
+            uint16_t wb;
+            std::memcpy(&wb, &want, 2);
+            bad += ob[i] != wb;
+        }
+        EXPECT_EQ(bad, 0u) << "bf16 output differs from the rounded float32 output";
+        // q/k/v biases added on load (the encoder's): bit for bit the attention over the biased rows
+        const std::vector<float> bq = randv(size_t(qw), sd + 3), bk = randv(size_t(kw), sd + 4), bv = randv(size_t(kw), sd + 5);
+        std::vector<float> q2 = q, k2 = k, v2 = v;
+        for (size_t i = 0; i < q2.size(); ++i) q2[i] += bq[i % size_t(qw)];
+        for (size_t i = 0; i < k2.size(); ++i) k2[i] += bk[i % size_t(kw)], v2[i] += bv[i % size_t(kw)];
+        Dev dq2(q2), dk2(k2), dv2(v2), dbq(bq), dbk(bk), dbv(bv);
+        AttnArgs b = a;
+        b.ob = nullptr, b.q = dq2.p<float>(), b.k = dk2.p<float>(), b.v = dv2.p<float>();
+        attention(b, nullptr);
+        const std::vector<float> want = host(dout, o.size());
+        a.ob = nullptr, a.bq = dbq.p<float>(), a.bk = dbk.p<float>(), a.bv = dbv.p<float>();
+        ASSERT_TRUE(attention_tiled(a));
+        attention(a, nullptr);
+        EXPECT_EQ(host(dout, o.size()), want);
+    }
+    AttnArgs one; // one row: not the tiled kernel, so biases are refused
+    one.n = 1, one.heads = one.kv_heads = 2, one.hd = 64, one.q_stride = one.kv_stride = one.o_stride = 128;
+    one.bq = one.bk = one.bv = reinterpret_cast<const float*>(uintptr_t(256));
+    EXPECT_FALSE(attention_tiled(one));
+    EXPECT_ANY_THROW(attention(one, nullptr));
+}
+
+// The fused decode kernel (q/k norm + RoPE + KV write + split-key attention + merge) against the CPU ops, for
+// several GQA ratios, head sizes, context lengths (empty splits, several key tiles) and split counts; each case
+// runs twice to show the merge counter is left at zero for the next call.
+TEST(Cuda, FusedDecodeAttentionMatchesCpu) {
+    NEED_GPU();
+    struct Case { int Hq, Hkv, hd, n, splits; };
+    for (const Case c : {Case{4, 2, 64, 1, 16}, Case{4, 2, 64, 5, 16}, Case{16, 8, 128, 37, 16},
+                         Case{8, 2, 128, 300, 4}, Case{4, 4, 64, 77, 1}, Case{16, 2, 128, 130, 3},
+                         Case{16, 8, 128, 300, 32}}) {
+        SCOPED_TRACE("Hq " + std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) + " hd " + std::to_string(c.hd) +
+                     " n " + std::to_string(c.n) + " splits " + std::to_string(c.splits));
+        ASSERT_TRUE(decode_attention_supported(c.Hq, c.Hkv, c.hd));
+        const int hd = c.hd, W = (c.Hq + 2 * c.Hkv) * hd, row = c.Hkv * hd, p = c.n - 1;
+        const uint32_t sd = uint32_t(c.n * 131 + c.hd + c.Hq);
+        const std::vector<float> qkv = randv(size_t(W), sd), qn = randv(size_t(hd), sd + 1), kn = randv(size_t(hd), sd + 2);
+        std::vector<float> kc = randv(size_t(c.n * row), sd + 3), vc = randv(size_t(c.n * row), sd + 4);
+        std::vector<float> inv(size_t(hd / 2));
+        for (int i = 0; i < hd / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(1e6, 2.0 * i / hd));
+        Dev dqkv(qkv), dqn(qn), dkn(kn), dinv(inv), dkc(kc), dvc(vc), dpos(std::vector<int>{p});
+        Dev dpart(size_t(c.Hq) * c.splits * decode_partial_floats(hd) * 4), dcnt(size_t(c.Hkv) * 4), dout(size_t(c.Hq * hd) * 4);
+        std::vector<float> q(qkv.begin(), qkv.begin() + c.Hq * hd), k(qkv.begin() + c.Hq * hd, qkv.begin() + (c.Hq + c.Hkv) * hd);
+        ops::rms_norm(q.data(), c.Hq, hd, qn.data(), 1e-6f);
+        ops::rms_norm(k.data(), c.Hkv, hd, kn.data(), 1e-6f);
+        ops::rope(q.data(), 1, c.Hq, hd, p, inv.data());
+        ops::rope(k.data(), 1, c.Hkv, hd, p, inv.data());
+        std::copy(k.begin(), k.end(), kc.begin() + size_t(p) * row);
+        std::copy(qkv.begin() + (c.Hq + c.Hkv) * hd, qkv.end(), vc.begin() + size_t(p) * row);
+        std::vector<float> o(size_t(c.Hq * hd));
+        ops::causal_attention(q.data(), kc.data(), vc.data(), o.data(), 1, p, c.Hq, c.Hkv, hd);
+        DecAttnArgs a;
+        a.qkv = dqkv.p<float>(), a.pos = dpos.p<int>(), a.Hq = c.Hq, a.Hkv = c.Hkv, a.hd = hd;
+        a.qn = dqn.p<float>(), a.kn = dkn.p<float>(), a.eps = 1e-6f, a.inv_freq = dinv.p<float>();
+        a.kc = dkc.p<float>(), a.vc = dvc.p<float>(), a.o = dout.p<float>();
+        a.splits = c.splits, a.part = dpart.p<float>(), a.counter = dcnt.p<unsigned>();
+        decode_attention(a, nullptr);
+        const std::vector<float> o1 = host(dout, o.size());
+        EXPECT_LT(rel_l2(o1, o), 1e-5);
+        EXPECT_LT(rel_l2(host(dkc, kc.size()), kc), 1e-6); // only row p changed, to the normalised, rotated k
+        EXPECT_EQ(host(dvc, vc.size()), vc);
+        QASR_CUDA(cudaMemset(dout.p<float>(), 0, o.size() * 4));
+        a.pre_wait = true; // the cached keys/values loaded before the dependency wait: the same values, bit for bit
+        decode_attention(a, nullptr);
+        EXPECT_EQ(host(dout, o.size()), o1);
+        EXPECT_EQ(host(dvc, vc.size()), vc);
+        std::vector<unsigned> cnt(size_t(c.Hkv), 1u);
+        QASR_CUDA(cudaMemcpy(cnt.data(), dcnt.p<unsigned>(), cnt.size() * 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(cnt, std::vector<unsigned>(size_t(c.Hkv), 0u));
+        // The splits merged inside a cluster (2..16 splits; else the same path): the same merge arithmetic, but
+        // the compiler contracts multiply-adds differently per kernel instance, so the results agree to an ulp or
+        // two (H200: at most 6e-8 absolute), not always bit for bit.
+        for (const bool pre : {false, true}) {
+            SCOPED_TRACE(std::string("cluster merge, pre_wait ") + (pre ? "on" : "off"));
+            QASR_CUDA(cudaMemset(dout.p<float>(), 0, o.size() * 4));
+            a.pre_wait = pre, a.cluster = true;
+            decode_attention(a, nullptr);
+            const std::vector<float> oc = host(dout, o.size());
+            float md = 0.0f;
+            for (size_t i = 0; i < oc.size(); ++i) md = std::max(md, std::fabs(oc[i] - o1[i]));
+            EXPECT_LT(md, 1e-6f) << "relative L2 " << rel_l2(oc, o1);
+            EXPECT_LT(rel_l2(oc, o), 1e-5);
+            EXPECT_EQ(host(dvc, vc.size()), vc);
+            a.cluster = false;
+        }
+    }
+    EXPECT_FALSE(decode_attention_supported(4, 2, 96));
+    EXPECT_FALSE(decode_attention_supported(32, 2, 128));
+}
+
+TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {
+    NEED_GPU();
+    std::vector<float> x = randv(151936, 14);
+    x[777] = 9.0f;
+    x[150000] = 9.0f;
+    Dev dx(x), ints(std::vector<int>{0, 5, 0, 0}), scratch(size_t(3 * 256) * 4);
+    int2* ring = nullptr;
+    QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
+    argmax_token(dx.p<float>(), int(x.size()), scratch.p<float>(), ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring,
+                 4, true, nullptr);
+    QASR_CUDA(cudaDeviceSynchronize());
+    std::vector<int> h(4);
+    QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(h[0], 777);
+    EXPECT_EQ(h[1], 6);
+    EXPECT_EQ(h[2], 1);
+    EXPECT_EQ(ring[0].x, 777);
+    double s = 0;
+    for (float v : x) s += std::exp(double(v) - 9.0);
+    float lp;
+    std::memcpy(&lp, &ring[0].y, 4);
+    EXPECT_NEAR(lp, -std::log(s), 1e-4);
+    // with an embedding table: the chosen row is written out too (the next decode step's input)
+    const int K = 1024;
+    const Bf16Mat E(1000, K, 15);
+    Dev de(E.bits), dout(size_t(K) * 4);
+    DMat emb;
+    emb.rows = 1000, emb.cols = K, emb.data = de.p<void>();
+    argmax_token(dx.p<float>(), 1000, scratch.p<float>(), ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
+                 true, nullptr, &emb, dout.p<float>());
+    EXPECT_EQ(host(dout, size_t(K)), std::vector<float>(E.f.begin() + 777 * K, E.f.begin() + 778 * K));
+    EXPECT_TRUE(argmax_can_embed(emb));
+    DMat qe = emb; // a quantized table keeps the embedding kernel: refused with an error, nothing launched
+    qe.bits = 8, qe.gs = 64;
+    EXPECT_FALSE(argmax_can_embed(qe));
+    EXPECT_ANY_THROW(argmax_token(dx.p<float>(), 1000, scratch.p<float>(), ints.p<int>(), ints.p<int>() + 1,
+                                  ints.p<int>() + 2, ring, 4, true, nullptr, &qe, dout.p<float>()));
+    cudaFreeHost(ring);
+}
+
+// The decode step's LM head with the argmax's first stage fused (lm_head.cu) + the merge: logits, the token (the
+// lowest index among equal maxima: a copy of the best row placed after it) and its log-probability against the CPU.
+// lm_head_argmax of m over x (norm weights nw), then the argmax merge: the device logits, the chosen token, the
+// position and count after it (from 5 and 0) and the ring's log-probability.
+struct HeadRun {
+    std::vector<float> logits;
+    int tok = -1, pos = 0, count = 0;
+    float lp = 0.0f;
+};
+HeadRun run_head_argmax(const DMat& m, const std::vector<float>& x, const std::vector<float>& nw, int V) {
+    Dev dx(x), dn(nw), dlog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), ints(std::vector<int>{0, 5, 0, 0});
+    HeadRun r;
+    const int parts = lm_head_argmax(m, dx.p<float>(), dn.p<float>(), 1e-6f, dlog.p<float>(), dpart.p<float>(), 1024, nullptr);
+    EXPECT_GT(parts, 0) << "the fused LM head applies to heads of width 1024 and 2048 on sm_90";
+    if (parts <= 0) return r;
+    int2* ring = nullptr;
+    QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
+    argmax_merge(dlog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
+                 true, nullptr);
+    QASR_CUDA(cudaDeviceSynchronize());
+    r.logits = host(dlog, size_t(V));
+    std::vector<int> h(4);
+    QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
+    r.tok = h[0], r.pos = h[1], r.count = h[2];
+    std::memcpy(&r.lp, &ring[0].y, 4);
+    cudaFreeHost(ring);
+    return r;
+}
+// The token: the first maximum of the device logits; its log-probability; the counters advanced once.
+void expect_head_choice(const HeadRun& r) {
+    const std::vector<float>& got = r.logits;
+    ASSERT_FALSE(got.empty());
+    EXPECT_EQ(r.tok, int(std::max_element(got.begin(), got.end()) - got.begin()));
+    EXPECT_EQ(r.pos, 6);
+    EXPECT_EQ(r.count, 1);
+    double se = 0;
+    for (float v : got) se += std::exp(double(v) - double(got[size_t(r.tok)]));
+    EXPECT_NEAR(r.lp, -std::log(se), 1e-4);
+}
+
+TEST(Cuda, LmHeadArgmaxMatchesCpu) {
+    NEED_GPU();
+    for (const auto& [V, K] : {std::pair<int, int>{20011, 1024}, {9000, 2048}}) {
+        SCOPED_TRACE(std::to_string(V) + "x" + std::to_string(K));
+        Bf16Mat W(V, K, uint32_t(V + K));
+        const std::vector<float> x = randv(size_t(K), 31), nw = randv(size_t(K), 32);
+        std::vector<float> xn = x;
+        ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
+        auto logits_of = [&] {
+            std::vector<float> ref(static_cast<size_t>(V));
+            ops::linear(xn.data(), 1, K, W.f.data(), V, nullptr, ref.data());
+            return ref;
+        };
+        std::vector<float> ref = logits_of();
+        const int best = int(std::max_element(ref.begin(), ref.end()) - ref.begin());
+        const int copy = best + 1 + (V - best - 1) / 2; // a later row equal to the best one: the tie goes to `best`
+        ASSERT_LT(copy, V);
+        std::copy(W.f.begin() + int64_t(best) * K, W.f.begin() + int64_t(best + 1) * K, W.f.begin() + int64_t(copy) * K);
+        std::copy(W.bits.begin() + int64_t(best) * K, W.bits.begin() + int64_t(best + 1) * K, W.bits.begin() + int64_t(copy) * K);
+        ref = logits_of();
+        Dev dw(W.bits);
+        DMat m;
+        m.rows = V, m.cols = K, m.data = dw.p<void>();
+        const HeadRun r = run_head_argmax(m, x, nw, V);
+        EXPECT_LT(rel_l2(r.logits, ref), 1e-5);
+        expect_head_choice(r);
+        ASSERT_FALSE(r.logits.empty());
+        EXPECT_EQ(r.logits[size_t(best)], r.logits[size_t(copy)]);
+        EXPECT_EQ(r.tok, best);
+    }
+}
+
+// The quantized LM head (MLX 4/6/8-bit) with the argmax partials, against the dequantized weights on the CPU.
+TEST(Cuda, LmHeadArgmaxQuantizedMatchesCpu) {
+    NEED_GPU();
+    for (const int bits : {8, 6, 4})
+        for (const auto& [V, K] : {std::pair<int, int>{20011, 1024}, {9000, 2048}}) {
+            SCOPED_TRACE(std::to_string(bits) + "-bit " + std::to_string(V) + "x" + std::to_string(K));
+            const int gs = 64;
+            const std::vector<float> w = randv(size_t(V) * K, uint32_t(V + bits), 0.2f), x = randv(size_t(K), 61),
+                                     nw = randv(size_t(K), 62);
+            const QuantDevMat Q(w, V, K, bits, gs);
+            std::vector<float> xn = x;
+            ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
+            std::vector<float> ref(static_cast<size_t>(V));
+            for (int r = 0; r < V; ++r) {
+                double acc = 0;
+                for (int k = 0; k < K; ++k) acc += double(Q.f[size_t(r) * K + k]) * xn[size_t(k)];
+                ref[size_t(r)] = float(acc);
+            }
+            const HeadRun r = run_head_argmax(Q.m, x, nw, V);
+            EXPECT_LT(rel_l2(r.logits, ref), 1e-5);
+            expect_head_choice(r);
+        }
+}
