@@ -45,6 +45,23 @@ inline std::string random_checkpoint_dir(const std::string& preset, uint64_t see
 #define NEED_GPU()                                                                                                 \
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the CUDA tests run on a GPU machine only"
 
+// The device's compute capability major version (the current device).
+inline int device_major() {
+    int dev = 0, major = 0;
+    QASR_CUDA(cudaGetDevice(&dev));
+    QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major;
+}
+// A GPU with the prefetching products (sm_90: bulk copies), prepared for them; else the test skips.
+#define NEED_PREFETCH_GPU()                                                                                        \
+    NEED_GPU();                                                                                                    \
+    if (device_major() < 9) GTEST_SKIP() << "the prefetching matrix-vector kernel needs sm_90 (bulk copies)";      \
+    {                                                                                                              \
+        int dev_ = 0;                                                                                              \
+        QASR_CUDA(cudaGetDevice(&dev_));                                                                           \
+        matvec_prefetch_prepare(dev_);                                                                             \
+    }
+
 inline std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
     std::mt19937 g(seed);
     std::uniform_real_distribution<float> u(-scale, scale);

@@ -45,12 +45,7 @@ TEST(Cuda, MatvecBf16AllEpiloguesMatchCpu) {
 // The decode step's bf16 products with the weights bulk-copied into shared memory before the dependency wait
 // (matvec_prefetch.cu): every epilogue, at the widths it takes (K = 1024, 2048, 3072), with partial last blocks.
 TEST(Cuda, MatvecPrefetchedWeightsMatchCpu) {
-    NEED_GPU();
-    int dev = 0, major = 0;
-    QASR_CUDA(cudaGetDevice(&dev));
-    QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (major < 9) GTEST_SKIP() << "the prefetching matrix-vector kernel needs sm_90 (bulk copies)";
-    matvec_prefetch_prepare(dev);
+    NEED_PREFETCH_GPU();
     // the last two exceed shared memory per block (the 1.7B model's class of shapes): streamed through stage buffers
     for (const auto& [N, K] : {std::pair<int, int>{1536, 1024}, {300, 2048}, {512, 3072}, {1, 1024}, {2048, 4096}, {6144, 2048}}) {
         const Bf16Mat W(2 * N, K, 11);
@@ -137,12 +132,7 @@ TEST(Cuda, MatvecQuantizedMatchesCpuKernelsEveryWidth) {
 // The prefetching kernel for MLX 4/6/8-bit weights (the decode step's products of quantized checkpoints) against
 // the exact product with the dequantized matrix, every epilogue, with and without the RMSNorm, two group sizes.
 TEST(Cuda, MatvecPrefetchedQuantizedMatchesCpu) {
-    NEED_GPU();
-    int dev = 0, major = 0;
-    QASR_CUDA(cudaGetDevice(&dev));
-    QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (major < 9) GTEST_SKIP() << "the prefetching matrix-vector kernel needs sm_90 (bulk copies)";
-    matvec_prefetch_prepare(dev);
+    NEED_PREFETCH_GPU();
     for (const int bits : {4, 6, 8})
         for (const int gs : {64, 32})
             for (const auto& [N, K] : {std::pair<int, int>{1536, 1024}, {1024, 3072}, {700, 2048}}) {
