@@ -334,3 +334,133 @@ TEST(Cuda, LmHeadArgmaxQuantizedMatchesCpu) {
             expect_head_choice(r);
         }
 }
+
+// The screened greedy head (head_screen.cu): the 8-bit proxy, the per-row bounds and the bf16 rescoring choose the
+// full head's token. scale: the bound's factor (1.01 in use; 0 = no bound, to show a case needs it).
+struct ScreenRun {
+    int tok = -1;
+    float lp = 0.0f;
+    unsigned listed = 0; // candidate rows over all blocks
+};
+ScreenRun run_screened(const DMat& m, const HeadScreen& hs, const std::vector<float>& x, const std::vector<float>& nw, int V,
+                       float scale) {
+    Dev dx(x), dn(nw), dplog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), dxp(size_t(2 * 1024) * 4),
+        ints(std::vector<int>{0, 5, 0, 0}), stats(std::vector<unsigned>{0});
+    ScreenRun r;
+    int parts = 0;
+    const int nx = screened_head_argmax(m, hs, dx.p<float>(), dn.p<float>(), 1e-6f, dplog.p<float>(), dpart.p<float>(), 1024,
+                                        &parts, dxp.p<float>(), 1024, stats.p<unsigned>(), nullptr, scale);
+    EXPECT_GT(nx, 0) << "the screen applies to bf16 heads of width 1024 and 2048 on sm_90";
+    if (nx <= 0) return r;
+    int2* ring = nullptr;
+    QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
+    argmax_merge(dplog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
+                 true, nullptr, nullptr, nullptr, dxp.p<float>(), nx);
+    QASR_CUDA(cudaDeviceSynchronize());
+    std::vector<int> h(4);
+    QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
+    QASR_CUDA(cudaMemcpy(&r.listed, stats.p<void>(), 4, cudaMemcpyDeviceToHost));
+    r.tok = h[0];
+    std::memcpy(&r.lp, &ring[0].y, 4);
+    EXPECT_EQ(h[1], 6);
+    EXPECT_EQ(h[2], 1);
+    cudaFreeHost(ring);
+    return r;
+}
+
+TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
+    NEED_GPU();
+    if (device_major() < 9) GTEST_SKIP() << "the screened head needs sm_90 (bulk copies)";
+    int sms = 0;
+    QASR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    for (const auto& [V0, K] : {std::pair<int, int>{20011, 1024}, {9000, 2048}}) {
+        SCOPED_TRACE(std::to_string(V0) + "x" + std::to_string(K));
+        auto check = [&](const std::vector<uint16_t>& bits, int V, const std::vector<float>& x, const std::vector<float>& nw,
+                         const char* what) {
+            SCOPED_TRACE(what);
+            Dev dw(bits);
+            DMat m;
+            m.rows = V, m.cols = K, m.data = dw.p<void>();
+            std::vector<Buffer> store;
+            size_t bytes = 0;
+            const HeadScreen hs = build_head_screen(m, store, bytes);
+            EXPECT_TRUE(bool(hs));
+            EXPECT_EQ(bytes, size_t(V) * K + size_t(V) * (K / 64) * 4 + size_t(V) * 4);
+            const HeadRun full = run_head_argmax(m, x, nw, V);
+            const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f);
+            EXPECT_EQ(s.tok, full.tok);
+            EXPECT_NEAR(s.lp, full.lp, 1e-3);
+            return std::make_pair(full, s);
+        };
+        // random weights: a few rows listed, the full head's token; a copy of the best row later: the lower index
+        {
+            Bf16Mat W(V0, K, uint32_t(V0 + K + 7));
+            const std::vector<float> x = randv(size_t(K), 71), nw = randv(size_t(K), 72);
+            auto [full, s] = check(W.bits, V0, x, nw, "random");
+            EXPECT_LE(s.listed, 64u);
+            const int best = full.tok, copy = best + 1 + (V0 - best - 1) / 2;
+            ASSERT_LT(copy, V0);
+            std::copy(W.bits.begin() + int64_t(best) * K, W.bits.begin() + int64_t(best + 1) * K, W.bits.begin() + int64_t(copy) * K);
+            auto [full2, s2] = check(W.bits, V0, x, nw, "copy of the best row");
+            EXPECT_EQ(s2.tok, best);
+            EXPECT_GE(s2.listed, 2u);
+        }
+        // x̂ ≈ 1: row A (index 100) has 64 weights 0.0166 (an exact proxy: logit 1.0625); row B (index 5000) one
+        // weight 1, one 0 and 62 of 2⁻⁹, which the proxy (scale ≈ 1/254) rounds to 0 (proxy ≈ 0.9999, logit 1.121).
+        // The proxy's argmax is A, the head's B: without the bound only A is listed and the choice is wrong.
+        {
+            std::vector<uint16_t> bits(size_t(V0) * K, 0);
+            for (int k = 0; k < 64; ++k) bits[size_t(100) * K + k] = bf16_bits(0.0166015625f);
+            bits[size_t(5000) * K] = bf16_bits(1.0f);
+            for (int k = 2; k < 64; ++k) bits[size_t(5000) * K + k] = bf16_bits(0.001953125f);
+            const std::vector<float> ones(size_t(K), 1.0f);
+            auto [full, s] = check(bits, V0, ones, ones, "proxy argmax differs");
+            EXPECT_EQ(full.tok, 5000);
+            Dev dw(bits);
+            DMat m;
+            m.rows = V0, m.cols = K, m.data = dw.p<void>();
+            std::vector<Buffer> store;
+            size_t bytes = 0;
+            const HeadScreen hs = build_head_screen(m, store, bytes);
+            EXPECT_EQ(run_screened(m, hs, ones, ones, V0, 0.0f).tok, 100) << "without the bound the proxy's choice";
+        }
+    }
+    // more candidates than a block lists (every row equal but one, slices of 600 rows): whole slices rescored
+    {
+        const int K = 1024, V = 600 * sms;
+        const Bf16Mat R(1, K, 91);
+        std::vector<uint16_t> bits(size_t(V) * K);
+        for (int r = 0; r < V; ++r) std::copy(R.bits.begin(), R.bits.end(), bits.begin() + int64_t(r) * K);
+        const std::vector<float> x = randv(size_t(K), 92), nw(size_t(K), 1.0f);
+        int k = -1; // the weight > 0 with the largest x: one bf16 step up makes row j the largest
+        for (int i = 0; i < K; ++i)
+            if (R.f[size_t(i)] > 0.0f && (k < 0 || x[size_t(i)] > x[size_t(k)])) k = i;
+        ASSERT_GT(x[size_t(k)], 0.5f);
+        const int j = V / 2 + 17;
+        bits[size_t(j) * K + k] = uint16_t(bits[size_t(j) * K + k] + 1);
+        Dev dw(bits);
+        DMat m;
+        m.rows = V, m.cols = K, m.data = dw.p<void>();
+        std::vector<Buffer> store;
+        size_t bytes = 0;
+        const HeadScreen hs = build_head_screen(m, store, bytes);
+        const HeadRun full = run_head_argmax(m, x, nw, V);
+        EXPECT_EQ(full.tok, j);
+        const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f);
+        EXPECT_EQ(s.tok, j);
+        EXPECT_NEAR(s.lp, full.lp, 1e-3);
+        EXPECT_GT(s.listed, unsigned(V) / 2) << "every block listed more rows than it holds";
+    }
+    // where it does not apply: a quantized head, another width → 0, nothing launched
+    {
+        DMat q;
+        q.bits = 8, q.rows = 1000, q.cols = 1024, q.gs = 64;
+        std::vector<Buffer> store;
+        size_t bytes = 0;
+        EXPECT_FALSE(bool(build_head_screen(q, store, bytes)));
+        DMat w;
+        w.rows = 1000, w.cols = 768;
+        EXPECT_FALSE(bool(build_head_screen(w, store, bytes)));
+        EXPECT_EQ(bytes, 0u);
+    }
+}

@@ -180,7 +180,7 @@ Tensor CudaSession::extended_logits(int64_t r0, int64_t n) {
 
 // One decode step on the stream: token *d_tok at position *d_pos → logits1_, then the greedy choice into d_tok,
 // the ring and ++pos. Everything reads its position from device memory, so the sequence can be captured once.
-void CudaSession::enqueue_step() {
+void CudaSession::enqueue_step(bool screened) {
     const float eps = m_.hp.text.rms_eps;
     float* x = x1_.as<float>();
     mark("start");
@@ -219,13 +219,16 @@ void CudaSession::enqueue_step() {
         if (run("down")) matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_, early("down"));
         mark("down");
     }
-    const int parts = run("head") ? lm_head_argmax(w_.head, x, w_.norm, eps, logits1_.as<float>(), argpart_.as<float>(),
-                                                   kArgParts, s_)
-                                  : 0;
+    int parts = 0, nx = 0;
+    if (screened && run("head"))
+        nx = screened_head_argmax(w_.head, w_.head_screen, x, w_.norm, eps, plog_screen_.as<float>(), argpart_.as<float>(),
+                                  kArgParts, &parts, xpart_.as<float>(), kArgParts, screen_stats_.as<unsigned>(), s_);
+    if (!nx && run("head"))
+        parts = lm_head_argmax(w_.head, x, w_.norm, eps, logits1_.as<float>(), argpart_.as<float>(), kArgParts, s_);
     if (parts) {
         mark("lm_head");
-        argmax_merge(logits1_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_, kRing, true, s_,
-                     fold_emb(), x);
+        argmax_merge(nx ? plog_screen_.as<float>() : logits1_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(),
+                     d_count(), ring_d_, kRing, true, s_, fold_emb(), x, nx ? xpart_.as<float>() : nullptr, nx);
     } else {
         if (run("head")) matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
         mark("lm_head");
@@ -260,12 +263,14 @@ void CudaSession::launch_persistent() {
     persistent_step(a, plaunch_, s_);
 }
 
-void CudaSession::launch_step() {
+void CudaSession::launch_step(bool screened) {
     if (persistent_ && !profile_) return launch_persistent();
+    screened = screened && bool(w_.head_screen);
+    screen_steps_ += screened;
     if (profile_) { // eager, with an event after each kernel group
         npev_ = 0;
         dec_splits_ = splits_for(len_ + 1);
-        enqueue_step();
+        enqueue_step(screened);
         QASR_CUDA(cudaStreamSynchronize(s_));
         for (int i = 1; i < npev_; ++i) {
             float ms = 0;
@@ -278,24 +283,26 @@ void CudaSession::launch_step() {
     if (graph_kv_ != kv_.get()) { // every bucket's graph at once: no capture inside a later request
         for (auto& [n, g] : graphs_) QASR_CUDA(cudaGraphExecDestroy(g));
         graphs_.clear();
-        for (const int keys : {128, 256, 257}) {
-            const int n = splits_for(keys);
-            if (!graphs_.count(n)) graphs_[n] = capture_step(n);
-        }
+        for (const int keys : {128, 256, 257})
+            for (const bool sc : {false, true}) {
+                const int n = splits_for(keys);
+                if ((sc && !w_.head_screen) || graphs_.count(2 * n + sc)) continue;
+                graphs_[2 * n + sc] = capture_step(n, sc);
+            }
         graph_kv_ = kv_.get();
     }
     const int n = splits_for(len_ + 1); // the step attends over len_ + 1 keys
-    auto it = graphs_.find(n);
-    if (it == graphs_.end()) it = graphs_.emplace(n, capture_step(n)).first;
+    auto it = graphs_.find(2 * n + screened);
+    if (it == graphs_.end()) it = graphs_.emplace(2 * n + screened, capture_step(n, screened)).first;
     QASR_CUDA(cudaGraphLaunch(it->second, s_));
 }
 
-cudaGraphExec_t CudaSession::capture_step(int splits) {
+cudaGraphExec_t CudaSession::capture_step(int splits, bool screened) {
     dec_splits_ = splits;
     cudaGraph_t g = nullptr;
     QASR_CUDA(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
     try {
-        enqueue_step();
+        enqueue_step(screened);
     } catch (...) {
         cudaStreamEndCapture(s_, &g);
         if (g) cudaGraphDestroy(g);
@@ -317,7 +324,7 @@ Tensor CudaSession::step(int token) {
     *tok_h_ = token;
     QASR_CUDA(cudaMemcpyAsync(d_tok(), tok_h_, sizeof(int), cudaMemcpyHostToDevice, s_));
     if (embed_fold_) embed(w_.embed, d_tok(), 1, x1_.as<float>(), s_); // the step's input (the graph has no embed)
-    launch_step();
+    launch_step(false);
     ++len_;
     Tensor out({1, int64_t(V_)});
     QASR_CUDA(cudaMemcpyAsync(out.ptr(), logits1_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
@@ -337,7 +344,7 @@ void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& 
     QASR_CUDA(cudaEventRecord(ev_[0], s_));
     for (int n = 0; n < max_tokens; ++n) {
         if (n + 1 < max_tokens) { // queue the step that makes token n+1 before reading token n
-            launch_step();
+            launch_step(true); // only the token is read back: the screened head where the model has one
             QASR_CUDA(cudaEventRecord(ev_[(n + 1) % kRing], s_));
         }
         QASR_CUDA(cudaEventSynchronize(ev_[n % kRing]));

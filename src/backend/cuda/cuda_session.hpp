@@ -78,6 +78,15 @@ public:
             psplits_ = std::clamp(ps ? std::atoi(ps) : 8, 1, kDecodeSplits);
         }
         argpart_.alloc(size_t(3) * std::max({plaunch_.grid, 256, kArgParts}) * 4);
+        if (w_.head_screen) {
+            plog_screen_.alloc(size_t(V_) * 4);
+            xpart_.alloc(size_t(2) * kArgParts * 4);
+            const char* ss = std::getenv("QASR_CUDA_SCREEN_STATS");
+            if (ss && std::string(ss) == "1") {
+                screen_stats_.alloc(sizeof(unsigned));
+                QASR_CUDA(cudaMemset(screen_stats_.get(), 0, sizeof(unsigned)));
+            }
+        }
 #ifdef QASR_CUDA_TIMELINE
         tl_.alloc(sizeof(detail::Timeline));
         QASR_CUDA(cudaMemset(tl_.get(), 0, sizeof(detail::Timeline)));
@@ -85,6 +94,7 @@ public:
         timeline_bind_prefetch(tl_.get());
         timeline_bind_attention(tl_.get());
         timeline_bind_head(tl_.get());
+        timeline_bind_screen(tl_.get());
 #endif
         const char* pe = std::getenv("QASR_CUDA_PROFILE");
         profile_ = pe && *pe && std::string(pe) != "0";
@@ -128,6 +138,11 @@ public:
                              double(h[16]) / double(h[14]) / 1980.0, double(h[17]) / double(h[14]) / 1980.0);
             }
         }
+        unsigned rescored = 0;
+        if (screen_stats_.get() && screen_steps_ &&
+            cudaMemcpy(&rescored, screen_stats_.get(), sizeof rescored, cudaMemcpyDeviceToHost) == cudaSuccess)
+            std::fprintf(stderr, "qasr cuda: screened head: %u rows rescored over %ld steps (%.1f per step)\n", rescored,
+                         long(screen_steps_), double(rescored) / double(screen_steps_));
 #ifdef QASR_CUDA_TIMELINE
         print_timeline();
 #endif
@@ -179,9 +194,12 @@ private:
         a.hd = hd_;
         return a;
     }
-    void enqueue_step();
-    void launch_step();
-    cudaGraphExec_t capture_step(int splits); // enqueue_step() with that many key splits, captured and instantiated
+    // One step on the stream; screened: the greedy choice through the screened head (w_.head_screen), whose
+    // logits1_ are not the step's logits (greedy() only; step() returns logits).
+    void enqueue_step(bool screened);
+    void launch_step(bool screened);
+    // enqueue_step() with that many key splits, captured and instantiated
+    cudaGraphExec_t capture_step(int splits, bool screened);
     void gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta);
     Tensor encode_device(const float* d_mel, int T); // mel [n_mels, T] already on the device
     int stem_device(const float* d_mel, int T, int* window); // conv stem of every chunk → ex_ rows; returns A
@@ -323,7 +341,9 @@ private:
     // prefill / encoder scratch
     Buffer px_, pbf_, pqkv_, pq_, po_, pgu_, plog_, deq_;
     Buffer emel_, ecols_, ea_, eb_, eflat_, eco_, ex_, ebf_, eqkv_, eatt_, eu_, eout_;
-    std::map<int, cudaGraphExec_t> graphs_; // the captured step per split count
+    Buffer plog_screen_, xpart_, screen_stats_; // the screened head's proxy logits and exact partials; its counter
+    long screen_steps_ = 0;
+    std::map<int, cudaGraphExec_t> graphs_; // the captured step per (split count, screened): key 2·splits + screened
     const void* graph_kv_ = nullptr;         // the KV cache the graphs were captured on
 };
 

@@ -6,7 +6,9 @@
 #include "model/encoder.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace qasr::cuda {
 namespace {
@@ -167,6 +169,8 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal
     const DecoderW& d = mw.dec;
     w->embed = up.mat(d.embed, true);
     w->head = d.lm_head.empty() ? w->embed : up.mat(d.lm_head, true);
+    const char* hs = std::getenv("QASR_CUDA_HEAD_SCREEN");
+    if (!(hs && std::string(hs) == "0")) w->head_screen = build_head_screen(w->head, w->storage, w->bytes);
     for (const DecoderLayerW& l : d.layers) {
         DevDecLayer x{};
         x.qkv = up.stack({&l.q.w, &l.k.w, &l.v.w}, true);

@@ -36,6 +36,7 @@ struct DeviceWeights {
     const double *mel_window, *mel_dft, *mel_filters; // [400], [400, 402], [201, n_mels] in double
     // decoder
     DMat embed, head; // head = embed when tied
+    HeadScreen head_screen; // the greedy step's screened head (bf16 heads on sm_90; off with QASR_CUDA_HEAD_SCREEN=0)
     std::vector<DevDecLayer> dec;
     const float* norm;
     const float* inv_freq; // [head_dim / 2]

@@ -4,6 +4,7 @@
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/lm_head.cuh"
 
 #include "core/error.hpp"
 
@@ -331,8 +332,10 @@ __global__ void k_argmax_part(const float* x, int V, float* part) {
 }
 
 // emb_out: the chosen token's embedding row (table emb) is written there too (the next step's input).
+// xpart (the screened head's, head_screen.cu): nx (exact logit, index) partials choose the token and give its logit;
+// part's (max, index, Σ exp) partials then only give the normaliser of its log-probability.
 __global__ void k_argmax_final(const float* x, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
-                               int ring_size, bool advance, DMat emb, float* emb_out) {
+                               int ring_size, bool advance, DMat emb, float* emb_out, const float* xpart, int nx) {
     QASR_TL_ENTRY
     dep_wait();
     QASR_TL_WAITED(kTlArgFinal, false);
@@ -340,18 +343,10 @@ __global__ void k_argmax_final(const float* x, const float* part, int nparts, in
     // one warp: lane l takes the partials l, l + 32, … (their loads in flight together, not one thread's chain of
     // 2·nparts dependent loads: 12.9 µs alone on the H200), then the lowest index among the maxima and Σ l·e^(m−M)
     const int lane = threadIdx.x;
-    float M = -FLT_MAX;
-    int id = 0x7fffffff;
-    for (int p = lane; p < nparts; p += kWarp) {
-        const float m = part[3 * p];
-        const int i = __float_as_int(part[3 * p + 1]);
-        if (m > M || (m == M && i < id)) M = m, id = i;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float om = __shfl_xor_sync(0xffffffffu, M, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, id, o);
-        if (om > M || (om == M && oi < id)) M = om, id = oi;
-    }
+    float M, X;
+    int id;
+    merge_max_parts(part, nparts, 3, lane, M, id);
+    if (xpart) merge_max_parts(xpart, nx, 2, lane, X, id);
     if (emb_out) { // bf16 rows of 256·EC columns (the launcher's condition): every load in flight before any store
         constexpr int EC = 8;
         const int nc = int(emb.cols / 256);
@@ -373,7 +368,7 @@ __global__ void k_argmax_final(const float* x, const float* part, int nparts, in
         if (part[3 * p + 2] > 0.0f) S += part[3 * p + 2] * expf(part[3 * p] - M);
     S = warp_sum(S);
     if (lane != 0) return;
-    const float lp = (x[id] - M) - logf(S);
+    const float lp = ((xpart ? X : x[id]) - M) - logf(S);
     *tok = id;
     const int c = *count;
     ring[c % ring_size] = make_int2(id, __float_as_int(lp));
@@ -481,14 +476,15 @@ void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos
     if (emb && !argmax_can_embed(*emb)) fail("cuda", "argmax: the embedding write needs bf16 rows of 256·n ≤ 2048 columns");
     launch(k_argmax_part, dim3(kArgBlocks), dim3(1024), 0, s, logits, V, scratch);
     launch(k_argmax_final, dim3(1), dim3(32), 0, s, logits, static_cast<const float*>(scratch), kArgBlocks, tok, pos, count,
-           ring, ring_size, advance, emb ? *emb : DMat{}, emb ? emb_out : nullptr);
+           ring, ring_size, advance, emb ? *emb : DMat{}, emb ? emb_out : nullptr, static_cast<const float*>(nullptr), 0);
 }
 
 void argmax_merge(const float* logits, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
-                  int ring_size, bool advance, cudaStream_t s, const DMat* emb, float* emb_out) {
+                  int ring_size, bool advance, cudaStream_t s, const DMat* emb, float* emb_out, const float* xpart, int nx) {
     if (emb && !argmax_can_embed(*emb)) fail("cuda", "argmax: the embedding write needs bf16 rows of 256·n ≤ 2048 columns");
+    if (xpart && nx <= 0) fail("cuda", "argmax: exact partials without a count");
     launch(k_argmax_final, dim3(1), dim3(32), 0, s, logits, part, nparts, tok, pos, count, ring, ring_size, advance,
-           emb ? *emb : DMat{}, emb ? emb_out : nullptr);
+           emb ? *emb : DMat{}, emb ? emb_out : nullptr, xpart, xpart ? nx : 0);
 }
 
 void set_pdl(bool on) { g_pdl = on; }

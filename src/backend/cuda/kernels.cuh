@@ -2,6 +2,8 @@
 // streams, attention, norms); matrix products read bf16 or MLX affine-quantized weights and accumulate in
 // float32 (matrix-vector products: fused kernels here; matrix-matrix products: cuBLAS on bf16 operands).
 #pragma once
+#include "backend/cuda/check.hpp"
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -125,14 +127,36 @@ bool argmax_can_embed(const DMat& emb);
 void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,
                   bool advance, cudaStream_t s, const DMat* emb = nullptr, float* emb_out = nullptr);
 // The argmax's second stage alone: merges nparts (max, index, Σ exp) partials (lm_head_argmax's) into *tok, the
-// ring and the counters, as argmax_token.
+// ring and the counters, as argmax_token. With xpart (screened_head_argmax's nx partials), those choose the token
+// and give its logit; part then holds the proxy head's partials, which give the log-probability's normaliser.
 void argmax_merge(const float* logits, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
-                  int ring_size, bool advance, cudaStream_t s, const DMat* emb = nullptr, float* emb_out = nullptr);
+                  int ring_size, bool advance, cudaStream_t s, const DMat* emb = nullptr, float* emb_out = nullptr,
+                  const float* xpart = nullptr, int nx = 0);
 // The decode step's LM head fused with the argmax's first stage (lm_head.cu): logits = W · RMSNorm(x) and the
 // argmax partials in part (≥ 3·max_parts floats). Returns the number of partials, or 0 where it does not apply
 // (quantized head, no sm_90, other widths than 1024/2048): then matvec + argmax_token.
 int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                    int max_parts, cudaStream_t s);
+// The screened greedy head (head_screen.cu) of a bf16 head W [V, K] (K = 1024 or 2048, sm_90): an MLX 8-bit copy
+// of W (proxy, group 64) and per row r a bound R[r] with |proxy logit − W logit| ≤ ‖x̂‖·R[r] for the normalised x̂,
+// both as the device kernels round them. build_head_screen makes it on the device (storage keeps the buffers); an
+// empty HeadScreen where the head does not qualify.
+struct HeadScreen {
+    DMat proxy;
+    const float* bound = nullptr;
+    explicit operator bool() const { return bound != nullptr; }
+};
+HeadScreen build_head_screen(const DMat& W, std::vector<Buffer>& storage, size_t& bytes);
+// The greedy choice through the screen: the proxy head with its argmax partials (lm_head_argmax into plog and
+// part), then per slice of rows the rows whose proxy logit is within the bounds of the best one, rescored with W
+// exactly as lm_head_argmax computes W's logits: exact (logit, index) partials into xpart (≥ 2·max_x floats). The
+// token of argmax_merge(…, xpart, n) is then the full head's (ties → lowest index); its log-probability uses the
+// proxy's normaliser. Returns n, or 0 where it does not apply (then nothing was launched); *nparts gets part's
+// count. stats (optional) accumulates the rescored rows. bound_scale: 1.01 (tests set 0 to show the bound matters).
+int screened_head_argmax(const DMat& W, const HeadScreen& hs, const float* x, const float* norm_w, float eps,
+                         float* plog, float* part, int max_parts, int* nparts, float* xpart, int max_x,
+                         unsigned* stats, cudaStream_t s, float bound_scale = 1.01f);
+
 // Programmatic dependent launch for the decode-step kernels (default on; QASR_CUDA_PDL=0 turns it off).
 void set_pdl(bool on);
 void set_ints(int* p, int a, int b, cudaStream_t s); // p[0] = a, p[1] = b
@@ -141,6 +165,7 @@ void timeline_bind_kernels(void* tl);
 void timeline_bind_prefetch(void* tl);
 void timeline_bind_attention(void* tl);
 void timeline_bind_head(void* tl);
+void timeline_bind_screen(void* tl);
 
 // Log-mel [n_mels, T] of N samples (x holds the first n_have, zeros after) exactly as audio/mel (spec §3), in double
 // like the CPU front end: the DFT as a GEMM (dft [400, 402]: cos and −sin columns per bin), filters [201, n_mels].

@@ -10,6 +10,7 @@
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/lm_head.cuh"
 
 #include "core/error.hpp"
 
@@ -136,39 +137,9 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
     dep_launch();
     stage_x(xs, a.x, K);
     float xv[KC * 8];
-#pragma unroll
-    for (int j = 0; j < KC; ++j) {
-        const float4* src = reinterpret_cast<const float4*>(xs) + 2 * (lane + j * kWarp);
-        const float4 f0 = src[0], f1 = src[1];
-        xv[j * 8 + 0] = f0.x, xv[j * 8 + 1] = f0.y, xv[j * 8 + 2] = f0.z, xv[j * 8 + 3] = f0.w;
-        xv[j * 8 + 4] = f1.x, xv[j * 8 + 5] = f1.y, xv[j * 8 + 6] = f1.z, xv[j * 8 + 7] = f1.w;
-    }
-    if (a.norm_w) { // every warp holds all of x across its lanes: the same sum in each
-        float ss = 0.0f;
-#pragma unroll
-        for (int i = 0; i < KC * 8; ++i) ss += xv[i] * xv[i];
-        const float inv = rsqrtf(warp_sum(ss) / float(K) + a.eps);
-#pragma unroll
-        for (int j = 0; j < KC; ++j) {
-            const float4* nw = reinterpret_cast<const float4*>(a.norm_w) + 2 * (lane + j * kWarp);
-            const float4 g0 = __ldg(nw), g1 = __ldg(nw + 1);
-            const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-            for (int i = 0; i < 8; ++i) xv[j * 8 + i] = xv[j * 8 + i] * inv * g[i];
-        }
-    }
-    head_rows(a, full, nst, r0, r1, issue, [&](int b) {
-        const uint4* row = ring + (size_t(b) * SR + warp) * CPR;
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < KC; ++j) {
-            const uint4 v = row[lane + j * kWarp];
-            const float* xp = xv + j * 8;
-            acc += bf(v.x & 0xffffu) * xp[0] + bf(v.x >> 16) * xp[1] + bf(v.y & 0xffffu) * xp[2] + bf(v.y >> 16) * xp[3] +
-                   bf(v.z & 0xffffu) * xp[4] + bf(v.z >> 16) * xp[5] + bf(v.w & 0xffffu) * xp[6] + bf(v.w >> 16) * xp[7];
-        }
-        return acc;
-    });
+    head_x_bf16<KC>(xs, a.norm_w, a.eps, lane, xv);
+    head_rows(a, full, nst, r0, r1, issue,
+              [&](int b) { return head_dot_bf16<KC>(ring + (size_t(b) * SR + warp) * CPR, lane, xv); });
 }
 
 // MLX affine-quantized head (BITS 4/6/8, group size gs; K = 512·NCH): the same ring and partials; a stage holds 8
