@@ -341,10 +341,11 @@ struct ScreenRun {
     int tok = -1;
     float lp = 0.0f;
     unsigned listed = 0; // candidate rows over all blocks
+    std::vector<float> plog; // the proxy logits
 };
 ScreenRun run_screened(const DMat& m, const HeadScreen& hs, const std::vector<float>& x, const std::vector<float>& nw, int V,
                        float scale) {
-    Dev dx(x), dn(nw), dplog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), dxp(size_t(2 * 1024) * 4),
+    Dev dx(x), dn(nw), dplog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), dxp(size_t(3 * 1024) * 4),
         ints(std::vector<int>{0, 5, 0, 0}), stats(std::vector<unsigned>{0});
     ScreenRun r;
     int parts = 0;
@@ -361,6 +362,7 @@ ScreenRun run_screened(const DMat& m, const HeadScreen& hs, const std::vector<fl
     QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
     QASR_CUDA(cudaMemcpy(&r.listed, stats.p<void>(), 4, cudaMemcpyDeviceToHost));
     r.tok = h[0];
+    r.plog = host(dplog, size_t(V));
     std::memcpy(&r.lp, &ring[0].y, 4);
     EXPECT_EQ(h[1], 6);
     EXPECT_EQ(h[2], 1);
@@ -390,6 +392,17 @@ TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
             const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f);
             EXPECT_EQ(s.tok, full.tok);
             EXPECT_NEAR(s.lp, full.lp, 1e-3);
+            // the bound holds row by row: |proxy − head logit| ≤ ‖x̂‖·R_r
+            std::vector<float> R(static_cast<size_t>(V)), xn = x;
+            QASR_CUDA(cudaMemcpy(R.data(), hs.bound, size_t(V) * 4, cudaMemcpyDeviceToHost));
+            ops::rms_norm(xn.data(), 1, K, nw.data(), 1e-6f);
+            double nx = 0, worst = 0;
+            for (float v : xn) nx += double(v) * v;
+            nx = std::sqrt(nx);
+            for (int r = 0; r < V && !s.plog.empty() && !full.logits.empty(); ++r)
+                worst = std::max(worst, std::fabs(double(s.plog[size_t(r)]) - full.logits[size_t(r)]) / (nx * R[size_t(r)]));
+            EXPECT_LE(worst, 1.0);
+            std::printf("  %s: largest |proxy − logit| / bound %.3f, %u rows listed\n", what, worst, s.listed);
             return std::make_pair(full, s);
         };
         // random weights: a few rows listed, the full head's token; a copy of the best row later: the lower index

@@ -80,7 +80,7 @@ public:
         argpart_.alloc(size_t(3) * std::max({plaunch_.grid, 256, kArgParts}) * 4);
         if (w_.head_screen) {
             plog_screen_.alloc(size_t(V_) * 4);
-            xpart_.alloc(size_t(2) * kArgParts * 4);
+            xpart_.alloc(size_t(3) * kArgParts * 4);
             const char* ss = std::getenv("QASR_CUDA_SCREEN_STATS");
             if (ss && std::string(ss) == "1") {
                 screen_stats_.alloc(sizeof(unsigned));

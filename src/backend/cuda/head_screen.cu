@@ -3,18 +3,19 @@
 //
 // The head is the step's one large read (0.6B: 151936 × 1024 bf16, 311 MB, ~73 µs of the ~608 µs step on the H200).
 // The choice needs the largest logit, not all of them exactly. So the step runs the head's MLX 8-bit copy (the
-// proxy, 166 MB) through the quantized streaming head kernel (lm_head.cu), which stores every proxy logit p_r and the
-// argmax partials; then this file's kernel bounds, per row, how far p_r can be from the logit ℓ_r that the bf16
-// head kernel would compute: |p_r − ℓ_r| ≤ ‖x̂‖·R_r, with R_r = ‖w_r − deq(q_r)‖ + c·(‖|s·q| + |b|‖ + ‖w_r‖) — the
-// quantization error (Cauchy–Schwarz) plus both products' float32 rounding (c = 4(K + 64)·2⁻²⁴, a standard
-// dot-product error bound with room for the two kernels' differently rounded x̂), computed in double per row when the
-// proxy is made, stored rounded up, and scaled by 1.01 for the float32 ‖x̂‖. With p* the largest proxy logit (row
-// r*), every row whose upper end p_r + b_r reaches p* − b_r* is rescored with the bf16 weights by head_dot_bf16 —
-// the same per-lane arithmetic as the full head — and the largest of those (lowest index on ties) is the full
-// head's choice: the full head's winner t has p_t + b_t ≥ ℓ_t ≥ ℓ_r* ≥ p* − b_r*. On the random 0.6B checkpoint a
-// handful of rows per step are rescored; where a block's slice has more candidates than its list holds it rescores
-// the whole slice (slow, still exact). The log-probability's normaliser Σ exp comes from the proxy logits
-// (relative error ~1e-5 on random weights; the chosen token's logit is exact).
+// proxy, 166 MB) through the quantized streaming head kernel with x̂ rounded to int16 (lm_head_argmax_proxy: integer
+// dot products), which stores every proxy logit p_r and the argmax partials; then this file's kernel bounds, per
+// row, how far p_r can be from the logit ℓ_r that the bf16 head kernel would compute: |p_r − ℓ_r| ≤ ‖x̂‖·R_r, with
+//   R_r = ‖w_r − deq(q_r)‖ + c·(‖|s·q| + |b|‖ + ‖w_r‖) + ‖|s·q| + |b|‖·√K/65000,
+// the quantization error (Cauchy–Schwarz), both products' float32 rounding (c = 4(K + 64)·2⁻²⁴, a standard
+// dot-product error bound with room for the kernels' differently rounded x̂), and x̂'s int16 rounding (≤ √K·max|x̂|/65534
+// in norm); computed in double per row when the proxy is made, stored rounded up, and scaled by 1.01 for the float32
+// ‖x̂‖. With p* the largest proxy logit (row r*), every row whose upper end p_r + b_r reaches p* − b_r* is rescored
+// with the bf16 weights by head_dot_bf16 — the same per-lane arithmetic as the full head — and the largest of those
+// (lowest index on ties) is the full head's choice: the full head's winner t has p_t + b_t ≥ ℓ_t ≥ ℓ_r* ≥ p* − b_r*.
+// On the random 0.6B checkpoint about one row per step is rescored; where a block's slice has more candidates than
+// its list holds it rescores the whole slice (slow, still exact). The log-probability's normaliser Σ exp takes the
+// rescored rows' exact logits and the proxy logits of the others.
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(K / 8) k_screen_build(const uint16_t* w, uint8
     if (t != 0) return;
     double E = 0, A = 0, W = 0;
     for (int i = 0; i < NT / kWarp; ++i) E += red[0][i], A += red[1][i], W += red[2][i];
-    const double R = (sqrt(E) + c * (sqrt(A) + sqrt(W))) * (1.0 + 1e-9);
+    const double R = (sqrt(E) + c * (sqrt(A) + sqrt(W)) + sqrt(A) * sqrt(double(K)) / 65000.0) * (1.0 + 1e-9);
     bound[r] = R < 1e30 ? __double2float_ru(R) : INFINITY; // a non-finite row is always a candidate
 }
 
@@ -96,21 +97,23 @@ struct ScreenArgs {
     const float* part;   // the proxy head's (max, index, Σ exp) partials
     int nparts;
     const float* bound;  // R [V]
-    float* xpart;        // out: (exact logit, index) per block
+    float* xpart;        // out: (exact logit, index, Σ exp correction) per block
     unsigned* stats;
     float scale;
 };
 
 // A block per slice of rows: the threshold p* − b_r* (the proxy partials merged by warp 0), its rows' candidates
-// listed, each rescored by one warp with the bf16 head's arithmetic, the block's best (logit, lowest index) out.
+// listed, each rescored by one warp with the bf16 head's arithmetic, the block's best (logit, lowest index) out with
+// what the rescored rows' exact logits change in the normaliser (Σ exp(ℓ − p*) − exp(p − p*)).
 template <int KC>
 __global__ void __launch_bounds__(kSThreads) k_head_screen(ScreenArgs a) {
     constexpr int K = KC * 256;
     __shared__ __align__(16) float xs[K];
     __shared__ int cand[kSCap];
+    __shared__ float candp[kSCap];
     __shared__ int ncand, pok;
     __shared__ float pmax, pbound;
-    __shared__ float wv[kSWarps];
+    __shared__ float wv[kSWarps], wc[kSWarps];
     __shared__ int wi[kSWarps];
     QASR_TL_ENTRY
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -156,26 +159,30 @@ __global__ void __launch_bounds__(kSThreads) k_head_screen(ScreenArgs a) {
         const int64_t r = r0 + threadIdx.x + int64_t(k) * kSThreads;
         if (r < r1 && !(p[k] + nx * rb[k] < T)) { // NaN → candidate
             const int slot = atomicAdd(&ncand, 1);
-            if (slot < kSCap) cand[slot] = int(r);
+            if (slot < kSCap) cand[slot] = int(r), candp[slot] = p[k];
         }
     }
     __syncthreads();
     const int n = ncand;
     const int total = n > kSCap ? int(r1 - r0) : n;
-    float bv = -FLT_MAX;
+    float bv = -FLT_MAX, corr = 0.0f; // corr: Σ exp(ℓ − p*) − exp(p − p*) over the rescored rows
     int bi = 0x7fffffff;
     for (int c = warp; c < total; c += kSWarps) {
         const int r = n > kSCap ? int(r0) + c : cand[c];
         const float v = warp_sum(head_dot_bf16<KC>(reinterpret_cast<const uint4*>(a.w + int64_t(r) * K), lane, xv));
         if (v > bv || (v == bv && r < bi)) bv = v, bi = r;
+        corr += expf(v - pmax) - expf((n > kSCap ? __ldcg(a.plog + r) : candp[c]) - pmax);
     }
-    if (lane == 0) wv[warp] = bv, wi[warp] = bi;
+    if (lane == 0) wv[warp] = bv, wi[warp] = bi, wc[warp] = corr;
     __syncthreads();
     if (threadIdx.x != 0) return;
-    for (int w = 1; w < kSWarps; ++w)
+    for (int w = 1; w < kSWarps; ++w) {
         if (wv[w] > bv || (wv[w] == bv && wi[w] < bi)) bv = wv[w], bi = wi[w];
-    a.xpart[2 * blockIdx.x] = bv;
-    a.xpart[2 * blockIdx.x + 1] = __int_as_float(bi);
+        corr += wc[w];
+    }
+    a.xpart[3 * blockIdx.x] = bv;
+    a.xpart[3 * blockIdx.x + 1] = __int_as_float(bi);
+    a.xpart[3 * blockIdx.x + 2] = pok ? corr : 0.0f;
     if (a.stats) atomicAdd(a.stats, unsigned(n));
 }
 
@@ -228,7 +235,7 @@ int screened_head_argmax(const DMat& W, const HeadScreen& hs, const float* x, co
     const int64_t per = int64_t(kSRowsPerThread) * kSThreads;
     const int grid = int(std::max<int64_t>(sms, (W.rows + per - 1) / per));
     if (grid > max_x) return 0;
-    const int np = lm_head_argmax(hs.proxy, x, norm_w, eps, plog, part, max_parts, s);
+    const int np = lm_head_argmax_proxy(hs.proxy, x, norm_w, eps, plog, part, max_parts, s);
     if (!np) return 0;
     ScreenArgs a{W.rows, x, norm_w, eps, static_cast<const uint16_t*>(W.data), plog, part, np, hs.bound, xpart, stats,
                  bound_scale};

@@ -332,8 +332,8 @@ __global__ void k_argmax_part(const float* x, int V, float* part) {
 }
 
 // emb_out: the chosen token's embedding row (table emb) is written there too (the next step's input).
-// xpart (the screened head's, head_screen.cu): nx (exact logit, index) partials choose the token and give its logit;
-// part's (max, index, Σ exp) partials then only give the normaliser of its log-probability.
+// xpart (the screened head's, head_screen.cu): nx (exact logit, index, Σ exp correction) partials choose the token
+// and give its logit; part's (max, index, Σ exp) partials, over the proxy logits, and the corrections the normaliser.
 __global__ void k_argmax_final(const float* x, const float* part, int nparts, int* tok, int* pos, int* count, int2* ring,
                                int ring_size, bool advance, DMat emb, float* emb_out, const float* xpart, int nx) {
     QASR_TL_ENTRY
@@ -346,7 +346,7 @@ __global__ void k_argmax_final(const float* x, const float* part, int nparts, in
     float M, X;
     int id;
     merge_max_parts(part, nparts, 3, lane, M, id);
-    if (xpart) merge_max_parts(xpart, nx, 2, lane, X, id);
+    if (xpart) merge_max_parts(xpart, nx, 3, lane, X, id);
     if (emb_out) { // bf16 rows of 256·EC columns (the launcher's condition): every load in flight before any store
         constexpr int EC = 8;
         const int nc = int(emb.cols / 256);
@@ -366,6 +366,8 @@ __global__ void k_argmax_final(const float* x, const float* part, int nparts, in
     float S = 0.0f;
     for (int p = lane; p < nparts; p += kWarp)
         if (part[3 * p + 2] > 0.0f) S += part[3 * p + 2] * expf(part[3 * p] - M);
+    if (xpart) // the screen's rescored rows: their exact terms instead of the proxy's (relative to the same M)
+        for (int p = lane; p < nx; p += kWarp) S += xpart[3 * p + 2];
     S = warp_sum(S);
     if (lane != 0) return;
     const float lp = ((xpart ? X : x[id]) - M) - logf(S);

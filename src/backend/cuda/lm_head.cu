@@ -154,8 +154,25 @@ struct HeadQArgs : HeadCommon {
     uint32_t stage_bytes; // codes + scales + biases of 8 rows, a multiple of 16
 };
 
-template <int BITS, int NCH>
+// Integer dot products of 4 byte pairs: unsigned codes × signed bytes, unsigned × unsigned.
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// XQ (8-bit codes only; the screened head's proxy, head_screen.cu): x̂ is rounded to int16 steps of max|x̂|/32767
+// and split into a signed high and an unsigned low byte, so a chunk's Σ q·x is 8 exact dp4a (4 codes each) instead
+// of 16 code extractions, int→float conversions and multiply-adds — the conversions' throughput had kept the 8-bit
+// head at ~2.3 TB/s. The rounding of x̂ (≤ √K·max|x̂|/65534 in norm) is part of the screen's bound.
+template <int BITS, int NCH, bool XQ = false>
 __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
+    static_assert(!XQ || BITS == 8, "the int16 x path takes 8-bit codes");
     constexpr int K = NCH * 512, RB = K * BITS / 8, SR = kHWarps;
     extern __shared__ __align__(128) uint4 ring[];
     __shared__ __align__(8) uint64_t full[kHMaxStages];
@@ -214,6 +231,48 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
         for (int i = 0; i < 16; ++i) t += xv[j][i];
         xsum[j] = t;
     }
+    if constexpr (XQ) {
+        float am = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NCH; ++j)
+#pragma unroll
+            for (int i = 0; i < 16; ++i) am = fmaxf(am, fabsf(xv[j][i]));
+        am = warp_max(am); // all of x̂ is across the warp's lanes
+        const float sx = am > 0.0f ? am / 32767.0f : 1.0f;
+        uint32_t hi[NCH][4], lo[NCH][4];
+#pragma unroll
+        for (int j = 0; j < NCH; ++j)
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                hi[j][w] = lo[j][w] = 0;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int q = max(-32767, min(32767, __float2int_rn(xv[j][4 * w + k] / sx)));
+                    hi[j][w] |= uint32_t((q >> 8) & 255) << (8 * k);
+                    lo[j][w] |= uint32_t(q & 255) << (8 * k);
+                }
+            }
+        head_rows(a, full, nst, r0, r1, issue, [&](int b) {
+            const uint8_t* stage = base + size_t(b) * a.stage_bytes;
+            const uint4* row = reinterpret_cast<const uint4*>(stage + warp * RB);
+            const uint16_t* sc = reinterpret_cast<const uint16_t*>(stage + SR * RB) + warp * NG;
+            const uint16_t* bi = reinterpret_cast<const uint16_t*>(stage + SR * RB + SR * NG * 2) + warp * NG;
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NCH; ++j) {
+                const int c = lane + j * kWarp;
+                const uint4 q = row[c];
+                int h = dp4a_us(q.x, hi[j][0], 0), l = dp4a_uu(q.x, lo[j][0], 0);
+                h = dp4a_us(q.y, hi[j][1], h), l = dp4a_uu(q.y, lo[j][1], l);
+                h = dp4a_us(q.z, hi[j][2], h), l = dp4a_uu(q.z, lo[j][2], l);
+                h = dp4a_us(q.w, hi[j][3], h), l = dp4a_uu(q.w, lo[j][3], l);
+                const int g = (c * 16) / a.gs;
+                acc += bf(sc[g]) * (sx * float(h * 256 + l)) + bf(bi[g]) * xsum[j];
+            }
+            return acc;
+        });
+        return;
+    }
     head_rows(a, full, nst, r0, r1, issue, [&](int b) {
         const uint8_t* stage = base + size_t(b) * a.stage_bytes;
         const uint8_t* row = stage + warp * RB;
@@ -242,8 +301,9 @@ QASR_TL_BIND(timeline_bind_head)
 
 namespace {
 int lm_head_argmax_q(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
-                     int max_parts, cudaStream_t s) {
+                     int max_parts, cudaStream_t s, bool xq = false) {
     if (!g_head_on || !g_head_q_on || !pdl_enabled() || (W.bits != 4 && W.bits != 6 && W.bits != 8)) return 0;
+    if (xq && W.bits != 8) return 0;
     const int64_t K = W.cols;
     const int NCH = int(K / 512);
     if (K % 512 != 0 || (NCH != 2 && NCH != 4) || W.gs < 16 || K % W.gs != 0) return 0;
@@ -268,13 +328,19 @@ int lm_head_argmax_q(const DMat& W, const float* x, const float* norm_w, float e
         QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         launch(k, dim3(unsigned(grid)), dim3(kHThreads), smem, s, a);
     };
-    if (W.bits == 8) NCH == 2 ? go(k_lm_head_q<8, 2>) : go(k_lm_head_q<8, 4>);
+    if (xq) NCH == 2 ? go(k_lm_head_q<8, 2, true>) : go(k_lm_head_q<8, 4, true>);
+    else if (W.bits == 8) NCH == 2 ? go(k_lm_head_q<8, 2>) : go(k_lm_head_q<8, 4>);
     else if (W.bits == 6) NCH == 2 ? go(k_lm_head_q<6, 2>) : go(k_lm_head_q<6, 4>);
     else NCH == 2 ? go(k_lm_head_q<4, 2>) : go(k_lm_head_q<4, 4>);
     QASR_CUDA_LAUNCHED();
     return grid;
 }
 } // namespace
+
+int lm_head_argmax_proxy(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
+                         int max_parts, cudaStream_t s) {
+    return lm_head_argmax_q(W, x, norm_w, eps, logits, part, max_parts, s, true);
+}
 
 int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                    int max_parts, cudaStream_t s) {
