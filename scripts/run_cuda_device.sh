@@ -56,6 +56,12 @@ PY
                 --warmup 0 --api-warmup --json > "$out/bench_${p}_${v}_prev.json" 2>> "$out/errors.log"
             log "$p $v previous binary rc=$? $(python3 -c "import json; j=json.load(open('$out/bench_${p}_${v}_prev.json')); print('total %.2f ms = %.3f ms/tok' % (j['total_ms'], j['ms_per_token']))" 2>&1)"
         fi
+        # bf16: the same bench without the screened greedy head (the full bf16 head every step), same call
+        if [ "$v" = bf16 ]; then
+            QASR_CUDA_HEAD_SCREEN=0 "$q" bench -m "$m/$v" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
+                --runs ${RUNS:-20} --warmup 0 --api-warmup --json > "$out/bench_${p}_${v}_noscreen.json" 2>> "$out/errors.log"
+            log "$p $v without the screened head (QASR_CUDA_HEAD_SCREEN=0) rc=$? $(python3 -c "import json; j=json.load(open('$out/bench_${p}_${v}_noscreen.json')); print('total %.2f ms decode %.2f ms = %.3f ms/tok' % (j['total_ms'], j['decode_ms'], j['ms_per_token']))" 2>&1)"
+        fi
     done
     "$q" bench -m "$m/bf16" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs 5 --warmup 0 \
         --json > "$out/bench_${p}_bf16_nowarmup.json" 2>> "$out/errors.log"
