@@ -370,6 +370,19 @@ ScreenRun run_screened(const DMat& m, const HeadScreen& hs, const std::vector<fl
     return r;
 }
 
+// A bf16 head [V, K] of the given bits on the device, with its screen (build_head_screen).
+struct ScreenedHead {
+    Dev w;
+    DMat m;
+    std::vector<Buffer> store;
+    size_t bytes = 0;
+    HeadScreen hs;
+    ScreenedHead(const std::vector<uint16_t>& bits, int V, int K) : w(bits) {
+        m.rows = V, m.cols = K, m.data = w.p<void>();
+        hs = build_head_screen(m, store, bytes);
+    }
+};
+
 TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
     NEED_GPU();
     if (device_major() < 9) GTEST_SKIP() << "the screened head needs sm_90 (bulk copies)";
@@ -380,14 +393,11 @@ TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
         auto check = [&](const std::vector<uint16_t>& bits, int V, const std::vector<float>& x, const std::vector<float>& nw,
                          const char* what) {
             SCOPED_TRACE(what);
-            Dev dw(bits);
-            DMat m;
-            m.rows = V, m.cols = K, m.data = dw.p<void>();
-            std::vector<Buffer> store;
-            size_t bytes = 0;
-            const HeadScreen hs = build_head_screen(m, store, bytes);
+            const ScreenedHead h(bits, V, K);
+            const DMat& m = h.m;
+            const HeadScreen& hs = h.hs;
             EXPECT_TRUE(bool(hs));
-            EXPECT_EQ(bytes, size_t(V) * K + size_t(V) * (K / 64) * 4 + size_t(V) * 4);
+            EXPECT_EQ(h.bytes, size_t(V) * K + size_t(V) * (K / 64) * 4 + size_t(V) * 4);
             const HeadRun full = run_head_argmax(m, x, nw, V);
             const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f);
             EXPECT_EQ(s.tok, full.tok);
@@ -429,13 +439,8 @@ TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
             const std::vector<float> ones(size_t(K), 1.0f);
             auto [full, s] = check(bits, V0, ones, ones, "proxy argmax differs");
             EXPECT_EQ(full.tok, 5000);
-            Dev dw(bits);
-            DMat m;
-            m.rows = V0, m.cols = K, m.data = dw.p<void>();
-            std::vector<Buffer> store;
-            size_t bytes = 0;
-            const HeadScreen hs = build_head_screen(m, store, bytes);
-            EXPECT_EQ(run_screened(m, hs, ones, ones, V0, 0.0f).tok, 100) << "without the bound the proxy's choice";
+            const ScreenedHead h(bits, V0, K);
+            EXPECT_EQ(run_screened(h.m, h.hs, ones, ones, V0, 0.0f).tok, 100) << "without the bound the proxy's choice";
         }
     }
     // more candidates than a block lists (every row equal but one, slices of 600 rows): whole slices rescored
@@ -451,12 +456,9 @@ TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
         ASSERT_GT(x[size_t(k)], 0.5f);
         const int j = V / 2 + 17;
         bits[size_t(j) * K + k] = uint16_t(bits[size_t(j) * K + k] + 1);
-        Dev dw(bits);
-        DMat m;
-        m.rows = V, m.cols = K, m.data = dw.p<void>();
-        std::vector<Buffer> store;
-        size_t bytes = 0;
-        const HeadScreen hs = build_head_screen(m, store, bytes);
+        const ScreenedHead h(bits, V, K);
+        const DMat& m = h.m;
+        const HeadScreen& hs = h.hs;
         const HeadRun full = run_head_argmax(m, x, nw, V);
         EXPECT_EQ(full.tok, j);
         const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f);

@@ -146,6 +146,18 @@ __device__ inline float block_sum(float v, float* sh) {
 }
 
 __device__ __forceinline__ float bf(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
+
+// x [KC·256] (16-byte aligned, shared or global memory) into a lane's registers: x[8c … 8c+7] for its chunks
+// c = lane + 32j (the layout of the bf16 products and heads: a warp holds all of x).
+template <int KC> __device__ __forceinline__ void load_x8(const float* x, int lane, float (&xv)[KC * 8]) {
+#pragma unroll
+    for (int j = 0; j < KC; ++j) {
+        const float4* src = reinterpret_cast<const float4*>(x) + 2 * (lane + j * kWarp);
+        const float4 f0 = src[0], f1 = src[1];
+        xv[j * 8 + 0] = f0.x, xv[j * 8 + 1] = f0.y, xv[j * 8 + 2] = f0.z, xv[j * 8 + 3] = f0.w;
+        xv[j * 8 + 4] = f1.x, xv[j * 8 + 5] = f1.y, xv[j * 8 + 6] = f1.z, xv[j * 8 + 7] = f1.w;
+    }
+}
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 

@@ -14,13 +14,7 @@ namespace qasr::cuda::detail {
 template <int KC>
 __device__ __forceinline__ void head_x_bf16(const float* x, const float* norm_w, float eps, int lane, float (&xv)[KC * 8]) {
     constexpr int K = KC * 256;
-#pragma unroll
-    for (int j = 0; j < KC; ++j) {
-        const float4* src = reinterpret_cast<const float4*>(x) + 2 * (lane + j * kWarp);
-        const float4 f0 = src[0], f1 = src[1];
-        xv[j * 8 + 0] = f0.x, xv[j * 8 + 1] = f0.y, xv[j * 8 + 2] = f0.z, xv[j * 8 + 3] = f0.w;
-        xv[j * 8 + 4] = f1.x, xv[j * 8 + 5] = f1.y, xv[j * 8 + 6] = f1.z, xv[j * 8 + 7] = f1.w;
-    }
+    load_x8<KC>(x, lane, xv);
     if (!norm_w) return;
     float ss = 0.0f; // every warp holds all of x across its lanes: the same sum in each
 #pragma unroll

@@ -109,13 +109,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) k_matvec_pf(PfArgs a) {
     float xv[XREG ? KC * 8 : 1];
     float inv = 1.0f;
     if constexpr (XREG) {
-#pragma unroll
-        for (int j = 0; j < KC; ++j) {
-            const float4* src = reinterpret_cast<const float4*>(xs) + 2 * (lane + j * kWarp);
-            const float4 f0 = src[0], f1 = src[1];
-            xv[j * 8 + 0] = f0.x, xv[j * 8 + 1] = f0.y, xv[j * 8 + 2] = f0.z, xv[j * 8 + 3] = f0.w;
-            xv[j * 8 + 4] = f1.x, xv[j * 8 + 5] = f1.y, xv[j * 8 + 6] = f1.z, xv[j * 8 + 7] = f1.w;
-        }
+        load_x8<KC>(xs, lane, xv);
         if (a.norm_w) { // every warp holds all of x across its lanes: the same sum in each, no block reduction
             float ss = 0.0f;
 #pragma unroll
