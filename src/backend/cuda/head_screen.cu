@@ -40,9 +40,8 @@ constexpr int kSCap = 512;                         // candidates a block lists; 
 // max, scale = (max − min)/255 rounded up to bf16, bias = min (a bf16 weight, exact), codes = round((w − bias)/scale);
 // then the row's bound R_r in double (see the file comment).
 template <int K>
-__global__ void __launch_bounds__(K / 8) k_screen_build(const uint16_t* w, uint8_t* codes, uint16_t* scales,
-                                                        uint16_t* biases, float* bound, double c) {
-    constexpr int NT = K / 8;
+__global__ void __launch_bounds__(K / 8) k_screen_build(const uint16_t* w, uint8_t* packed, float* bound, double c) {
+    constexpr int NT = K / 8, NG = K / kGroup, RBP = K + 4 * NG; // a packed row: codes, scales, biases
     __shared__ double red[3][NT / kWarp];
     const int64_t r = blockIdx.x;
     const int t = threadIdx.x, lane = t % kWarp, warp = t / kWarp;
@@ -70,8 +69,12 @@ __global__ void __launch_bounds__(K / 8) k_screen_build(const uint16_t* w, uint8
         const double e = double(f[i]) - d, a = fabs(double(s) * double(q)) + fabs(double(b));
         e2 += e * e, a2 += a * a, w2 += double(f[i]) * double(f[i]);
     }
-    reinterpret_cast<uint2*>(codes + r * K)[t] = make_uint2(q4[0], q4[1]);
-    if (t % (kGroup / 8) == 0) scales[r * (K / kGroup) + t / 8] = sb, biases[r * (K / kGroup) + t / 8] = bb;
+    uint8_t* row = packed + r * RBP;
+    reinterpret_cast<uint2*>(row)[t] = make_uint2(q4[0], q4[1]);
+    if (t % (kGroup / 8) == 0) {
+        uint16_t* sc = reinterpret_cast<uint16_t*>(row + K);
+        sc[t / 8] = sb, sc[NG + t / 8] = bb;
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         e2 += __shfl_xor_sync(0xffffffffu, e2, o);
@@ -206,20 +209,21 @@ HeadScreen build_head_screen(const DMat& W, std::vector<Buffer>& storage, size_t
         !sm90(nullptr))
         return h;
     const int64_t V = W.rows, K = W.cols, NG = K / kGroup;
-    Buffer codes(size_t(V * K)), sc(size_t(V * NG) * 2), bi(size_t(V * NG) * 2), bd(size_t(V) * 4);
+    Buffer packed(size_t(V * (K + 4 * NG))), bd(size_t(V) * 4);
     const double c = 4.0 * double(K + 64) * std::ldexp(1.0, -24);
     const auto* w = static_cast<const uint16_t*>(W.data);
     if (K == 1024)
-        k_screen_build<1024><<<unsigned(V), 128>>>(w, codes.as<uint8_t>(), sc.as<uint16_t>(), bi.as<uint16_t>(), bd.as<float>(), c);
+        k_screen_build<1024><<<unsigned(V), 128>>>(w, packed.as<uint8_t>(), bd.as<float>(), c);
     else
-        k_screen_build<2048><<<unsigned(V), 256>>>(w, codes.as<uint8_t>(), sc.as<uint16_t>(), bi.as<uint16_t>(), bd.as<float>(), c);
+        k_screen_build<2048><<<unsigned(V), 256>>>(w, packed.as<uint8_t>(), bd.as<float>(), c);
     QASR_CUDA_LAUNCHED();
     QASR_CUDA(cudaDeviceSynchronize());
     h.proxy.bits = 8, h.proxy.rows = V, h.proxy.cols = K, h.proxy.gs = kGroup;
-    h.proxy.data = codes.get(), h.proxy.scales = sc.as<bf16>(), h.proxy.biases = bi.as<bf16>();
+    h.proxy.data = packed.get(); // scales and biases inside the rows (lm_head_argmax_proxy)
     h.bound = bd.as<float>();
-    bytes += codes.size() + sc.size() + bi.size() + bd.size();
-    for (Buffer* b : {&codes, &sc, &bi, &bd}) storage.push_back(std::move(*b));
+    bytes += packed.size() + bd.size();
+    storage.push_back(std::move(packed));
+    storage.push_back(std::move(bd));
     return h;
 }
 

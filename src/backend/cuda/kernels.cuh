@@ -138,7 +138,7 @@ void argmax_merge(const float* logits, const float* part, int nparts, int* tok, 
 int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                    int max_parts, cudaStream_t s);
 // The screened greedy head (head_screen.cu) of a bf16 head W [V, K] (K = 1024 or 2048, sm_90): an MLX 8-bit copy
-// of W (proxy, group 64; lm_head_argmax_proxy) and per row r a bound R[r] with |proxy logit − W logit| ≤ ‖x̂‖·R[r]
+// of W (proxy, group 64, each row's codes followed by its bf16 scales and biases; lm_head_argmax_proxy) and per row r a bound R[r] with |proxy logit − W logit| ≤ ‖x̂‖·R[r]
 // for the normalised x̂, both as the device kernels round them. build_head_screen makes it on the device (storage keeps the buffers); an
 // empty HeadScreen where the head does not qualify.
 struct HeadScreen {
@@ -157,7 +157,8 @@ int screened_head_argmax(const DMat& W, const HeadScreen& hs, const float* x, co
                          float* plog, float* part, int max_parts, int* nparts, float* xpart, int max_x,
                          unsigned* stats, cudaStream_t s, float bound_scale = 1.01f);
 
-// lm_head_argmax of an MLX 8-bit head with x̂ rounded to int16 (steps of max|x̂|/32767; integer dot products):
+// lm_head_argmax of an MLX 8-bit head in packed rows (codes, scales, biases; W.scales and W.biases null) with x̂
+// rounded to int16 (steps of max|x̂|/32767; integer dot products):
 // the screened head's proxy, not exact logits of W. 0 where it does not apply.
 int lm_head_argmax_proxy(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                          int max_parts, cudaStream_t s);

@@ -166,7 +166,9 @@ __device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
     return d;
 }
 
-// XQ (8-bit codes only; the screened head's proxy, head_screen.cu): x̂ is rounded to int16 steps of max|x̂|/32767
+// XQ (8-bit codes only; the screened head's proxy, head_screen.cu): the rows are packed (each row's codes, then its
+// bf16 scales, then its biases: one bulk copy per stage instead of three — small copies had held the proxy at
+// ~2.65 TB/s, ncu), and x̂ is rounded to int16 steps of max|x̂|/32767
 // and split into a signed high and an unsigned low byte, so a chunk's Σ q·x is 8 exact dp4a (4 codes each) instead
 // of 16 code extractions, int→float conversions and multiply-adds — the conversions' throughput had kept the 8-bit
 // head at ~2.3 TB/s. The rounding of x̂ (≤ √K·max|x̂|/65534 in norm) is part of the screen's bound.
@@ -186,9 +188,15 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
     auto issue = [&](int st) {
         const int rows = int(min(int64_t(SR), r1 - r0 - int64_t(st) * SR));
         const int64_t r = r0 + int64_t(st) * SR;
-        const uint32_t cb = uint32_t(rows) * RB, sb = uint32_t(rows) * NG * 2;
         uint64_t* bar = &full[st % a.stages];
         uint8_t* dst = base + size_t(st % a.stages) * a.stage_bytes;
+        if constexpr (XQ) { // packed rows (codes, scales, biases): one copy per stage
+            const uint32_t bytes = uint32_t(rows) * uint32_t(RB + 4 * NG);
+            mbar_expect(bar, bytes);
+            bulk_copy(dst, a.codes + r * (RB + 4 * NG), bytes, bar);
+            return;
+        }
+        const uint32_t cb = uint32_t(rows) * RB, sb = uint32_t(rows) * NG * 2;
         mbar_expect(bar, cb + 2 * sb);
         bulk_copy(dst, a.codes + r * RB, cb, bar);
         bulk_copy(dst + SR * RB, a.scales + r * NG, sb, bar);
@@ -253,10 +261,10 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
                 }
             }
         head_rows(a, full, nst, r0, r1, issue, [&](int b) {
-            const uint8_t* stage = base + size_t(b) * a.stage_bytes;
-            const uint4* row = reinterpret_cast<const uint4*>(stage + warp * RB);
-            const uint16_t* sc = reinterpret_cast<const uint16_t*>(stage + SR * RB) + warp * NG;
-            const uint16_t* bi = reinterpret_cast<const uint16_t*>(stage + SR * RB + SR * NG * 2) + warp * NG;
+            const uint8_t* packed = base + size_t(b) * a.stage_bytes + warp * (RB + 4 * NG);
+            const uint4* row = reinterpret_cast<const uint4*>(packed);
+            const uint16_t* sc = reinterpret_cast<const uint16_t*>(packed + RB);
+            const uint16_t* bi = sc + NG;
             float acc = 0.0f;
 #pragma unroll
             for (int j = 0; j < NCH; ++j) {
@@ -303,7 +311,7 @@ namespace {
 int lm_head_argmax_q(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                      int max_parts, cudaStream_t s, bool xq = false) {
     if (!g_head_on || !g_head_q_on || !pdl_enabled() || (W.bits != 4 && W.bits != 6 && W.bits != 8)) return 0;
-    if (xq && W.bits != 8) return 0;
+    if (xq && (W.bits != 8 || W.scales || W.biases)) return 0; // the proxy: packed rows, no separate arrays
     const int64_t K = W.cols;
     const int NCH = int(K / 512);
     if (K % 512 != 0 || (NCH != 2 && NCH != 4) || W.gs < 16 || K % W.gs != 0) return 0;
@@ -311,7 +319,8 @@ int lm_head_argmax_q(const DMat& W, const float* x, const float* norm_w, float e
     const int64_t RB = K * W.bits / 8;
     if ((NG * 2) % 16 != 0 || RB % 16 != 0) return 0;
     const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (!aligned(W.data) || !aligned(W.scales) || !aligned(W.biases) || !aligned(x) || (norm_w && !aligned(norm_w))) return 0;
+    if (!aligned(W.data) || (!xq && (!aligned(W.scales) || !aligned(W.biases))) || !aligned(x) || (norm_w && !aligned(norm_w)))
+        return 0;
     int dev = 0, major = 0, sms = 0;
     QASR_CUDA(cudaGetDevice(&dev));
     QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
