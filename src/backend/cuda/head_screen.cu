@@ -6,10 +6,11 @@
 // proxy, 166 MB) through the quantized streaming head kernel with x̂ rounded to int16 (lm_head_argmax_proxy: integer
 // dot products), which stores every proxy logit p_r and the argmax partials; then this file's kernel bounds, per
 // row, how far p_r can be from the logit ℓ_r that the bf16 head kernel would compute: |p_r − ℓ_r| ≤ ‖x̂‖·R_r, with
-//   R_r = ‖w_r − deq(q_r)‖ + c·(‖|s·q| + |b|‖ + ‖w_r‖) + ‖|s·q| + |b|‖·√K/65000,
+//   R_r = ‖w_r − deq(q_r)‖ + c·(‖|s·q| + |b|‖ + ‖w_r‖) + ‖|s·q| + |b|‖·√K/64000,
 // the quantization error (Cauchy–Schwarz), both products' float32 rounding (c = 4(K + 64)·2⁻²⁴, a standard
-// dot-product error bound with room for the kernels' differently rounded x̂), and x̂'s int16 rounding (≤ √K·max|x̂|/65534
-// in norm); computed in double per row when the proxy is made, stored rounded up, and scaled by 1.01 for the float32
+// dot-product error bound with room for the kernels' differently rounded x̂), and x̂'s int16 rounding (each value
+// within 0.504 of a step max|x̂|/32767 — the quotient is taken with a rounded reciprocal — so ≤ √K·‖x̂‖/65000 in
+// norm); computed in double per row when the proxy is made, stored rounded up, and scaled by 1.01 for the float32
 // ‖x̂‖. With p* the largest proxy logit (row r*), every row whose upper end p_r + b_r reaches p* − b_r* is rescored
 // with the bf16 weights by head_dot_bf16 — the same per-lane arithmetic as the full head — and the largest of those
 // (lowest index on ties) is the full head's choice: the full head's winner t has p_t + b_t ≥ ℓ_t ≥ ℓ_r* ≥ p* − b_r*.
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(K / 8) k_screen_build(const uint16_t* w, uint8
     if (t != 0) return;
     double E = 0, A = 0, W = 0;
     for (int i = 0; i < NT / kWarp; ++i) E += red[0][i], A += red[1][i], W += red[2][i];
-    const double R = (sqrt(E) + c * (sqrt(A) + sqrt(W)) + sqrt(A) * sqrt(double(K)) / 65000.0) * (1.0 + 1e-9);
+    const double R = (sqrt(E) + c * (sqrt(A) + sqrt(W)) + sqrt(A) * sqrt(double(K)) / 64000.0) * (1.0 + 1e-9);
     bound[r] = R < 1e30 ? __double2float_ru(R) : INFINITY; // a non-finite row is always a candidate
 }
 
@@ -111,7 +112,7 @@ struct ScreenArgs {
 template <int KC>
 __global__ void __launch_bounds__(kSThreads) k_head_screen(ScreenArgs a) {
     constexpr int K = KC * 256;
-    __shared__ __align__(16) float xs[K];
+    __shared__ __align__(16) float xs[K], gsm[K];
     __shared__ int cand[kSCap];
     __shared__ float candp[kSCap];
     __shared__ int ncand, pok;
@@ -128,6 +129,9 @@ __global__ void __launch_bounds__(kSThreads) k_head_screen(ScreenArgs a) {
         rb[k] = r < r1 ? __ldg(a.bound + r) : 0.0f;
     }
     if (threadIdx.x == 0) ncand = 0;
+    if (a.norm_w)
+        for (int i = threadIdx.x; i < K / 4; i += kSThreads)
+            reinterpret_cast<float4*>(gsm)[i] = __ldg(reinterpret_cast<const float4*>(a.norm_w) + i);
     dep_wait();
     QASR_TL_WAITED(kTlArgPart, false);
     dep_launch();
@@ -151,7 +155,7 @@ __global__ void __launch_bounds__(kSThreads) k_head_screen(ScreenArgs a) {
     }
     __syncthreads();
     float xv[KC * 8];
-    head_x_bf16<KC>(xs, a.norm_w, a.eps, lane, xv);
+    head_x_bf16<KC>(xs, a.norm_w ? gsm : nullptr, a.eps, lane, xv);
     float n2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < KC * 8; ++i) n2 = __fmaf_rn(xv[i], xv[i], n2);

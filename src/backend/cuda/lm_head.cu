@@ -60,6 +60,14 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, int K) {
     __syncthreads();
 }
 
+// The RMSNorm weights [K] into shared memory before the dependency wait (they do not depend on the previous kernel:
+// one L2 round trip fewer after it); visible after the block's next barrier (stage_x's).
+__device__ __forceinline__ void stage_norm(float* gs, const float* norm_w, int K) {
+    if (!norm_w) return;
+    for (int i = threadIdx.x; i < K / 4; i += kHThreads)
+        reinterpret_cast<float4*>(gs)[i] = __ldg(reinterpret_cast<const float4*>(norm_w) + i);
+}
+
 // Lane 0's row r with logit v: stored, and folded into the warp's running (max, lowest index, Σ exp(v − max)).
 __device__ __forceinline__ void head_take(float v, int64_t r, float* logits, float& m, int& id, float& sum) {
     logits[r] = v;
@@ -119,7 +127,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
     constexpr int K = KC * 256, CPR = K / 8, SR = kHWarps; // uint4 chunks per row, rows per stage
     extern __shared__ __align__(128) uint4 ring[];
     __shared__ __align__(8) uint64_t full[kHMaxStages];
-    __shared__ __align__(16) float xs[K];
+    __shared__ __align__(16) float xs[K], gsm[K];
     QASR_TL_ENTRY
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int64_t r0 = a.V * blockIdx.x / gridDim.x, r1 = a.V * (blockIdx.x + 1) / gridDim.x;
@@ -132,12 +140,13 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
         bulk_copy(ring + size_t(st % a.stages) * SR * CPR, a.w + (r0 + int64_t(st) * SR) * K, bytes, bar);
     };
     head_issue_first(full, a.stages, nst, issue);
+    stage_norm(gsm, a.norm_w, K);
     dep_wait();
     QASR_TL_WAITED(kTlMatvec, false);
     dep_launch();
     stage_x(xs, a.x, K);
     float xv[KC * 8];
-    head_x_bf16<KC>(xs, a.norm_w, a.eps, lane, xv);
+    head_x_bf16<KC>(xs, a.norm_w ? gsm : nullptr, a.eps, lane, xv);
     head_rows(a, full, nst, r0, r1, issue,
               [&](int b) { return head_dot_bf16<KC>(ring + (size_t(b) * SR + warp) * CPR, lane, xv); });
 }
@@ -171,14 +180,14 @@ __device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
 // ~2.65 TB/s, ncu), and x̂ is rounded to int16 steps of max|x̂|/32767
 // and split into a signed high and an unsigned low byte, so a chunk's Σ q·x is 8 exact dp4a (4 codes each) instead
 // of 16 code extractions, int→float conversions and multiply-adds — the conversions' throughput had kept the 8-bit
-// head at ~2.3 TB/s. The rounding of x̂ (≤ √K·max|x̂|/65534 in norm) is part of the screen's bound.
+// head at ~2.3 TB/s. The rounding of x̂ (≤ 0.504 of a step per value: a rounded reciprocal) is part of the screen's bound.
 template <int BITS, int NCH, bool XQ = false>
 __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
     static_assert(!XQ || BITS == 8, "the int16 x path takes 8-bit codes");
     constexpr int K = NCH * 512, RB = K * BITS / 8, SR = kHWarps;
     extern __shared__ __align__(128) uint4 ring[];
     __shared__ __align__(8) uint64_t full[kHMaxStages];
-    __shared__ __align__(16) float xs[K];
+    __shared__ __align__(16) float xs[K], gsm[K];
     QASR_TL_ENTRY
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int NG = K / a.gs;
@@ -203,6 +212,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
         bulk_copy(dst + SR * RB + SR * NG * 2, a.biases + r * NG, sb, bar);
     };
     head_issue_first(full, a.stages, nst, issue);
+    stage_norm(gsm, a.norm_w, K);
     dep_wait();
     QASR_TL_WAITED(kTlMatvec, false);
     dep_launch();
@@ -226,7 +236,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
         for (int j = 0; j < NCH; ++j)
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                const float4 g = __ldg(reinterpret_cast<const float4*>(a.norm_w) + (lane + j * kWarp) * 4 + q);
+                const float4 g = reinterpret_cast<const float4*>(gsm)[(lane + j * kWarp) * 4 + q];
                 xv[j][4 * q] = xv[j][4 * q] * inv * g.x, xv[j][4 * q + 1] = xv[j][4 * q + 1] * inv * g.y;
                 xv[j][4 * q + 2] = xv[j][4 * q + 2] * inv * g.z, xv[j][4 * q + 3] = xv[j][4 * q + 3] * inv * g.w;
             }
@@ -246,7 +256,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
 #pragma unroll
             for (int i = 0; i < 16; ++i) am = fmaxf(am, fabsf(xv[j][i]));
         am = warp_max(am); // all of x̂ is across the warp's lanes
-        const float sx = am > 0.0f ? am / 32767.0f : 1.0f;
+        const float sx = am > 0.0f ? am / 32767.0f : 1.0f, rx = 1.0f / sx; // |x̂ − sx·q| ≤ 0.504·sx
         uint32_t hi[NCH][4], lo[NCH][4];
 #pragma unroll
         for (int j = 0; j < NCH; ++j)
@@ -255,7 +265,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
                 hi[j][w] = lo[j][w] = 0;
 #pragma unroll
                 for (int k = 0; k < 4; ++k) {
-                    const int q = max(-32767, min(32767, __float2int_rn(xv[j][4 * w + k] / sx)));
+                    const int q = max(-32767, min(32767, __float2int_rn(xv[j][4 * w + k] * rx)));
                     hi[j][w] |= uint32_t((q >> 8) & 255) << (8 * k);
                     lo[j][w] |= uint32_t(q & 255) << (8 * k);
                 }

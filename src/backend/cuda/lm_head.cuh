@@ -10,7 +10,8 @@
 namespace qasr::cuda::detail {
 
 // x [KC·256] (16-byte aligned, shared or global memory) into a warp's registers: lane l holds x[8c … 8c+7] for the
-// chunks c = l + 32j; with norm_w, RMS-normalised (x · rsqrt(mean x² + eps) · w) as the head multiplies it.
+// chunks c = l + 32j; with norm_w (shared or global memory), RMS-normalised (x · rsqrt(mean x² + eps) · w) as the
+// head multiplies it.
 template <int KC>
 __device__ __forceinline__ void head_x_bf16(const float* x, const float* norm_w, float eps, int lane, float (&xv)[KC * 8]) {
     constexpr int K = KC * 256;
@@ -23,7 +24,7 @@ __device__ __forceinline__ void head_x_bf16(const float* x, const float* norm_w,
 #pragma unroll
     for (int j = 0; j < KC; ++j) {
         const float4* nw = reinterpret_cast<const float4*>(norm_w) + 2 * (lane + j * kWarp);
-        const float4 g0 = __ldg(nw), g1 = __ldg(nw + 1);
+        const float4 g0 = nw[0], g1 = nw[1];
         const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) xv[j * 8 + i] = __fmul_rn(__fmul_rn(xv[j * 8 + i], inv), g[i]);
