@@ -42,30 +42,29 @@ struct HeadArgs : HeadCommon {
     const uint16_t* w;
 };
 
-// Thread 0 initialises the ring's stage barriers and issues its first stages (before the dependency wait).
+// Before the dependency wait: thread 0 initialises the ring's stage barriers and issues its first stages, and the
+// block copies the RMSNorm weights [K] into gs (they do not depend on the previous kernel: one L2 round trip fewer
+// after the wait; visible after stage_x's barrier).
 template <class Issue>
-__device__ __forceinline__ void head_issue_first(uint64_t* full, int stages, int nst, Issue&& issue) {
+__device__ __forceinline__ void head_prefetch(uint64_t* full, int stages, int nst, Issue&& issue, float* gs,
+                                              const float* norm_w, int K) {
     if (threadIdx.x == 0) {
         for (int i = 0; i < stages; ++i) mbar_init(&full[i]);
         mbar_fence_init();
         for (int st = 0; st < stages && st < nst; ++st) issue(st);
     }
+    if (norm_w)
+        for (int i = threadIdx.x; i < K / 4; i += kHThreads)
+            reinterpret_cast<float4*>(gs)[i] = __ldg(reinterpret_cast<const float4*>(norm_w) + i);
     __syncthreads(); // the barriers are initialised before anyone waits on them
 }
 
-// x [K] into shared memory (after the dependency wait), visible to the block.
+// After the dependency wait: the next kernel may launch; x [K] into shared memory, visible to the block.
 __device__ __forceinline__ void stage_x(float* xs, const float* x, int K) {
+    dep_launch();
     for (int i = threadIdx.x; i < K / 4; i += kHThreads)
         reinterpret_cast<float4*>(xs)[i] = __ldcg(reinterpret_cast<const float4*>(x) + i);
     __syncthreads();
-}
-
-// The RMSNorm weights [K] into shared memory before the dependency wait (they do not depend on the previous kernel:
-// one L2 round trip fewer after it); visible after the block's next barrier (stage_x's).
-__device__ __forceinline__ void stage_norm(float* gs, const float* norm_w, int K) {
-    if (!norm_w) return;
-    for (int i = threadIdx.x; i < K / 4; i += kHThreads)
-        reinterpret_cast<float4*>(gs)[i] = __ldg(reinterpret_cast<const float4*>(norm_w) + i);
 }
 
 // Lane 0's row r with logit v: stored, and folded into the warp's running (max, lowest index, Σ exp(v − max)).
@@ -139,11 +138,9 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head(HeadArgs a) {
         mbar_expect(bar, bytes);
         bulk_copy(ring + size_t(st % a.stages) * SR * CPR, a.w + (r0 + int64_t(st) * SR) * K, bytes, bar);
     };
-    head_issue_first(full, a.stages, nst, issue);
-    stage_norm(gsm, a.norm_w, K);
+    head_prefetch(full, a.stages, nst, issue, gsm, a.norm_w, K);
     dep_wait();
     QASR_TL_WAITED(kTlMatvec, false);
-    dep_launch();
     stage_x(xs, a.x, K);
     float xv[KC * 8];
     head_x_bf16<KC>(xs, a.norm_w ? gsm : nullptr, a.eps, lane, xv);
@@ -211,11 +208,9 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
         bulk_copy(dst + SR * RB, a.scales + r * NG, sb, bar);
         bulk_copy(dst + SR * RB + SR * NG * 2, a.biases + r * NG, sb, bar);
     };
-    head_issue_first(full, a.stages, nst, issue);
-    stage_norm(gsm, a.norm_w, K);
+    head_prefetch(full, a.stages, nst, issue, gsm, a.norm_w, K);
     dep_wait();
     QASR_TL_WAITED(kTlMatvec, false);
-    dep_launch();
     stage_x(xs, a.x, K);
     float xv[NCH][16];
 #pragma unroll
