@@ -138,21 +138,23 @@ void argmax_merge(const float* logits, const float* part, int nparts, int* tok, 
 int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                    int max_parts, cudaStream_t s);
 // The screened greedy head (head_screen.cu) of a bf16 head W [V, K] (K = 1024 or 2048, sm_90): an MLX 8-bit copy
-// of W (proxy, group 64, each row's codes followed by its bf16 scales and biases; lm_head_argmax_proxy) and per row r a bound R[r] with |proxy logit − W logit| ≤ ‖x̂‖·R[r]
-// for the normalised x̂, both as the device kernels round them. build_head_screen makes it on the device (storage keeps the buffers); an
-// empty HeadScreen where the head does not qualify.
+// of W (proxy, group 64, each row's codes followed by its bf16 scales and biases; lm_head_argmax_proxy) and per row
+// r a bound R[r] with |proxy logit − W logit| ≤ ‖x̂‖·R[r] for the normalised x̂, both as the device kernels round
+// them. build_head_screen makes it on the device (storage keeps the buffers); an empty HeadScreen where the head
+// does not qualify.
 struct HeadScreen {
     DMat proxy;
     const float* bound = nullptr;
     explicit operator bool() const { return bound != nullptr; }
 };
 HeadScreen build_head_screen(const DMat& W, std::vector<Buffer>& storage, size_t& bytes);
-// The greedy choice through the screen: the proxy head with its argmax partials (lm_head_argmax into plog and
+// The greedy choice through the screen: the proxy head with its argmax partials (lm_head_argmax_proxy into plog and
 // part), then per slice of rows the rows whose proxy logit is within the bounds of the best one, rescored with W
 // exactly as lm_head_argmax computes W's logits: exact (logit, index, Σ exp correction) partials into xpart
 // (≥ 3·max_x floats). The token of argmax_merge(…, xpart, n) is then the full head's (ties → lowest index); its
-// log-probability's normaliser takes the rescored rows' exact logits and the other rows' proxy logits. Returns n, or 0 where it does not apply (then nothing was launched); *nparts gets part's
-// count. stats (optional) accumulates the rescored rows. bound_scale: 1.01 (tests set 0 to show the bound matters).
+// log-probability's normaliser takes the rescored rows' exact logits and the other rows' proxy logits. Returns n,
+// or 0 where it does not apply (then nothing was launched); *nparts gets part's count. stats (optional) accumulates
+// the rows listed for rescoring. bound_scale: 1.01 (tests set 0 to show the bound matters).
 int screened_head_argmax(const DMat& W, const HeadScreen& hs, const float* x, const float* norm_w, float eps,
                          float* plog, float* part, int max_parts, int* nparts, float* xpart, int max_x,
                          unsigned* stats, cudaStream_t s, float bound_scale = 1.01f);
