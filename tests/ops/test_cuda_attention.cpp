@@ -36,8 +36,12 @@ TEST(Cuda, QkNormRopeAndAttentionMatchCpu) {
     AttnArgs a;
     a.q = dq.p<float>(), a.q_stride = Hq * hd, a.k = dk.p<float>(), a.v = dv.p<float>(), a.kv_stride = Hkv * hd;
     a.o = dout.p<float>(), a.o_stride = Hq * hd, a.n = n, a.heads = Hq, a.kv_heads = Hkv, a.hd = hd;
+    set_attention_mma(false); // float32 arithmetic
     attention(a, nullptr);
     EXPECT_LT(rel_l2(host(dout, o.size()), o), 1e-5);
+    set_attention_mma(true); // TF32 tensor cores (TensorCoreAttentionMatchesCpu)
+    attention(a, nullptr);
+    EXPECT_LT(rel_l2(host(dout, o.size()), o), 2e-3);
     // decode form: the last row alone at position n-1 (past read from the device), keys split 16 ways
     const std::vector<int> past{n - 1};
     Dev dpast(past), dpart(size_t(Hq) * 16 * (hd + 2) * 4), d1(size_t(Hq * hd) * 4);
@@ -65,10 +69,11 @@ TEST(Cuda, QkNormRopeAndAttentionMatchCpu) {
     EXPECT_LT(rel_l2(host(deo, eo.size()), eo), 1e-5);
 }
 
-// The tiled many-row attention (prefill, encoder) against the CPU ops at the model's shapes: causal with GQA from
+// The tiled many-row attention (prefill, encoder; float32 arithmetic) against the CPU ops at the model's shapes: causal with GQA from
 // position 0 and after earlier positions (extend), windowed with windows that do and do not align with its tiles.
 TEST(Cuda, TiledAttentionMatchesCpu) {
     NEED_GPU();
+    set_attention_mma(false); // the float32 kernel; the tensor-core one: TensorCoreAttentionMatchesCpu
     struct Case { int heads, kv_heads, hd, n, past, window; };
     for (const Case c : {Case{16, 8, 128, 158, 0, 0}, Case{16, 8, 128, 45, 149, 0}, Case{4, 2, 64, 37, 21, 0},
                          Case{14, 14, 64, 143, 0, 104}, Case{2, 2, 64, 61, 0, 13}, Case{16, 8, 128, 2, 5, 0},
@@ -129,6 +134,66 @@ TEST(Cuda, TiledAttentionMatchesCpu) {
     one.bq = one.bk = one.bv = reinterpret_cast<const float*>(uintptr_t(256));
     EXPECT_FALSE(attention_tiled(one));
     EXPECT_ANY_THROW(attention(one, nullptr));
+    set_attention_mma(true);
+}
+
+// The same cases on the tensor cores (attention_mma.cu: TF32 products, float32 accumulation). TF32 keeps 10
+// mantissa bits, so the output is within ~1e-3 (relative L2) of the float32 CPU ops, the size of the bf16 rounding
+// the o product's operand gets anyway (rel. L2 of rounding these outputs to bf16 is printed alongside); biases
+// (bq on load, bk dropped by softmax's shift invariance, bv on the output) against the CPU over the biased rows.
+TEST(Cuda, TensorCoreAttentionMatchesCpu) {
+    NEED_GPU();
+    set_attention_mma(true);
+    struct Case { int heads, kv_heads, hd, n, past, window; };
+    for (const Case c : {Case{16, 8, 128, 158, 0, 0}, Case{16, 8, 128, 45, 149, 0}, Case{4, 2, 64, 37, 21, 0},
+                         Case{14, 14, 64, 143, 0, 104}, Case{2, 2, 64, 61, 0, 13}, Case{16, 8, 128, 2, 5, 0},
+                         Case{16, 8, 128, 300, 0, 0}, Case{4, 4, 64, 250, 0, 200}, Case{16, 8, 128, 17, 0, 0}}) {
+        SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd " + std::to_string(c.hd) +
+                     " n " + std::to_string(c.n) + " past " + std::to_string(c.past) + " window " + std::to_string(c.window));
+        const int tot = c.past + c.n, qw = c.heads * c.hd, kw = c.kv_heads * c.hd;
+        const uint32_t sd = uint32_t(c.n * 5 + c.past + c.hd);
+        const std::vector<float> q = randv(size_t(c.n * qw), sd, 2.0f), k = randv(size_t(tot * kw), sd + 1, 2.0f),
+                                 v = randv(size_t(tot * kw), sd + 2);
+        const std::vector<float> bq = randv(size_t(qw), sd + 3), bk = randv(size_t(kw), sd + 4), bv = randv(size_t(kw), sd + 5);
+        std::vector<float> q2 = q, k2 = k, v2 = v;
+        for (size_t i = 0; i < q2.size(); ++i) q2[i] += bq[i % size_t(qw)];
+        for (size_t i = 0; i < k2.size(); ++i) k2[i] += bk[i % size_t(kw)], v2[i] += bv[i % size_t(kw)];
+        for (const bool bias : {false, true}) {
+            std::vector<float> o(size_t(c.n * qw));
+            const float *qs = bias ? q2.data() : q.data(), *ks = bias ? k2.data() : k.data(), *vs = bias ? v2.data() : v.data();
+            if (c.window) ops::windowed_attention(qs, ks, vs, o.data(), c.n, c.heads, c.hd, c.window);
+            else ops::causal_attention(qs, ks, vs, o.data(), c.n, c.past, c.heads, c.kv_heads, c.hd);
+            Dev dq(q), dk(k), dv(v), dpast(std::vector<int>{c.past}), dout(o.size() * 4), dbq(bq), dbk(bk), dbv(bv);
+            AttnArgs a;
+            a.q = dq.p<float>(), a.q_stride = qw, a.k = dk.p<float>(), a.v = dv.p<float>(), a.kv_stride = kw;
+            a.o = dout.p<float>(), a.o_stride = qw, a.n = c.n, a.heads = c.heads, a.kv_heads = c.kv_heads, a.hd = c.hd;
+            a.keys_hint = tot;
+            if (c.window) a.causal = false, a.window = c.window;
+            else a.past = dpast.p<int>();
+            if (bias) a.bq = dbq.p<float>(), a.bk = dbk.p<float>(), a.bv = dbv.p<float>();
+            ASSERT_TRUE(attention_mma(a, nullptr)) << "the tensor-core kernel applies here";
+            const std::vector<float> got = host(dout, o.size());
+            std::vector<float> rounded(o.size());
+            for (size_t i = 0; i < o.size(); ++i) rounded[i] = __bfloat162float(__float2bfloat16(o[i]));
+            const double err = rel_l2(got, o), bf = rel_l2(rounded, o);
+            std::printf("    %s: rel. L2 %.2e (bf16 rounding of the output: %.2e)\n", bias ? "biases" : "plain", err, bf);
+            EXPECT_LT(err, 2e-3);
+            // the bf16 output is the float32 output rounded
+            Dev dob(o.size() * 2);
+            a.ob = dob.p<__nv_bfloat16>();
+            attention(a, nullptr);
+            std::vector<uint16_t> ob(o.size());
+            QASR_CUDA(cudaMemcpy(ob.data(), dob.b.get(), ob.size() * 2, cudaMemcpyDeviceToHost));
+            size_t bad = 0;
+            for (size_t i = 0; i < ob.size(); ++i) {
+                const __nv_bfloat16 want = __float2bfloat16(got[i]);
+                uint16_t wb;
+                std::memcpy(&wb, &want, 2);
+                bad += ob[i] != wb;
+            }
+            EXPECT_EQ(bad, 0u) << "bf16 output differs from the rounded float32 output";
+        }
+    }
 }
 
 // The fused decode kernel (q/k norm + RoPE + KV write + split-key attention + merge) against the CPU ops, for
@@ -236,6 +301,16 @@ TEST(Cuda, ArgmaxPicksLowestIdOnTiesAndItsLogProb) {
     EXPECT_FALSE(argmax_can_embed(qe));
     EXPECT_ANY_THROW(argmax_token(dx.p<float>(), 1000, scratch.p<float>(), ints.p<int>(), ints.p<int>() + 1,
                                   ints.p<int>() + 2, ring, 4, true, nullptr, &qe, dout.p<float>()));
+    // every logit NaN (non-finite weights): no maximum; the ring gets −1 (the host's greedy loop throws on it), the
+    // next input is row 0's and nothing is read past the table (memcheck runs this test)
+    Dev dnan(std::vector<float>(1000, std::nanf("")));
+    argmax_token(dnan.p<float>(), 1000, scratch.p<float>(), ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
+                 true, nullptr, &emb, dout.p<float>());
+    QASR_CUDA(cudaDeviceSynchronize());
+    QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(ring[h[2] - 1].x, -1);
+    EXPECT_EQ(h[0], 0);
+    EXPECT_EQ(host(dout, size_t(K)), std::vector<float>(E.f.begin(), E.f.begin() + K));
     cudaFreeHost(ring);
 }
 

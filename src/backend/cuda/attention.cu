@@ -404,6 +404,7 @@ void attention(const AttnArgs& a, cudaStream_t s) {
     // many rows in one split: the tiled kernel (QASR_CUDA_ATTN_TILED=0 keeps the row-per-warp one, for A/B)
     if ((a.bq || a.bk || a.bv) && !(a.bq && a.bk && a.bv && attention_tiled(a)))
         fail("cuda", "attention: q/k/v biases need all three and the tiled kernel (attention_tiled)");
+    if (attention_mma(a, s)) return; // tensor cores (attention_mma.cu) where the device has them
     if (attention_tiled(a)) {
         // key splits: about two key tiles per block in the longest row tile (a power of two ≤ kAtMaxSplit;
         // QASR_CUDA_ATTN_SPLIT=n caps it, 1 for none)

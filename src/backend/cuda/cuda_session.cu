@@ -352,6 +352,10 @@ void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& 
         const int id = slot[0], lp_bits = slot[1];
         float lp;
         std::memcpy(&lp, &lp_bits, 4);
+        if (id < 0 || id >= V_) {
+            QASR_CUDA(cudaStreamSynchronize(s_));
+            fail("decoder", "no valid token at step " + std::to_string(n) + " (non-finite logits: check the checkpoint's weights)");
+        }
         ++len_;
         if (!take(id, lp)) break;
     }

@@ -347,9 +347,13 @@ __global__ void k_argmax_final(const float* x, const float* part, int nparts, in
     int id;
     merge_max_parts(part, nparts, 3, lane, M, id);
     if (xpart) merge_max_parts(xpart, nx, 3, lane, X, id);
+    // no maximum at all (every logit NaN: a checkpoint with non-finite weights): the ring gets the sentinel, which the
+    // host rejects with an error; nothing reads a row at it (the next step's input is row 0's, discarded)
+    const bool valid = id != 0x7fffffff;
     if (emb_out) { // bf16 rows of 256·EC columns (the launcher's condition): every load in flight before any store
         constexpr int EC = 8;
         const int nc = int(emb.cols / 256);
+        if (!valid) id = 0;
         const uint4* r = static_cast<const uint4*>(emb.data) + int64_t(id) * (emb.cols / 8);
         uint4 v[EC];
 #pragma unroll
@@ -370,10 +374,10 @@ __global__ void k_argmax_final(const float* x, const float* part, int nparts, in
         for (int p = lane; p < nx; p += kWarp) S += xpart[3 * p + 2];
     S = warp_sum(S);
     if (lane != 0) return;
-    const float lp = ((xpart ? X : x[id]) - M) - logf(S);
-    *tok = id;
+    const float lp = valid ? ((xpart ? X : x[id]) - M) - logf(S) : NAN;
+    *tok = valid ? id : 0;
     const int c = *count;
-    ring[c % ring_size] = make_int2(id, __float_as_int(lp));
+    ring[c % ring_size] = make_int2(valid ? id : -1, __float_as_int(lp));
     *count = c + 1;
     if (advance) *pos += 1;
 }

@@ -87,6 +87,10 @@ struct AttnArgs {
 void attention(const AttnArgs& a, cudaStream_t s);
 // Whether attention(a) runs the tiled kernel (many rows, head_dim 64/128), which can add q/k/v biases on load.
 bool attention_tiled(const AttnArgs& a);
+// The tiled case on the tensor cores (TF32 products, float32 accumulation; sm_80+, attention_mma.cu): runs it and
+// returns true, or false where it does not apply (QASR_CUDA_ATTN_MMA=0 turns it off). attention() calls it first.
+bool attention_mma(const AttnArgs& a, cudaStream_t s);
+void set_attention_mma(bool on); // process-wide, as set_pdl (tests compare both paths)
 
 // Decode attention of the one new token at *pos fused with qk_norm_rope_kv: qkv [(Hq + 2·Hkv)·hd] → q/k RMSNorm
 // + RoPE, k and v written into the caches kc/vc [cap, Hkv·hd] at *pos, o [Hq·hd] = causal attention over 0..*pos.

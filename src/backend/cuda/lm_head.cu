@@ -27,6 +27,7 @@ using namespace detail;
 constexpr int kHThreads = 256, kHWarps = kHThreads / kWarp;
 constexpr int kHMaxStages = 12;
 constexpr size_t kHRingBytes = 80 * 1024; // per block; two blocks per SM
+constexpr int kProxyGroup = 64;           // the screened head's proxy: MLX 8-bit, group 64 (head_screen.cu)
 
 // What both heads take: V rows, x and its RMSNorm weights, the logits and the argmax partials, the ring's stages.
 struct HeadCommon {
@@ -67,7 +68,7 @@ __device__ __forceinline__ void stage_x(float* xs, const float* x, int K) {
     __syncthreads();
 }
 
-// Lane 0's row r with logit v: stored, and folded into the warp's running (max, lowest index, Σ exp(v − max)).
+// A lane's row r with logit v: stored, and folded into the lane's running (max, lowest index, Σ exp(v − max)).
 __device__ __forceinline__ void head_take(float v, int64_t r, float* logits, float& m, int& id, float& sum) {
     logits[r] = v;
     if (v > m) sum = sum * expf(m - v) + 1.0f, m = v, id = int(r);
@@ -95,27 +96,47 @@ __device__ __forceinline__ void head_partial(float m, int id, float sum, float* 
 }
 
 // The block's rows stage by stage: warp w takes row w of each stage (increasing rows), its lane's part of the dot
-// product from row_dot(stage buffer), the warp's sum folded into its running argmax (head_take); each stage, once
-// read, is refilled with the stage `stages` later (issue); then the block's partial (head_partial).
+// product from row_dot(stage buffer); each stage, once read, is refilled with the stage `stages` later (issue).
+// The warp's sums (every lane gets each by the butterfly) are held one per lane, lane i the i-th of each run of 32
+// rows, and every 32 rows each lane stores its logit and folds it into its own running argmax (head_take), so the
+// per-row work after the sum is one select instead of lane 0's serial store, compare and exp. The lanes' (max,
+// lowest index, Σexp) are merged at the end, then the block's partial (head_partial). The ring slot and its phase
+// are counted, not divided out of the stage number (two integer divisions per row were a third of the proxy
+// head's instructions, ncu: issue slots 47 % busy).
 template <class Issue, class RowDot>
 __device__ __forceinline__ void head_rows(const HeadCommon& a, uint64_t* full, int nst, int64_t r0, int64_t r1, Issue&& issue,
                                           RowDot&& row_dot) {
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-    float m = -FLT_MAX, sum = 0.0f;
+    float m = -FLT_MAX, sum = 0.0f, held = 0.0f;
     int id = 0x7fffffff;
+    int b = 0;
+    uint32_t phase = 0;
     for (int st = 0; st < nst; ++st) {
-        const int b = st % a.stages;
-        mbar_wait(&full[b], uint32_t(st / a.stages) & 1u);
+        mbar_wait(&full[b], phase);
         const int64_t r = r0 + int64_t(st) * kHWarps + warp;
         if (r < r1) {
             const float v = warp_sum(row_dot(b));
-            if (lane == 0) head_take(v, r, a.logits, m, id, sum);
+            held = lane == (st & (kWarp - 1)) ? v : held;
         }
         __syncthreads(); // stage b is read: refill it (generic-proxy reads ordered before the bulk writes)
         if (threadIdx.x == 0 && st + a.stages < nst) {
             fence_proxy_async();
             issue(st + a.stages);
         }
+        if (++b == a.stages) b = 0, phase ^= 1u;
+        if ((st & (kWarp - 1)) == kWarp - 1 || st == nst - 1) { // the run's rows, one per lane
+            const int64_t rr = r0 + int64_t(st - (st & (kWarp - 1)) + lane) * kHWarps + warp;
+            if (lane <= (st & (kWarp - 1)) && rr < r1) head_take(held, rr, a.logits, m, id, sum);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) { // the lanes' running values merged (ties: the lowest index)
+        const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, sum, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+        const float M = fmaxf(m, om);
+        sum = (sum > 0.0f ? sum * expf(m - M) : 0.0f) + (os > 0.0f ? os * expf(om - M) : 0.0f);
+        if (om > m || (om == m && oi < id)) id = oi;
+        m = M;
     }
     head_partial(m, id, sum, a.part);
 }
@@ -279,7 +300,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
                 h = dp4a_us(q.y, hi[j][1], h), l = dp4a_uu(q.y, lo[j][1], l);
                 h = dp4a_us(q.z, hi[j][2], h), l = dp4a_uu(q.z, lo[j][2], l);
                 h = dp4a_us(q.w, hi[j][3], h), l = dp4a_uu(q.w, lo[j][3], l);
-                const int g = (c * 16) / a.gs;
+                const int g = c / (kProxyGroup / 16); // the proxy's group size is fixed (checked at launch)
                 acc += bf(sc[g]) * (sx * float(h * 256 + l)) + bf(bi[g]) * xsum[j];
             }
             return acc;
@@ -316,7 +337,7 @@ namespace {
 int lm_head_argmax_q(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                      int max_parts, cudaStream_t s, bool xq = false) {
     if (!g_head_on || !g_head_q_on || !pdl_enabled() || (W.bits != 4 && W.bits != 6 && W.bits != 8)) return 0;
-    if (xq && (W.bits != 8 || W.scales || W.biases)) return 0; // the proxy: packed rows, no separate arrays
+    if (xq && (W.bits != 8 || W.scales || W.biases || W.gs != kProxyGroup)) return 0; // the proxy: packed rows
     const int64_t K = W.cols;
     const int NCH = int(K / 512);
     if (K % 512 != 0 || (NCH != 2 && NCH != 4) || W.gs < 16 || K % W.gs != 0) return 0;
