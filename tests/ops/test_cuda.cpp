@@ -179,46 +179,74 @@ TEST(Cuda, MatvecPrefetchedQuantizedMatchesCpu) {
             }
 }
 
+// Odd (1000) and the models' widths (1024, 896, 2048) with their row counts.
 TEST(Cuda, NormsAndActivationsMatchCpu) {
     NEED_GPU();
-    const int rows = 7, d = 1000;
-    const std::vector<float> x = randv(size_t(rows * d), 7, 3.0f), w = randv(size_t(d), 8), b = randv(size_t(d), 9);
-    Dev dx(x), dw(w), db(b), of(size_t(rows * d) * 4), ob(size_t(rows * d) * 2);
-    std::vector<float> ref = x;
-    ops::rms_norm(ref.data(), rows, d, w.data(), 1e-6f);
-    rms_norm(dx.p<float>(), rows, d, dw.p<float>(), 1e-6f, of.p<float>(), nullptr, nullptr);
-    EXPECT_LT(rel_l2(host(of, size_t(rows * d)), ref), 1e-6);
-    // layer norm → bf16, GELU with bias
-    ref = x;
-    ops::layer_norm(ref.data(), rows, d, w.data(), b.data(), 1e-5f);
-    layer_norm(dx.p<float>(), rows, d, dw.p<float>(), db.p<float>(), 1e-5f, ob.p<bf16>(), nullptr);
-    std::vector<uint16_t> hb(size_t(rows * d));
-    QASR_CUDA(cudaMemcpy(hb.data(), ob.p<void>(), hb.size() * 2, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < hb.size(); ++i) {
-        const uint32_t u = uint32_t(hb[i]) << 16;
-        float f;
-        std::memcpy(&f, &u, 4);
-        ASSERT_NEAR(f, ref[i], std::fabs(ref[i]) * 8e-3 + 1e-5) << i;
+    for (const auto& [rows, d] : {std::pair{7, 1000}, std::pair{158, 1024}, std::pair{143, 896}, std::pair{9, 2048}}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " d " + std::to_string(d));
+        const std::vector<float> x = randv(size_t(rows * d), 7, 3.0f), w = randv(size_t(d), 8), b = randv(size_t(d), 9);
+        Dev dx(x), dw(w), db(b), of(size_t(rows * d) * 4), ob(size_t(rows * d) * 2), ob0(size_t(rows * d) * 2);
+        std::vector<float> ref = x;
+        ops::rms_norm(ref.data(), rows, d, w.data(), 1e-6f);
+        rms_norm(dx.p<float>(), rows, d, dw.p<float>(), 1e-6f, of.p<float>(), ob0.p<bf16>(), nullptr);
+        const std::vector<float> got = host(of, size_t(rows * d));
+        EXPECT_LT(rel_l2(got, ref), 1e-6);
+        std::vector<uint16_t> hb(size_t(rows * d));
+        QASR_CUDA(cudaMemcpy(hb.data(), ob0.p<void>(), hb.size() * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0; // the bf16 output is the float32 output rounded
+        for (size_t i = 0; i < hb.size(); ++i) {
+            const __nv_bfloat16 want = __float2bfloat16(got[i]);
+            uint16_t wb;
+            std::memcpy(&wb, &want, 2);
+            bad += hb[i] != wb;
+        }
+        EXPECT_EQ(bad, 0u);
+        // layer norm → bf16, GELU with bias
+        ref = x;
+        ops::layer_norm(ref.data(), rows, d, w.data(), b.data(), 1e-5f);
+        layer_norm(dx.p<float>(), rows, d, dw.p<float>(), db.p<float>(), 1e-5f, ob.p<bf16>(), nullptr);
+        EXPECT_EQ(host(dx, size_t(rows * d)), x) << "layer_norm without a bias must not write x";
+        QASR_CUDA(cudaMemcpy(hb.data(), ob.p<void>(), hb.size() * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < hb.size(); ++i) {
+            const uint32_t u = uint32_t(hb[i]) << 16;
+            float f;
+            std::memcpy(&f, &u, 4);
+            ASSERT_NEAR(f, ref[i], std::fabs(ref[i]) * 8e-3 + 1e-5) << i;
+        }
+        Dev dy(x);
+        bias_act(dy.p<float>(), rows, d, db.p<float>(), true, nullptr, nullptr);
+        ref = x;
+        for (int r = 0; r < rows; ++r)
+            for (int k = 0; k < d; ++k) ref[size_t(r * d + k)] += b[size_t(k)];
+        ops::gelu_erf(ref.data(), ref.size());
+        const std::vector<float> gy = host(dy, ref.size());
+        EXPECT_LT(rel_l2(gy, ref), 1e-6);
+        // only the bf16 copy (write_y = false; rows of a multiple of 4): the float32 result rounded, y left as it was
+        Dev dz(x), obz(size_t(rows * d) * 2);
+        bias_act(dz.p<float>(), rows, d, db.p<float>(), true, obz.p<bf16>(), nullptr, false);
+        EXPECT_EQ(host(dz, x.size()), x);
+        QASR_CUDA(cudaMemcpy(hb.data(), obz.p<void>(), hb.size() * 2, cudaMemcpyDeviceToHost));
+        bad = 0;
+        for (size_t i = 0; i < hb.size(); ++i) {
+            const __nv_bfloat16 want = __float2bfloat16(gy[i]);
+            uint16_t wb;
+            std::memcpy(&wb, &want, 2);
+            bad += hb[i] != wb;
+        }
+        EXPECT_EQ(bad, 0u);
+        // a bias added by the layer norm itself (the encoder's residual biases): bit for bit the bias kernel, then the norm
+        Dev x1(x), x2(x), ob1(size_t(rows * d) * 2), ob2(size_t(rows * d) * 2);
+        const std::vector<float> add = randv(size_t(d), 10);
+        Dev dadd(add);
+        bias_act(x1.p<float>(), rows, d, dadd.p<float>(), false, nullptr, nullptr);
+        layer_norm(x1.p<float>(), rows, d, dw.p<float>(), db.p<float>(), 1e-5f, ob1.p<bf16>(), nullptr);
+        add_layer_norm(x2.p<float>(), rows, d, dadd.p<float>(), dw.p<float>(), db.p<float>(), 1e-5f, ob2.p<bf16>(), nullptr);
+        EXPECT_EQ(host(x2, size_t(rows * d)), host(x1, size_t(rows * d)));
+        std::vector<uint16_t> h1(size_t(rows * d)), h2(size_t(rows * d));
+        QASR_CUDA(cudaMemcpy(h1.data(), ob1.p<void>(), h1.size() * 2, cudaMemcpyDeviceToHost));
+        QASR_CUDA(cudaMemcpy(h2.data(), ob2.p<void>(), h2.size() * 2, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(h2, h1);
     }
-    Dev dy(x);
-    bias_act(dy.p<float>(), rows, d, db.p<float>(), true, nullptr, nullptr);
-    ref = x;
-    for (int r = 0; r < rows; ++r)
-        for (int k = 0; k < d; ++k) ref[size_t(r * d + k)] += b[size_t(k)];
-    ops::gelu_erf(ref.data(), ref.size());
-    EXPECT_LT(rel_l2(host(dy, ref.size()), ref), 1e-6);
-    // a bias added by the layer norm itself (the encoder's residual biases): bit for bit the bias kernel, then the norm
-    Dev x1(x), x2(x), ob1(size_t(rows * d) * 2), ob2(size_t(rows * d) * 2);
-    const std::vector<float> add = randv(size_t(d), 10);
-    Dev dadd(add);
-    bias_act(x1.p<float>(), rows, d, dadd.p<float>(), false, nullptr, nullptr);
-    layer_norm(x1.p<float>(), rows, d, dw.p<float>(), db.p<float>(), 1e-5f, ob1.p<bf16>(), nullptr);
-    add_layer_norm(x2.p<float>(), rows, d, dadd.p<float>(), dw.p<float>(), db.p<float>(), 1e-5f, ob2.p<bf16>(), nullptr);
-    EXPECT_EQ(host(x2, size_t(rows * d)), host(x1, size_t(rows * d)));
-    std::vector<uint16_t> h1(size_t(rows * d)), h2(size_t(rows * d));
-    QASR_CUDA(cudaMemcpy(h1.data(), ob1.p<void>(), h1.size() * 2, cudaMemcpyDeviceToHost));
-    QASR_CUDA(cudaMemcpy(h2.data(), ob2.p<void>(), h2.size() * 2, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(h2, h1);
 }
 
 TEST(Cuda, ConvStemAsIm2colGemmMatchesCpu) {

@@ -153,7 +153,7 @@ Tensor CudaSession::encode_layers(int A, int window) {
         mark("norm");
         gemm_w(abf, A, l.fc1, eu_.as<float>(), 0.0f);
         mark("fc1");
-        bias_act(eu_.as<float>(), A, F, l.fc1_b, true, abf, s_);
+        bias_act(eu_.as<float>(), A, F, l.fc1_b, true, abf, s_, false); // fc2 reads the bf16 copy only
         mark("bias_gelu");
         gemm_w(abf, A, l.fc2, x, 1.0f);
         mark("fc2");
@@ -164,7 +164,7 @@ Tensor CudaSession::encode_layers(int A, int window) {
     host_report("encoder", A, sw);
     add_layer_norm(x, A, d, pending, w_.ln_post_w, w_.ln_post_b, 1e-5f, abf, s_);
     gemm_w(abf, A, w_.proj1, eatt_.as<float>(), 0.0f);
-    bias_act(eatt_.as<float>(), A, d, w_.proj1_b, true, abf, s_);
+    bias_act(eatt_.as<float>(), A, d, w_.proj1_b, true, abf, s_, false); // proj2 reads the bf16 copy only
     const int O = int(w_.proj2.rows);
     eout_.ensure(size_t(A) * O * 4);
     gemm_w(abf, A, w_.proj2, eout_.as<float>(), 0.0f);

@@ -242,6 +242,30 @@ __global__ void k_bias_act(float* y, IDX total, int n, const float* bias, bool g
     }
 }
 
+// four floats → four bf16 (one 8-byte store)
+__device__ __forceinline__ void store_bf16x4(bf16* o, float a, float b, float c, float d) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+    uint2 u;
+    u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(o) = u;
+}
+
+// k_bias_act four elements at a time (n a multiple of 4, 16-byte aligned rows): one index division per float4
+// instead of per element, and write_y = false skips the float32 result where only the bf16 one is read next (the
+// encoder's fc1 and proj1). ncu, H200, jfk 11 s: the encoder's 23 calls 167 → 108 µs.
+__global__ void k_bias_act4(float* y, int total4, int n4, const float* bias, bool gelu, bf16* ob, bool write_y) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total4; i += gridDim.x * blockDim.x) {
+        float4 v = reinterpret_cast<const float4*>(y)[i];
+        if (bias) {
+            const float4 b = reinterpret_cast<const float4*>(bias)[i % n4];
+            v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+        }
+        if (gelu) v.x = gelu_erf(v.x), v.y = gelu_erf(v.y), v.z = gelu_erf(v.z), v.w = gelu_erf(v.w);
+        if (write_y) reinterpret_cast<float4*>(y)[i] = v;
+        if (ob) store_bf16x4(ob + int64_t(i) * 4, v.x, v.y, v.z, v.w);
+    }
+}
+
 template <class IDX>
 __global__ void k_swiglu(const float* gu, IDX total, int I, bf16* out) {
     for (IDX i = blockIdx.x * IDX(blockDim.x) + threadIdx.x; i < total; i += IDX(gridDim.x) * blockDim.x) {
@@ -448,10 +472,14 @@ void to_bf16(const float* x, size_t n, bf16* out, cudaStream_t s) {
     QASR_CUDA_LAUNCHED();
 }
 
-void bias_act(float* y, int rows, int n, const float* bias, bool gelu, bf16* ob, cudaStream_t s) {
+void bias_act(float* y, int rows, int n, const float* bias, bool gelu, bf16* ob, cudaStream_t s, bool write_y) {
     const int64_t total = int64_t(rows) * n;
     if (!total) return;
-    if (total <= INT32_MAX / 2) k_bias_act<int><<<grid_for(total), 256, 0, s>>>(y, int(total), n, bias, gelu, ob);
+    if (!write_y && !ob) fail("cuda", "bias_act: no output");
+    const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (n % 4 == 0 && total / 4 <= INT32_MAX / 2 && a16(y) && (!bias || a16(bias)) && (!ob || reinterpret_cast<uintptr_t>(ob) % 8 == 0)) {
+        k_bias_act4<<<grid_for(total / 4), 256, 0, s>>>(y, int(total / 4), n / 4, bias, gelu, ob, write_y);
+    } else if (total <= INT32_MAX / 2) k_bias_act<int><<<grid_for(total), 256, 0, s>>>(y, int(total), n, bias, gelu, ob);
     else k_bias_act<int64_t><<<grid_for(total), 256, 0, s>>>(y, total, n, bias, gelu, ob);
     QASR_CUDA_LAUNCHED();
 }

@@ -52,7 +52,8 @@ void add_layer_norm(float* x, int rows, int d, const float* add, const float* w,
                     cudaStream_t s);
 void to_bf16(const float* x, size_t n, bf16* out, cudaStream_t s);
 // y[r, :] += bias; then GELU (exact erf) if gelu; a bf16 copy into out_bf16 when non-null.
-void bias_act(float* y, int rows, int n, const float* bias, bool gelu, bf16* out_bf16, cudaStream_t s);
+void bias_act(float* y, int rows, int n, const float* bias, bool gelu, bf16* out_bf16, cudaStream_t s,
+              bool write_y = true); // write_y = false: y may be left as it was (only out_bf16 is read)
 // out[r, i] = silu(gu[r, i]) * gu[r, I + i] as bf16.
 void swiglu_bf16(const float* gu, int rows, int I, bf16* out, cudaStream_t s);
 
