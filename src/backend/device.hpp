@@ -25,6 +25,12 @@ public:
     // [audio_begin, audio_begin + A). logits: 0 = keep the last position's on the device (for greedy()), 1 = also
     // return them [1, V], -1 = return every position's [L, V].
     virtual Tensor prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& audio_rows, int logits) = 0;
+    // The same two without the host round trip, for greedy decoding: encode_audio_resident() queues the front end and
+    // the encoder and returns the number of audio rows, which stay on the device (nothing waits for them: the host
+    // builds the prompt and queues the prefill while the encoder runs); prefill_resident() is prefill(…, 0) with
+    // those rows. A prefill_resident() without a preceding encode_audio_resident() is an error.
+    virtual int64_t encode_audio_resident(const std::vector<float>& audio, size_t min_samples, double* mel_ms) = 0;
+    virtual void prefill_resident(const std::vector<int>& ids, int64_t audio_begin) = 0;
     // One decode step for `token` at the next position; its logits [1, V] on the host.
     virtual Tensor step(int token) = 0;
     // Greedy decoding from the state prefill() left. The argmax (and the chosen token's log-probability) is

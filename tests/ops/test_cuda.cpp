@@ -384,7 +384,10 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
         agree += std::max_element(lc.row(r), lc.row(r) + lc.cols()) - lc.row(r) ==
                  std::max_element(lg.row(r), lg.row(r) + lg.cols()) - lg.row(r);
     EXPECT_GE(double(agree) / double(lc.rows()), 0.9) << agree << "/" << lc.rows();
-    // greedy on the device (graph + one-step-behind readback) equals host-driven steps on the device
+    // a prefill of device-resident rows needs encode_audio_resident() before it: an error, not stale rows
+    EXPECT_ANY_THROW(gpu->device->open()->prefill_resident(p.ids, p.audio_begin));
+    // greedy on the device (graph + one-step-behind readback; the encoder's rows handed to the prefill on the device:
+    // encode_audio_resident + prefill_resident) equals host-driven steps on the device
     o.decode.ignore_eos = true;
     o.decode.max_new_tokens = 24;
     o.itn = false;

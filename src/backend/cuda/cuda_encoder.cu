@@ -21,7 +21,7 @@ Tensor CudaSession::encode(const Tensor& mel) {
     return encode_device(emel_.as<float>(), int(mel.dim(1)));
 }
 
-Tensor CudaSession::encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) {
+void CudaSession::queue_front(const std::vector<float>& audio, size_t min_samples, double* mel_ms, int* T_out) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     Stopwatch sw;
     const size_t N = std::max(audio.size(), min_samples);
@@ -37,7 +37,23 @@ Tensor CudaSession::encode_audio(const std::vector<float>& audio, size_t min_sam
         QASR_CUDA(cudaStreamSynchronize(s_));
         *mel_ms = sw.ms();
     }
+    *T_out = T;
+}
+
+Tensor CudaSession::encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) {
+    int T = 0;
+    queue_front(audio, min_samples, mel_ms, &T);
     return encode_device(emel_.as<float>(), T);
+}
+
+int64_t CudaSession::encode_audio_resident(const std::vector<float>& audio, size_t min_samples, double* mel_ms) {
+    int T = 0;
+    queue_front(audio, min_samples, mel_ms, &T);
+    int window = 0;
+    const int A = stem_device(emel_.as<float>(), T, &window);
+    queue_layers(A, window);
+    resident_ = A;
+    return A;
 }
 
 Tensor CudaSession::encode_device(const float* d_mel, int T) {
@@ -107,6 +123,16 @@ Tensor CudaSession::encode_rows(const Tensor& rows, int64_t window_rows) {
 }
 
 Tensor CudaSession::encode_layers(int A, int window) {
+    queue_layers(A, window);
+    const int O = int(w_.proj2.rows);
+    Tensor out({int64_t(A), int64_t(O)});
+    QASR_CUDA(cudaMemcpyAsync(out.ptr(), eout_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
+    QASR_CUDA(cudaStreamSynchronize(s_));
+    return out;
+}
+
+void CudaSession::queue_layers(int A, int window) {
+    resident_ = -1; // eout_ is rewritten
     const AudioHParams& hp = m_.hp.audio;
     const int d = hp.d_model, F = hp.ffn_dim, heads = hp.n_heads;
     float* x = ex_.as<float>();
@@ -169,10 +195,6 @@ Tensor CudaSession::encode_layers(int A, int window) {
     eout_.ensure(size_t(A) * O * 4);
     gemm_w(abf, A, w_.proj2, eout_.as<float>(), 0.0f);
     bias_act(eout_.as<float>(), A, O, w_.proj2_b, false, nullptr, s_);
-    Tensor out({int64_t(A), int64_t(O)});
-    QASR_CUDA(cudaMemcpyAsync(out.ptr(), eout_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
-    QASR_CUDA(cudaStreamSynchronize(s_));
-    return out;
 }
 
 } // namespace qasr::cuda::detail

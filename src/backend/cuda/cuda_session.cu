@@ -57,13 +57,26 @@ void CudaSession::ensure_kv(int64_t need) {
 }
 
 Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) {
+    if (rows.rows() && rows.cols() != D_) fail("decoder", "audio rows do not fit the prompt");
+    return prefill_rows(ids, audio_begin, rows.rows(), rows.rows() ? rows.ptr() : nullptr, false, logits);
+}
+
+void CudaSession::prefill_resident(const std::vector<int>& ids, int64_t audio_begin) {
+    if (resident_ < 0) fail("decoder", "prefill_resident() without encode_audio_resident() before it");
+    const int64_t A = resident_;
+    resident_ = -1;
+    if (int64_t(w_.proj2.rows) != D_) fail("decoder", "the projector's width is not the decoder's");
+    prefill_rows(ids, audio_begin, A, eout_.as<float>(), true, 0);
+}
+
+Tensor CudaSession::prefill_rows(const std::vector<int>& ids, int64_t audio_begin, int64_t A, const float* src,
+                                 bool on_device, int logits) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const int L = int(ids.size());
     if (L <= 0) fail("decoder", "empty prompt");
     for (int id : ids)
         if (id < 0 || id >= V_) fail("decoder", "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V_));
-    const int64_t A = rows.rows();
-    if (A && (rows.cols() != D_ || audio_begin < 0 || audio_begin + A > L)) fail("decoder", "audio rows do not fit the prompt");
+    if (A && (audio_begin < 0 || audio_begin + A > L)) fail("decoder", "audio rows do not fit the prompt");
     len_ = 0;
     ensure_kv(L + 1024);
     px_.ensure(size_t(L) * D_ * 4);
@@ -73,7 +86,9 @@ Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, co
     plog_.ensure(std::max(size_t(L) * 4, logits < 0 ? size_t(L) * V_ * 4 : size_t(V_) * 4));
     QASR_CUDA(cudaMemcpyAsync(plog_.get(), ids.data(), size_t(L) * 4, cudaMemcpyHostToDevice, s_));
     embed(w_.embed, plog_.as<int>(), L, x, s_);
-    if (A) QASR_CUDA(cudaMemcpyAsync(x + audio_begin * D_, rows.ptr(), rows.size() * 4, cudaMemcpyHostToDevice, s_));
+    if (A)
+        QASR_CUDA(cudaMemcpyAsync(x + audio_begin * D_, src, size_t(A) * D_ * 4,
+                                  on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, s_));
     const float eps = m_.hp.text.rms_eps;
     decoder_rows(L); // len_ = L, pos = L
     Tensor out;
@@ -414,6 +429,10 @@ public:
     Tensor prefill(const std::vector<int>& ids, int64_t b, const Tensor& rows, int logits) override {
         return s_->prefill(ids, b, rows, logits);
     }
+    int64_t encode_audio_resident(const std::vector<float>& a, size_t min_samples, double* mel_ms) override {
+        return s_->encode_audio_resident(a, min_samples, mel_ms);
+    }
+    void prefill_resident(const std::vector<int>& ids, int64_t b) override { s_->prefill_resident(ids, b); }
     Tensor step(int token) override { return s_->step(token); }
     void greedy(int n, const std::function<bool(int, float)>& take) override { s_->greedy(n, take); }
     Tensor encode_stem(const Tensor& mel) override { return s_->encode_stem(mel); }

@@ -157,6 +157,8 @@ public:
     Tensor encode(const Tensor& mel) override;
     Tensor encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) override;
     Tensor prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) override;
+    int64_t encode_audio_resident(const std::vector<float>& audio, size_t min_samples, double* mel_ms) override;
+    void prefill_resident(const std::vector<int>& ids, int64_t audio_begin) override;
     Tensor step(int token) override;
     void greedy(int max_tokens, const std::function<bool(int, float)>& take) override;
     Tensor encode_stem(const Tensor& mel) override;
@@ -204,6 +206,10 @@ private:
     Tensor encode_device(const float* d_mel, int T); // mel [n_mels, T] already on the device
     int stem_device(const float* d_mel, int T, int* window); // conv stem of every chunk → ex_ rows; returns A
     Tensor encode_layers(int A, int window);         // stem rows [A, d] in ex_ → projector rows on the host
+    void queue_layers(int A, int window);            // the same, the projector rows left in eout_ [A, D]
+    void queue_front(const std::vector<float>& audio, size_t min_samples, double* mel_ms, int* T); // log-mel → emel_
+    // prefill() with the A audio rows at src (host memory, or the device's eout_ when on_device)
+    Tensor prefill_rows(const std::vector<int>& ids, int64_t audio_begin, int64_t A, const float* src, bool on_device, int logits);
     // The decoder layers over n input rows in px_ at positions len_ … len_+n-1 (the KV cache holds the earlier
     // ones); then len_ += n and the device position follows.
     void decoder_rows(int n);
@@ -341,6 +347,7 @@ private:
     // prefill / encoder scratch
     Buffer px_, pbf_, pqkv_, pq_, po_, pgu_, plog_, deq_;
     Buffer emel_, ecols_, ea_, eb_, eflat_, eco_, ex_, ebf_, eqkv_, eatt_, eu_, eout_;
+    int64_t resident_ = -1; // rows in eout_ from encode_audio_resident() not yet taken by prefill_resident()
     Buffer plog_screen_, xpart_, screen_stats_; // the screened head's proxy logits and exact partials; its counter
     long screen_steps_ = 0;
     std::map<int, cudaGraphExec_t> graphs_; // the captured step per (split count, screened): key 2·splits + screened
