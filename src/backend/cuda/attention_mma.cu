@@ -13,8 +13,11 @@
 //  - P·V: P's fragment is used as the A operand as it is: the contraction index k = t is key t, k = t + 4 key t + 4;
 //    the output column n of n-tile j is dimension NT·n + j (NT = HD / 8), so a lane reads contiguous float4s of its
 //    two value rows and ends holding the 2·NT contiguous output dims from 2t·NT.
-// TF32 keeps 10 mantissa bits (bf16: 7): the score and output errors stay below the bf16 rounding of the output
-// that the o product reads. Biases (encoder): bq is added to q as it is loaded, bk is left out (q·bk is the same
+// TF32 keeps 10 mantissa bits (bf16: 7): q and the weights P are rounded to it, the keys and values truncated (the
+// tensor core ignores the low bits; a conversion per element was a quarter of a tile's instructions), and the
+// softmax runs in log2 units on the MUFU's exp2. The output stays within ~1e-3 of float32 arithmetic, below the bf16
+// rounding of the output that the o product reads. (ncu, 158-row prefill layer: the block of the last row tile, one
+// or two warps per scheduler, issues an instruction every ~7 cycles: its instruction count is its time.) Biases (encoder): bq is added to q as it is loaded, bk is left out (q·bk is the same
 // for every key of a row, and softmax is invariant to it), bv is added to the output (the weights sum to one).
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/device_util.cuh"
@@ -38,6 +41,16 @@ __device__ __forceinline__ uint32_t tf32(float x) {
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
+
+// 2^x (MUFU, relative error ~2^-22; −inf → 0)
+__device__ __forceinline__ float exp2_fast(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+// a float32 as a TF32 operand without rounding: the tensor core ignores the 13 low mantissa bits (truncation, at most
+// 2^-10 relative; the keys and values, whose cvt per element was a quarter of a tile's instructions)
+__device__ __forceinline__ uint32_t tf32_trunc(float x) { return __float_as_uint(x); }
 
 // c += a · b, m16n8k8, TF32 operands, float32 accumulators
 __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -101,7 +114,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
     int kt = klo + w * kMmaKeys;
     if (kt < khi) stage(kb, kt);
     // q fragments (scaled, TF32): qa[c][0..3] = row g dims 16c + 4t .. + 3, qb the same of row g + 8
-    const float scale = rsqrtf(float(HD));
+    const float scale = rsqrtf(float(HD)) * 1.4426950408889634f; // scores in log2 units: exp2 below
     uint32_t qa[KQ][4], qb[KQ][4];
     {
         const float* q0 = a.q + int64_t(min(r0 + g, a.n - 1)) * a.q_stride + int64_t(h) * HD + 4 * t;
@@ -135,8 +148,8 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
 #pragma unroll
             for (int c = 0; c < KQ; ++c) {
                 const float4 kv = *reinterpret_cast<const float4*>(kr + 16 * c);
-                mma_tf32(s[n], qa[c][0], qb[c][0], qa[c][1], qb[c][1], tf32(kv.x), tf32(kv.y));
-                mma_tf32(s[n], qa[c][2], qb[c][2], qa[c][3], qb[c][3], tf32(kv.z), tf32(kv.w));
+                mma_tf32(s[n], qa[c][0], qb[c][0], qa[c][1], qb[c][1], tf32_trunc(kv.x), tf32_trunc(kv.y));
+                mma_tf32(s[n], qa[c][2], qb[c][2], qa[c][3], qb[c][3], tf32_trunc(kv.z), tf32_trunc(kv.w));
             }
         }
         __syncwarp(); // every lane has read the keys: the values go into the same buffer
@@ -160,7 +173,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
         // rescale factors (a row without keys so far keeps m = −inf and its zeros)
-        const float f0 = n0 == -INFINITY ? 1.0f : expf(m0 - n0), f1 = n1 == -INFINITY ? 1.0f : expf(m1 - n1);
+        const float f0 = n0 == -INFINITY ? 1.0f : exp2_fast(m0 - n0), f1 = n1 == -INFINITY ? 1.0f : exp2_fast(m1 - n1);
         m0 = n0, m1 = n1;
         l0 *= f0, l1 *= f1;
 #pragma unroll
@@ -170,8 +183,8 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
         for (int n = 0; n < 4; ++n) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const float pa = s[n][e] == -INFINITY ? 0.0f : expf(s[n][e] - n0);
-                const float pb = s[n][2 + e] == -INFINITY ? 0.0f : expf(s[n][2 + e] - n1);
+                const float pa = s[n][e] == -INFINITY ? 0.0f : exp2_fast(s[n][e] - n0);
+                const float pb = s[n][2 + e] == -INFINITY ? 0.0f : exp2_fast(s[n][2 + e] - n1);
                 l0 += pa, l1 += pb;
                 p[n][e] = tf32(pa), p[n][2 + e] = tf32(pb);
             }
@@ -186,10 +199,10 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
 #pragma unroll
             for (int c = 0; c < NT / 4; ++c) {
                 const float4 x = *reinterpret_cast<const float4*>(v0 + 4 * c), y = *reinterpret_cast<const float4*>(v1 + 4 * c);
-                mma_tf32(o[4 * c + 0], p[n][0], p[n][2], p[n][1], p[n][3], tf32(x.x), tf32(y.x));
-                mma_tf32(o[4 * c + 1], p[n][0], p[n][2], p[n][1], p[n][3], tf32(x.y), tf32(y.y));
-                mma_tf32(o[4 * c + 2], p[n][0], p[n][2], p[n][1], p[n][3], tf32(x.z), tf32(y.z));
-                mma_tf32(o[4 * c + 3], p[n][0], p[n][2], p[n][1], p[n][3], tf32(x.w), tf32(y.w));
+                mma_tf32(o[4 * c + 0], p[n][0], p[n][2], p[n][1], p[n][3], tf32_trunc(x.x), tf32_trunc(y.x));
+                mma_tf32(o[4 * c + 1], p[n][0], p[n][2], p[n][1], p[n][3], tf32_trunc(x.y), tf32_trunc(y.y));
+                mma_tf32(o[4 * c + 2], p[n][0], p[n][2], p[n][1], p[n][3], tf32_trunc(x.z), tf32_trunc(y.z));
+                mma_tf32(o[4 * c + 3], p[n][0], p[n][2], p[n][1], p[n][3], tf32_trunc(x.w), tf32_trunc(y.w));
             }
         }
         __syncwarp(); // every lane has read the values: the next key tile goes into the buffer
@@ -221,7 +234,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
     float e[kMmaWarps], L = 0.0f;
 #pragma unroll
     for (int u = 0; u < kMmaWarps; ++u) {
-        e[u] = Ms[u][row] == -INFINITY ? 0.0f : expf(Ms[u][row] - M);
+        e[u] = Ms[u][row] == -INFINITY ? 0.0f : exp2_fast(Ms[u][row] - M);
         L += Ls[u][row] * e[u];
     }
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
@@ -239,9 +252,11 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
             acc.x += b.x, acc.y += b.y, acc.z += b.z, acc.w += b.w;
         }
         const int64_t at = int64_t(r) * a.o_stride + int64_t(h) * HD + d0 + d;
-        if (a.ob) {
-            a.ob[at] = __float2bfloat16(acc.x), a.ob[at + 1] = __float2bfloat16(acc.y);
-            a.ob[at + 2] = __float2bfloat16(acc.z), a.ob[at + 3] = __float2bfloat16(acc.w);
+        if (a.ob) { // four bf16 in one 8-byte store
+            const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
+            uint2 u;
+            u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
+            *reinterpret_cast<uint2*>(a.ob + at) = u;
         } else {
             *reinterpret_cast<float4*>(a.o + at) = acc;
         }
@@ -276,7 +291,9 @@ void set_attention_mma(bool on) { g_mma = on; }
 bool attention_mma(const AttnArgs& a, cudaStream_t s) {
     if (!g_mma || !attention_tiled(a) || !device_has_mma()) return false;
     const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (!aligned(a.q) || !aligned(a.k) || !aligned(a.v) || (a.o && !aligned(a.o)) || a.o_stride % 4 != 0) return false;
+    if (!aligned(a.q) || !aligned(a.k) || !aligned(a.v) || (a.o && !aligned(a.o)) || a.o_stride % 4 != 0 ||
+        reinterpret_cast<uintptr_t>(a.ob) % 8 != 0)
+        return false;
     const dim3 grid(unsigned((a.n + kMmaRows - 1) / kMmaRows), unsigned(a.heads)), block(kMmaWarps * kWarp);
     auto go = [&](void (*k)(AttnArgs), size_t smem) {
         // the opt-in above 48 KB of dynamic shared memory, once per (device, kernel)
