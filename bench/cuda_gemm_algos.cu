@@ -12,7 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "cuda_bench_check.cuh"
+#include "cuda_gemm_bench.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -23,10 +23,7 @@
 
 namespace {
 
-struct Shape {
-    const char* name;
-    int M, N, K;
-};
+using namespace gemm_bench;
 
 // µs per launch of f(i) (i = the launch's index), launched `n` times inside one graph
 double graph_us(const std::function<void(int)>& f, int n, cudaStream_t s) {
@@ -58,14 +55,6 @@ double graph_us(const std::function<void(int)>& f, int n, cudaStream_t s) {
     return t[t.size() / 2];
 }
 
-__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        unsigned h = unsigned(i) * 2654435761u ^ seed;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16(float(h % 2001) / 1000.0f - 1.0f);
-    }
-}
-
 struct Config {
     int algo, tile, stages, splitk, red, swizzle;
     double us;
@@ -84,27 +73,10 @@ template <class T> std::vector<T> cap_list(const cublasLtMatmulAlgo_t& algo, cub
 } // namespace
 
 int main(int argc, char** argv) {
-    const int M = argc > 1 ? std::atoi(argv[1]) : 158;
-    const int Me = argc > 2 ? std::atoi(argv[2]) : 143;
-    const Shape shapes[] = {{"dec qkv (0.6B)", M, 4096, 1024}, {"dec o", M, 1024, 2048},
-                            {"dec gate/up", M, 6144, 1024},    {"dec down", M, 1024, 3072},
-                            {"enc qkv (0.6B)", Me, 2688, 896}, {"enc o", Me, 896, 896},
-                            {"enc fc1", Me, 3584, 896},        {"enc fc2", Me, 896, 3584}};
-    cudaStream_t s;
-    CK(cudaStreamCreate(&s));
-    cublasHandle_t h;
-    CB(cublasCreate(&h));
-    CB(cublasSetStream(h, s));
-    cublasLtHandle_t lt;
-    CB(cublasLtCreate(&lt));
-    const size_t ws_bytes = 32u << 20;
-    void* ws = nullptr;
-    CK(cudaMalloc(&ws, ws_bytes));
-    int ids[256], nids = 0;
-    CB(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUDA_R_32F, 256,
-                                ids, &nids));
-    std::printf("%d algorithm ids\n", nids);
-    for (const Shape& sh : shapes) {
+    return bench_main(argc, argv, false, [&](const Shape& sh, cudaStream_t s, cublasHandle_t h, cublasLtHandle_t lt, void* ws) {
+        int ids[256], nids = 0; // the algorithms the library has for these types
+        CB(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUDA_R_32F, 256,
+                                    ids, &nids));
         const size_t na = size_t(sh.M) * sh.K, nw = size_t(sh.N) * sh.K, nc = size_t(sh.M) * sh.N;
         const int copies = int(std::min<size_t>(64, (size_t(128) << 20) / (nw * 2) + 1));
         __nv_bfloat16 *A, *Wall;
@@ -121,24 +93,10 @@ int main(int argc, char** argv) {
             CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, sh.M, sh.K, &one, W(i), CUDA_R_16BF, sh.K, A, CUDA_R_16BF,
                             sh.K, &zero, C, CUDA_R_32F, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         }, copies, s);
-        cublasLtMatmulDesc_t op;
-        CB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
-        CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
-        CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
-        cublasLtMatrixLayout_t la, lb, lc;
-        CB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.K, sh.N, sh.K));
-        CB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.K, sh.M, sh.K));
-        CB(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, sh.N, sh.M, sh.N));
-        cublasLtMatmulPreference_t pref;
-        CB(cublasLtMatmulPreferenceCreate(&pref));
-        CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+        const LtProblem P(sh, CUDA_R_32F, ws_bytes);
         cublasLtMatmulHeuristicResult_t res[1];
-        int nh = 0;
-        CB(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, res, &nh));
-        auto run = [&](const cublasLtMatmulAlgo_t& algo, int i, float* out) {
-            return cublasLtMatmul(lt, op, &one, W(i), la, A, lb, &zero, out, lc, out, lc, &algo, ws, ws_bytes, s);
-        };
+        const int nh = P.heuristics(lt, 1, res);
+        auto run = [&](const cublasLtMatmulAlgo_t& algo, int i, float* out) { return P.run(lt, algo, W(i), A, out, ws, s); };
         const double heur = nh ? graph_us([&](int i) { CB(run(res[0].algo, i, C)); }, copies, s) : 0.0;
         std::vector<Config> found;
         int checked = 0;
@@ -174,7 +132,7 @@ int main(int argc, char** argv) {
                             CB(cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk));
                             CB(cublasLtMatmulAlgoConfigSetAttribute(&al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red));
                             cublasLtMatmulHeuristicResult_t chk{};
-                            if (cublasLtMatmulAlgoCheck(lt, op, la, lb, lc, lc, &al, &chk) == CUBLAS_STATUS_SUCCESS &&
+                            if (P.check(lt, al, &chk) == CUBLAS_STATUS_SUCCESS &&
                                 chk.state == CUBLAS_STATUS_SUCCESS && chk.workspaceSize <= ws_bytes &&
                                 run(al, 0, C) == CUBLAS_STATUS_SUCCESS) {
                                 ok = true;
@@ -197,22 +155,16 @@ int main(int argc, char** argv) {
                 }
         }
         std::sort(found.begin(), found.end(), [](const Config& x, const Config& y) { return x.us < y.us; });
-        std::printf("%-16s M %4d N %5d K %5d | GemmEx %6.2f us | Lt heuristic %6.2f | %d configs timed; fastest:\n",
-                    sh.name, sh.M, sh.N, sh.K, ex, heur, checked);
+        std::printf("%-16s M %4d N %5d K %5d | GemmEx %6.2f us | Lt heuristic %6.2f | %d configs of %d algorithms timed; fastest:\n",
+                    sh.name, sh.M, sh.N, sh.K, ex, heur, checked, nids);
         for (size_t i = 0; i < found.size() && i < 6; ++i)
             std::printf("    %6.2f us  algo %3d tile %3d stages %3d splitK %d red %d  %s  (%.0f GB/s of weights)\n",
                         found[i].us, found[i].algo, found[i].tile, found[i].stages, found[i].splitk, found[i].red,
                         found[i].same_bits ? "same bits" : "BITS DIFFER", double(nw) * 2 / found[i].us / 1e3);
         std::fflush(stdout);
-        cublasLtMatmulPreferenceDestroy(pref);
-        cublasLtMatrixLayoutDestroy(la);
-        cublasLtMatrixLayoutDestroy(lb);
-        cublasLtMatrixLayoutDestroy(lc);
-        cublasLtMatmulDescDestroy(op);
         cudaFree(A);
         cudaFree(Wall);
         cudaFree(C);
         cudaFree(C2);
-    }
-    return 0;
+    });
 }

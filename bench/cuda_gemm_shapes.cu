@@ -13,7 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "cuda_bench_check.cuh"
+#include "cuda_gemm_bench.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -22,10 +22,7 @@
 
 namespace {
 
-struct Shape {
-    const char* name;
-    int M, N, K;
-};
+using namespace gemm_bench;
 
 template <class F> double time_us(F&& f, cudaStream_t s) {
     cudaEvent_t a, b;
@@ -48,38 +45,12 @@ template <class F> double time_us(F&& f, cudaStream_t s) {
     return t[t.size() / 2];
 }
 
-__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        unsigned h = unsigned(i) * 2654435761u ^ seed;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16(float(h % 2001) / 1000.0f - 1.0f);
-    }
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
-    const int M = argc > 1 ? std::atoi(argv[1]) : 158;
-    const int Me = argc > 2 ? std::atoi(argv[2]) : 143;
-    const Shape shapes[] = {{"dec qkv (0.6B)", M, 4096, 1024},  {"dec o", M, 1024, 2048},
-                            {"dec gate/up", M, 6144, 1024},     {"dec down", M, 1024, 3072},
-                            {"enc qkv (0.6B)", Me, 2688, 896},  {"enc o", Me, 896, 896},
-                            {"enc fc1", Me, 3584, 896},         {"enc fc2", Me, 896, 3584},
-                            {"dec qkv (1.7B)", M, 4096, 2048},  {"dec gate/up (1.7B)", M, 12288, 2048},
-                            {"dec down (1.7B)", M, 2048, 6144}, {"enc fc1 (1.7B)", Me, 4096, 1024}};
-    cudaStream_t s;
-    CK(cudaStreamCreate(&s));
-    cublasHandle_t h;
-    CB(cublasCreate(&h));
-    CB(cublasSetStream(h, s));
-    cublasLtHandle_t lt;
-    CB(cublasLtCreate(&lt));
-    const size_t ws_bytes = 32u << 20;
-    void* ws = nullptr;
-    CK(cudaMalloc(&ws, ws_bytes));
     std::printf("%-20s %5s %6s %6s | %9s %9s | %9s %9s %6s | %9s | %s\n", "shape", "M", "N", "K", "GemmEx f32",
                 "GemmEx bf16", "Lt first", "Lt best", "algos", "Lt bf16", "best GB/s of weights");
-    for (const Shape& sh : shapes) {
+    return bench_main(argc, argv, true, [&](const Shape& sh, cudaStream_t s, cublasHandle_t h, cublasLtHandle_t lt, void* ws) {
         const size_t na = size_t(sh.M) * sh.K, nw = size_t(sh.N) * sh.K, nc = size_t(sh.M) * sh.N;
         __nv_bfloat16 *A, *Wall, *Cb;
         float* C;
@@ -105,26 +76,14 @@ int main(int argc, char** argv) {
         double lt_first = 0, lt_best = 1e30, lt16 = 1e30;
         int nalg = 0;
         for (const cudaDataType_t ct : {CUDA_R_32F, CUDA_R_16BF}) {
-            cublasLtMatmulDesc_t op;
-            CB(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-            const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
-            CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
-            CB(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
-            cublasLtMatrixLayout_t la, lb, lc;
-            CB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, sh.K, sh.N, sh.K));
-            CB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, sh.K, sh.M, sh.K));
-            CB(cublasLtMatrixLayoutCreate(&lc, ct, sh.N, sh.M, sh.N));
-            cublasLtMatmulPreference_t pref;
-            CB(cublasLtMatmulPreferenceCreate(&pref));
-            CB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+            const LtProblem P(sh, ct, ws_bytes);
             cublasLtMatmulHeuristicResult_t res[16];
-            int n = 0;
-            CB(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 16, res, &n));
+            const int n = P.heuristics(lt, 16, res);
             void* Cp = ct == CUDA_R_32F ? static_cast<void*>(C) : static_cast<void*>(Cb);
             for (int i = 0; i < n; ++i) {
                 if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
                 const double t = time_us([&] {
-                    CB(cublasLtMatmul(lt, op, &one, Wn(), la, A, lb, &zero, Cp, lc, Cp, lc, &res[i].algo, ws, ws_bytes, s));
+                    CB(P.run(lt, res[i].algo, Wn(), A, Cp, ws, s));
                 }, s);
                 if (ct == CUDA_R_32F) {
                     if (i == 0) lt_first = t;
@@ -134,11 +93,6 @@ int main(int argc, char** argv) {
                     lt16 = std::min(lt16, t);
                 }
             }
-            cublasLtMatmulPreferenceDestroy(pref);
-            cublasLtMatrixLayoutDestroy(la);
-            cublasLtMatrixLayoutDestroy(lb);
-            cublasLtMatrixLayoutDestroy(lc);
-            cublasLtMatmulDescDestroy(op);
         }
         const double best = std::min({ex32, ex16, lt_best, lt16});
         std::printf("%-20s %5d %6d %6d | %9.2f %9.2f | %9.2f %9.2f %6d | %9.2f | %.0f\n", sh.name, sh.M, sh.N, sh.K,
@@ -147,6 +101,5 @@ int main(int argc, char** argv) {
         cudaFree(Wall);
         cudaFree(C);
         cudaFree(Cb);
-    }
-    return 0;
+    });
 }

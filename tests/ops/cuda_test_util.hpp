@@ -86,6 +86,21 @@ inline std::vector<float> host(const Dev& d, size_t n) {
     QASR_CUDA(cudaMemcpy(v.data(), d.b.get(), n * 4, cudaMemcpyDeviceToHost));
     return v;
 }
+// How many of the bf16 values on the device at d differ from the float32 values f rounded to bf16 (the kernels'
+// bf16 outputs must be their float32 outputs rounded, bit for bit).
+inline size_t bf16_mismatches(const Dev& d, const std::vector<float>& f) {
+    QASR_CUDA(cudaDeviceSynchronize());
+    std::vector<uint16_t> h(f.size());
+    QASR_CUDA(cudaMemcpy(h.data(), d.b.get(), h.size() * 2, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < h.size(); ++i) {
+        const __nv_bfloat16 want = __float2bfloat16(f[i]);
+        uint16_t wb;
+        std::memcpy(&wb, &want, 2);
+        bad += h[i] != wb;
+    }
+    return bad;
+}
 inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
     double num = 0, den = 0;
     for (size_t i = 0; i < a.size(); ++i) {

@@ -69,21 +69,29 @@ TEST(Cuda, QkNormRopeAndAttentionMatchCpu) {
     EXPECT_LT(rel_l2(host(deo, eo.size()), eo), 1e-5);
 }
 
-// The tiled many-row attention (prefill, encoder; float32 arithmetic) against the CPU ops at the model's shapes: causal with GQA from
-// position 0 and after earlier positions (extend), windowed with windows that do and do not align with its tiles.
+// The many-row attention cases (prefill, encoder) of both tiled kernels: causal with GQA from position 0 and after
+// earlier positions (extend), windowed with windows that do and do not align with the tiles, one to many key tiles.
+struct AttnCase {
+    int heads, kv_heads, hd, n, past, window;
+    std::string name() const {
+        return "heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " hd " + std::to_string(hd) + " n " +
+               std::to_string(n) + " past " + std::to_string(past) + " window " + std::to_string(window);
+    }
+    static std::vector<float> rows(int n, int width, uint32_t seed, float scale) { return randv(size_t(n) * width, seed, scale); }
+};
+const AttnCase kAttnCases[] = {{16, 8, 128, 158, 0, 0}, {16, 8, 128, 45, 149, 0}, {4, 2, 64, 37, 21, 0},
+                               {14, 14, 64, 143, 0, 104}, {2, 2, 64, 61, 0, 13},  {16, 8, 128, 2, 5, 0},
+                               {16, 8, 128, 300, 0, 0},  {4, 4, 64, 250, 0, 200}, {16, 8, 128, 17, 0, 0}};
+
+// The tiled many-row attention (float32 arithmetic) against the CPU ops over kAttnCases.
 TEST(Cuda, TiledAttentionMatchesCpu) {
     NEED_GPU();
     set_attention_mma(false); // the float32 kernel; the tensor-core one: TensorCoreAttentionMatchesCpu
-    struct Case { int heads, kv_heads, hd, n, past, window; };
-    for (const Case c : {Case{16, 8, 128, 158, 0, 0}, Case{16, 8, 128, 45, 149, 0}, Case{4, 2, 64, 37, 21, 0},
-                         Case{14, 14, 64, 143, 0, 104}, Case{2, 2, 64, 61, 0, 13}, Case{16, 8, 128, 2, 5, 0},
-                         Case{16, 8, 128, 300, 0, 0}, Case{4, 4, 64, 250, 0, 200}}) {
-        SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd " + std::to_string(c.hd) +
-                     " n " + std::to_string(c.n) + " past " + std::to_string(c.past) + " window " + std::to_string(c.window));
+    for (const AttnCase& c : kAttnCases) {
+        SCOPED_TRACE(c.name());
         const int tot = c.past + c.n, qw = c.heads * c.hd, kw = c.kv_heads * c.hd;
         const uint32_t sd = uint32_t(c.n * 7 + c.past + c.hd);
-        const std::vector<float> q = randv(size_t(c.n * qw), sd, 2.0f), k = randv(size_t(tot * kw), sd + 1, 2.0f),
-                                 v = randv(size_t(tot * kw), sd + 2);
+        const std::vector<float> q = c.rows(c.n, qw, sd, 2.0f), k = c.rows(tot, kw, sd + 1, 2.0f), v = c.rows(tot, kw, sd + 2, 1.0f);
         std::vector<float> o(size_t(c.n * qw));
         if (c.window) ops::windowed_attention(q.data(), k.data(), v.data(), o.data(), c.n, c.heads, c.hd, c.window);
         else ops::causal_attention(q.data(), k.data(), v.data(), o.data(), c.n, c.past, c.heads, c.kv_heads, c.hd);
@@ -104,16 +112,7 @@ TEST(Cuda, TiledAttentionMatchesCpu) {
         Dev dob(o.size() * 2);
         a.ob = dob.p<__nv_bfloat16>();
         attention(a, nullptr);
-        std::vector<uint16_t> ob(o.size());
-        QASR_CUDA(cudaMemcpy(ob.data(), dob.b.get(), ob.size() * 2, cudaMemcpyDeviceToHost));
-        size_t bad = 0;
-        for (size_t i = 0; i < ob.size(); ++i) {
-            const __nv_bfloat16 want = __float2bfloat16(o2[i]);
-            uint16_t wb;
-            std::memcpy(&wb, &want, 2);
-            bad += ob[i] != wb;
-        }
-        EXPECT_EQ(bad, 0u) << "bf16 output differs from the rounded float32 output";
+        EXPECT_EQ(bf16_mismatches(dob, o2), 0u) << "bf16 output differs from the rounded float32 output";
         // q/k/v biases added on load (the encoder's): bit for bit the attention over the biased rows
         const std::vector<float> bq = randv(size_t(qw), sd + 3), bk = randv(size_t(kw), sd + 4), bv = randv(size_t(kw), sd + 5);
         std::vector<float> q2 = q, k2 = k, v2 = v;
@@ -144,16 +143,11 @@ TEST(Cuda, TiledAttentionMatchesCpu) {
 TEST(Cuda, TensorCoreAttentionMatchesCpu) {
     NEED_GPU();
     set_attention_mma(true);
-    struct Case { int heads, kv_heads, hd, n, past, window; };
-    for (const Case c : {Case{16, 8, 128, 158, 0, 0}, Case{16, 8, 128, 45, 149, 0}, Case{4, 2, 64, 37, 21, 0},
-                         Case{14, 14, 64, 143, 0, 104}, Case{2, 2, 64, 61, 0, 13}, Case{16, 8, 128, 2, 5, 0},
-                         Case{16, 8, 128, 300, 0, 0}, Case{4, 4, 64, 250, 0, 200}, Case{16, 8, 128, 17, 0, 0}}) {
-        SCOPED_TRACE("heads " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd " + std::to_string(c.hd) +
-                     " n " + std::to_string(c.n) + " past " + std::to_string(c.past) + " window " + std::to_string(c.window));
+    for (const AttnCase& c : kAttnCases) {
+        SCOPED_TRACE(c.name());
         const int tot = c.past + c.n, qw = c.heads * c.hd, kw = c.kv_heads * c.hd;
         const uint32_t sd = uint32_t(c.n * 5 + c.past + c.hd);
-        const std::vector<float> q = randv(size_t(c.n * qw), sd, 2.0f), k = randv(size_t(tot * kw), sd + 1, 2.0f),
-                                 v = randv(size_t(tot * kw), sd + 2);
+        const std::vector<float> q = c.rows(c.n, qw, sd, 2.0f), k = c.rows(tot, kw, sd + 1, 2.0f), v = c.rows(tot, kw, sd + 2, 1.0f);
         const std::vector<float> bq = randv(size_t(qw), sd + 3), bk = randv(size_t(kw), sd + 4), bv = randv(size_t(kw), sd + 5);
         std::vector<float> q2 = q, k2 = k, v2 = v;
         for (size_t i = 0; i < q2.size(); ++i) q2[i] += bq[i % size_t(qw)];
@@ -182,16 +176,7 @@ TEST(Cuda, TensorCoreAttentionMatchesCpu) {
             Dev dob(o.size() * 2);
             a.ob = dob.p<__nv_bfloat16>();
             attention(a, nullptr);
-            std::vector<uint16_t> ob(o.size());
-            QASR_CUDA(cudaMemcpy(ob.data(), dob.b.get(), ob.size() * 2, cudaMemcpyDeviceToHost));
-            size_t bad = 0;
-            for (size_t i = 0; i < ob.size(); ++i) {
-                const __nv_bfloat16 want = __float2bfloat16(got[i]);
-                uint16_t wb;
-                std::memcpy(&wb, &want, 2);
-                bad += ob[i] != wb;
-            }
-            EXPECT_EQ(bad, 0u) << "bf16 output differs from the rounded float32 output";
+            EXPECT_EQ(bf16_mismatches(dob, got), 0u) << "bf16 output differs from the rounded float32 output";
         }
     }
 }
