@@ -451,15 +451,16 @@ __global__ void __launch_bounds__(kThreads, 1) k_decode_step(PersistArgs a) {
         const float s = __ldcg(a.argpart + 3 * p + 2);
         if (s > 0.0f) S += s * expf(__ldcg(a.argpart + 3 * p) - M);
     }
-    const float lp = (__ldcg(a.logits + id) - M) - logf(S);
+    const bool valid = id != 0x7fffffff; // else every logit NaN: the host rejects −1; the next input is row 0's
+    const float lp = valid ? (__ldcg(a.logits + id) - M) - logf(S) : NAN;
     if (a.prof) { // the final barrier and this merge
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         a.prof[12] += t - tp;
     }
-    *a.tok = id;
+    *a.tok = valid ? id : 0;
     const int c = *a.count;
-    a.ring[c % a.ring_size] = make_int2(id, __float_as_int(lp));
+    a.ring[c % a.ring_size] = make_int2(valid ? id : -1, __float_as_int(lp));
     *a.count = c + 1;
     *a.pos += 1;
 }
