@@ -172,6 +172,7 @@ public:
     void reset_after_error() noexcept {
         cudaStreamSynchronize(s_);
         cudaGetLastError();
+        resident_ = -1; // a later request must encode its own rows
     }
 
 private:
