@@ -33,7 +33,9 @@ const char* kHelp = R"(usage: qasr bench -m MODEL_DIR [options]
 Runs the whole pipeline (mel, encoder, prefill, decode) N times after warm-up and prints one summary line and
 one JSON object with the medians: load/mel/encode/prefill/decode ms, tokens/s, ms/token, RTF, the decode's
 achieved weight bandwidth (weight bytes read per token / ms per token) against the DRAM read bandwidth
-measured in the same run, and peak RSS.
+measured in the same run, and peak RSS. On a GPU with greedy decoding the encoder's rows stay on the device and
+the prefill is queued while the encoder runs: "encode" is then the time to queue the encoder, and its remaining
+device time counts in "prefill" (the stages still add up to the wall time).
 
 options:
   -m, --model DIR        model directory
