@@ -350,6 +350,10 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
         GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
     const std::string dir = random_checkpoint_dir("tiny", 1, tok_dir);
+    struct PassGraphs { // the row passes as graphs (opt-in) for this test's sessions: checked against eager runs below
+        PassGraphs() { setenv("QASR_CUDA_PASS_GRAPHS", "1", 1); }
+        ~PassGraphs() { unsetenv("QASR_CUDA_PASS_GRAPHS"); }
+    } pass_graphs;
     const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
     ASSERT_TRUE(gpu->device);
     std::vector<float> audio = randv(16000 * 3, 17, 0.1f);
@@ -377,6 +381,16 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     o.itn = false;
     const TranscriptionResult a = sg.run(audio, o);
     ASSERT_EQ(a.tokens.size(), 24u);
+    // with QASR_CUDA_PASS_GRAPHS=1 the row passes become CUDA graphs the second time a shape is seen (captured),
+    // then replayed: the same tokens and log-probabilities, bit for bit, as the eager passes
+    for (int rep = 0; rep < 2; ++rep) {
+        const TranscriptionResult again = sg.run(audio, o);
+        ASSERT_EQ(again.tokens.size(), a.tokens.size());
+        for (size_t n = 0; n < a.tokens.size(); ++n) {
+            EXPECT_EQ(again.tokens[n].id, a.tokens[n].id) << "run " << rep + 2 << " step " << n;
+            EXPECT_EQ(again.tokens[n].logprob, a.tokens[n].logprob) << "run " << rep + 2 << " step " << n;
+        }
+    }
     Tensor logits = sg.prefill(p, sg.encode(mel));
     for (size_t n = 0; n < a.tokens.size(); ++n) {
         const int tok = int(std::max_element(logits.ptr(), logits.ptr() + logits.cols()) - logits.ptr());

@@ -50,8 +50,14 @@ int64_t CudaSession::encode_audio_resident(const std::vector<float>& audio, size
     int T = 0;
     queue_front(audio, min_samples, mel_ms, &T);
     int window = 0;
-    const int A = stem_device(emel_.as<float>(), T, &window);
-    queue_layers(A, window);
+    const int A = stem_rows(T, &window);
+    const PassKey key{0, T, A, window, {emel_.get(), ecols_.get(), ea_.get(), eb_.get(), eco_.get(), ex_.get(), ebf_.get(),
+                                        eqkv_.get(), eatt_.get(), eu_.get(), eout_.get(), deq_.get()}};
+    run_pass(key, [&] {
+        int w = 0;
+        stem_device(emel_.as<float>(), T, &w);
+        queue_layers(A, window);
+    });
     resident_ = A;
     return A;
 }
@@ -77,16 +83,23 @@ Tensor CudaSession::encode_stem(const Tensor& mel) {
     return out;
 }
 
+int CudaSession::stem_rows(int T, int* window) const {
+    const AudioHParams& hp = m_.hp.audio;
+    const int cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
+    int m = 0;
+    for (int c = 0; c < C; ++c) m = std::max(m, int(audio_token_count(std::min(cf, T - c * cf), hp)));
+    *window = m * (hp.n_window_infer / cf);
+    return int(audio_token_count(T, hp));
+}
+
 int CudaSession::stem_device(const float* d_mel, int T, int* window_out) {
     const AudioHParams& hp = m_.hp.audio;
     const int n_mels = hp.n_mels, cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
     const int Ch = hp.conv_channels, d = hp.d_model;
     const int H1 = int(conv_len(n_mels)), W1 = int(conv_len(cf)), H2 = int(conv_len(H1)), W2 = int(conv_len(W1));
     const int H3 = int(conv_len(H2)), W3 = int(conv_len(W2));
-    const int A = int(audio_token_count(T, hp));
-    int m = 0;
-    for (int c = 0; c < C; ++c) m = std::max(m, int(audio_token_count(std::min(cf, T - c * cf), hp)));
-    const int window = m * (hp.n_window_infer / cf);
+    int window = 0;
+    const int A = stem_rows(T, &window);
 
     const size_t p1 = size_t(C) * H1 * W1, p2 = size_t(C) * H2 * W2, p3 = size_t(C) * H3 * W3;
     ecols_.ensure(std::max({p1 * 16, p2 * Ch * 9, p3 * Ch * 9, size_t(C) * W3 * Ch * H3}) * 2);

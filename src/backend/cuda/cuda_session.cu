@@ -120,18 +120,63 @@ const float* CudaSession::head_rows(const float* x, int n) {
     return plog_.as<float>();
 }
 
+void CudaSession::run_pass(const PassKey& key, const std::function<void()>& enqueue) {
+    auto it = pass_graphs_.find(key);
+    if (it != pass_graphs_.end()) {
+        QASR_CUDA(cudaGraphLaunch(it->second, s_));
+        return;
+    }
+    if (!pass_graphs_on_ || profile_ || hosttime_ || ++pass_seen_[key] < 2) {
+        if (pass_seen_.size() > 256) pass_seen_.clear(); // shapes seen once: bounded
+        enqueue();
+        return;
+    }
+    if (pass_graphs_.size() >= kPassGraphs) { // full: start over (rare: many lengths, each seen twice)
+        QASR_CUDA(cudaStreamSynchronize(s_));
+        for (auto& [k, g] : pass_graphs_) QASR_CUDA(cudaGraphExecDestroy(g));
+        pass_graphs_.clear();
+    }
+    cudaGraph_t g = nullptr;
+    QASR_CUDA(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
+    try {
+        enqueue();
+    } catch (...) {
+        cudaStreamEndCapture(s_, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+    }
+    QASR_CUDA(cudaStreamEndCapture(s_, &g));
+    cudaGraphExec_t ge = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    QASR_CUDA(e);
+    pass_graphs_.emplace(key, ge);
+    QASR_CUDA(cudaGraphLaunch(ge, s_));
+}
+
 void CudaSession::decoder_rows(int L) {
-    set_ints(d_pos(), int(len_), 0, s_); // the rows' first position; count = 0
-    const int I = I_, qw = Hq_ * hd_;
-    pbf_.ensure(size_t(L) * std::max({D_, qw, I}) * 2);
+    const int qw = Hq_ * hd_;
+    pbf_.ensure(size_t(L) * std::max({D_, qw, I_}) * 2);
     pqkv_.ensure(size_t(L) * qkvw_ * 4);
     pq_.ensure(size_t(L) * qw * 4);
     po_.ensure(size_t(L) * qw * 4);
-    pgu_.ensure(size_t(L) * 2 * I * 4);
+    pgu_.ensure(size_t(L) * 2 * I_ * 4);
+    Stopwatch sw;
+    const PassKey key{1, L, len_, cap_, {px_.get(), pbf_.get(), pqkv_.get(), pq_.get(), po_.get(), pgu_.get(), kv_.get(), deq_.get()}};
+    run_pass(key, [&] { queue_decoder_rows(L); });
+    rows_flush("prefill");
+    npev_ = 0;
+    host_report("prefill", L, sw);
+    len_ += L;
+    set_ints(d_pos(), int(len_), 0, s_);
+}
+
+void CudaSession::queue_decoder_rows(int L) {
+    set_ints(d_pos(), int(len_), 0, s_); // the rows' first position; count = 0
+    const int I = I_;
     float* x = px_.as<float>();
     bf16* ubf = pbf_.as<bf16>();
     const float eps = m_.hp.text.rms_eps;
-    Stopwatch sw;
     if (profile_) ++prof_calls_["prefill"], npev_ = 0, mark("start");
     for (size_t li = 0; li < w_.dec.size(); ++li) {
         const DevDecLayer& l = w_.dec[li];
@@ -159,11 +204,6 @@ void CudaSession::decoder_rows(int L) {
         gemm_w(ubf, L, l.down, x, 1.0f);
         mark("down");
     }
-    rows_flush("prefill");
-    npev_ = 0;
-    host_report("prefill", L, sw);
-    len_ += L;
-    set_ints(d_pos(), int(len_), 0, s_);
 }
 
 void CudaSession::extend(const Tensor& xin) {

@@ -13,11 +13,14 @@
 #include "model/model.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <map>
+#include <tuple>
 #include <string>
 
 namespace qasr::cuda::detail {
@@ -147,6 +150,7 @@ public:
         print_timeline();
 #endif
         for (auto& [n, g] : graphs_) cudaGraphExecDestroy(g);
+        for (auto& [k, g] : pass_graphs_) cudaGraphExecDestroy(g);
         for (auto& e : ev_) cudaEventDestroy(e);
         cudaFreeHost(ring_h_);
         cudaFreeHost(tok_h_);
@@ -214,6 +218,32 @@ private:
     // The decoder layers over n input rows in px_ at positions len_ … len_+n-1 (the KV cache holds the earlier
     // ones); then len_ += n and the device position follows.
     void decoder_rows(int n);
+    void queue_decoder_rows(int n); // decoder_rows' kernels (buffers sized beforehand; len_ unchanged)
+    int stem_rows(int T, int* window) const; // the conv stem's output rows for T mel frames, its attention window
+
+    // Row passes (a greedy transcription's encoder, the prefill) replayed as CUDA graphs, so that the host queues a
+    // pass of ~170 / ~260 kernels in one call: a pass is keyed by its shape and every buffer it touches; the first
+    // time a key is seen it runs eagerly (sizing the buffers), the second time it is captured and launched (nothing
+    // can allocate then), after that the graph is launched. At most kPassGraphs graphs. Opt-in
+    // (QASR_CUDA_PASS_GRAPHS=1): a capture costs ~10–15 ms once per shape (H200: the first 11 s transcription after
+    // the warm-up, whose 11 s pass had been the shape's first sighting, took 35–41 ms instead of 26), and repeated
+    // shapes then save 0.3–1.2 ms per transcription (docs/benchmarks.md, CUDA → Session 12).
+    struct PassKey {
+        int kind, rows;
+        int64_t a, b;
+        std::array<const void*, 14> ptr;
+        bool operator<(const PassKey& o) const {
+            return std::tie(kind, rows, a, b, ptr) < std::tie(o.kind, o.rows, o.a, o.b, o.ptr);
+        }
+    };
+    void run_pass(const PassKey& key, const std::function<void()>& enqueue);
+    static constexpr size_t kPassGraphs = 16;
+    std::map<PassKey, cudaGraphExec_t> pass_graphs_;
+    std::map<PassKey, int> pass_seen_;
+    const bool pass_graphs_on_ = [] {
+        const char* e = std::getenv("QASR_CUDA_PASS_GRAPHS");
+        return e && std::string(e) == "1";
+    }();
     // Logits [n, V] on the device (in plog_) of n final-normed rows of x (bf16 rows through cuBLAS).
     const float* head_rows(const float* x, int n);
     int ext_rows_ = 0; // rows of the last extend() (their final hidden state is in px_)
