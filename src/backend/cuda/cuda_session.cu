@@ -136,20 +136,7 @@ void CudaSession::run_pass(const PassKey& key, const std::function<void()>& enqu
         for (auto& [k, g] : pass_graphs_) QASR_CUDA(cudaGraphExecDestroy(g));
         pass_graphs_.clear();
     }
-    cudaGraph_t g = nullptr;
-    QASR_CUDA(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
-    try {
-        enqueue();
-    } catch (...) {
-        cudaStreamEndCapture(s_, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-    }
-    QASR_CUDA(cudaStreamEndCapture(s_, &g));
-    cudaGraphExec_t ge = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&ge, g, 0);
-    cudaGraphDestroy(g);
-    QASR_CUDA(e);
+    const cudaGraphExec_t ge = capture(enqueue);
     pass_graphs_.emplace(key, ge);
     QASR_CUDA(cudaGraphLaunch(ge, s_));
 }
@@ -352,12 +339,11 @@ void CudaSession::launch_step(bool screened) {
     QASR_CUDA(cudaGraphLaunch(it->second, s_));
 }
 
-cudaGraphExec_t CudaSession::capture_step(int splits, bool screened) {
-    dec_splits_ = splits;
+cudaGraphExec_t CudaSession::capture(const std::function<void()>& enqueue) {
     cudaGraph_t g = nullptr;
     QASR_CUDA(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
     try {
-        enqueue_step(screened);
+        enqueue();
     } catch (...) {
         cudaStreamEndCapture(s_, &g);
         if (g) cudaGraphDestroy(g);
@@ -369,6 +355,11 @@ cudaGraphExec_t CudaSession::capture_step(int splits, bool screened) {
     cudaGraphDestroy(g);
     QASR_CUDA(e);
     return ge;
+}
+
+cudaGraphExec_t CudaSession::capture_step(int splits, bool screened) {
+    dec_splits_ = splits;
+    return capture([&] { enqueue_step(screened); });
 }
 
 Tensor CudaSession::step(int token) {

@@ -207,6 +207,7 @@ private:
     void launch_step(bool screened);
     // enqueue_step() with that many key splits, captured and instantiated
     cudaGraphExec_t capture_step(int splits, bool screened);
+    cudaGraphExec_t capture(const std::function<void()>& enqueue); // what enqueue queues on s_, instantiated
     void gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta);
     Tensor encode_device(const float* d_mel, int T); // mel [n_mels, T] already on the device
     int stem_device(const float* d_mel, int T, int* window); // conv stem of every chunk → ex_ rows; returns A
