@@ -254,11 +254,8 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
             acc.x += b.x, acc.y += b.y, acc.z += b.z, acc.w += b.w;
         }
         const int64_t at = int64_t(r) * a.o_stride + int64_t(h) * HD + d0 + d;
-        if (a.ob) { // four bf16 in one 8-byte store
-            const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
-            uint2 u;
-            u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(a.ob + at) = u;
+        if (a.ob) {
+            store_bf16x4(a.ob + at, acc.x, acc.y, acc.z, acc.w);
         } else {
             *reinterpret_cast<float4*>(a.o + at) = acc;
         }

@@ -3,6 +3,7 @@
 #pragma once
 #include "backend/cuda/check.hpp"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -123,6 +124,13 @@ __device__ __forceinline__ void tl_ready(unsigned long long waited_at) {
 #endif
 enum TlKind { kTlEmbed = 0, kTlMatvec, kTlMatvecPf, kTlDecAttn, kTlArgPart, kTlArgFinal };
 
+// four floats → four bf16 (round to nearest even) in one 8-byte store; o 8-byte aligned
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* o, float a, float b, float c, float d) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+    uint2 u;
+    u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(o) = u;
+}
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -242,14 +242,6 @@ __global__ void k_bias_act(float* y, IDX total, int n, const float* bias, bool g
     }
 }
 
-// four floats → four bf16 (one 8-byte store)
-__device__ __forceinline__ void store_bf16x4(bf16* o, float a, float b, float c, float d) {
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
-    uint2 u;
-    u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(o) = u;
-}
-
 // k_bias_act four elements at a time (n a multiple of 4, 16-byte aligned rows): one index division per float4
 // instead of per element, and write_y = false skips the float32 result where only the bf16 one is read next (the
 // encoder's fc1 and proj1). ncu, H200, jfk 11 s: the encoder's 23 calls 167 → 108 µs.
