@@ -107,13 +107,13 @@ int CudaSession::stem_device(const float* d_mel, int T, int* window_out) {
     eb_.ensure(p2 * Ch * 4);
     bf16* cols = ecols_.as<bf16>();
     im2col_mel(d_mel, n_mels, T, cf, C, 16, cols, s_);
-    gemm(blas_, cols, int(p1), 16, w_.conv1_w, Ch, ea_.as<float>(), 0.0f);
+    gemm_->run(cols, int(p1), 16, w_.conv1_w, Ch, ea_.as<float>(), 0.0f);
     bias_act(ea_.as<float>(), int(p1), Ch, w_.conv1_b, true, nullptr, s_);
     im2col(ea_.as<float>(), C, H1, W1, Ch, cols, s_);
-    gemm(blas_, cols, int(p2), Ch * 9, w_.conv2_w, Ch, eb_.as<float>(), 0.0f);
+    gemm_->run(cols, int(p2), Ch * 9, w_.conv2_w, Ch, eb_.as<float>(), 0.0f);
     bias_act(eb_.as<float>(), int(p2), Ch, w_.conv2_b, true, nullptr, s_);
     im2col(eb_.as<float>(), C, H2, W2, Ch, cols, s_);
-    gemm(blas_, cols, int(p3), Ch * 9, w_.conv3_w, Ch, ea_.as<float>(), 0.0f);
+    gemm_->run(cols, int(p3), Ch * 9, w_.conv3_w, Ch, ea_.as<float>(), 0.0f);
     bias_act(ea_.as<float>(), int(p3), Ch, w_.conv3_b, true, nullptr, s_);
     flatten_stem(ea_.as<float>(), C, H3, W3, Ch, cols, s_);
     eco_.ensure(size_t(C) * W3 * d * 4);

@@ -38,7 +38,7 @@ void CudaSession::gemm_w(const bf16* A, int M, const DMat& W, float* C, float be
         dequant_bf16(W, deq_.as<bf16>(), s_);
         Wb = deq_.as<bf16>();
     }
-    gemm(blas_, A, M, int(W.cols), Wb, int(W.rows), C, beta);
+    gemm_->run(A, M, int(W.cols), Wb, int(W.rows), C, beta);
 }
 
 void CudaSession::ensure_kv(int64_t need) {

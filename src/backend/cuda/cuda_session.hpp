@@ -5,6 +5,7 @@
 #include "backend/cuda/decode_persistent.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/device_weights.hpp"
+#include "backend/cuda/gemm.hpp"
 #include "backend/cuda/kernels.cuh"
 #include "backend/device.hpp"
 
@@ -20,6 +21,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <string>
 
@@ -37,6 +39,7 @@ public:
         QASR_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
         QASR_CUBLAS(cublasCreate(&blas_));
         QASR_CUBLAS(cublasSetStream(blas_, s_));
+        gemm_ = std::make_unique<GemmPlans>(blas_, s_);
         for (auto& e : ev_) QASR_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring_h_), sizeof(int2) * kRing, cudaHostAllocMapped));
         QASR_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ring_d_), ring_h_, 0));
@@ -154,6 +157,7 @@ public:
         for (auto& e : ev_) cudaEventDestroy(e);
         cudaFreeHost(ring_h_);
         cudaFreeHost(tok_h_);
+        gemm_.reset();
         cublasDestroy(blas_);
         cudaStreamDestroy(s_);
     }
@@ -346,6 +350,7 @@ private:
     const DeviceWeights& w_;
     cudaStream_t s_ = nullptr;
     cublasHandle_t blas_ = nullptr;
+    std::unique_ptr<GemmPlans> gemm_; // the row passes' products (cublasLt plans per shape)
     cudaEvent_t ev_[kRing]{};
     int2* ring_h_ = nullptr;
     int2* ring_d_ = nullptr;

@@ -1,0 +1,87 @@
+// Matrix products through cublasLt with cached plans (gemm.hpp).
+#include "backend/cuda/gemm.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+namespace qasr::cuda::detail {
+
+namespace {
+constexpr size_t kWorkspace = 32u << 20; // as cublasGemmEx's default on sm_90
+const bool g_lt_on = [] { // QASR_CUDA_GEMM_LT=0: every product through cublasGemmEx (A/B)
+    const char* e = std::getenv("QASR_CUDA_GEMM_LT");
+    return !(e && std::string(e) == "0");
+}();
+} // namespace
+
+GemmPlans::GemmPlans(cublasHandle_t blas, cudaStream_t s) : blas_(blas), s_(s) {
+    if (!g_lt_on) return;
+    QASR_CUBLAS(cublasLtCreate(&lt_));
+}
+
+GemmPlans::~GemmPlans() {
+    for (auto& [k, p] : plans_) destroy(p);
+    if (lt_) cublasLtDestroy(lt_);
+}
+
+void GemmPlans::destroy(Plan& p) noexcept {
+    if (p.la) cublasLtMatrixLayoutDestroy(p.la);
+    if (p.lb) cublasLtMatrixLayoutDestroy(p.lb);
+    if (p.lc) cublasLtMatrixLayoutDestroy(p.lc);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+    p = Plan{};
+}
+
+const GemmPlans::Plan& GemmPlans::plan(int M, int N, int K) {
+    const auto key = std::make_tuple(M, N, K);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    if (plans_.size() >= 512) { // many shapes (long audio of every length): start over
+        for (auto& [k, p] : plans_) destroy(p);
+        plans_.clear();
+    }
+    Plan& p = plans_[key];
+    // Column-major view, as cublasGemmEx is called: Cᵀ [N, M] = W [N, K] · Aᵀ [K, M].
+    QASR_CUBLAS(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
+    QASR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
+    QASR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
+    QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, K, N, K));
+    QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, K, M, K));
+    QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, N, M, N));
+    cublasLtMatmulPreference_t pref = nullptr;
+    QASR_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspace;
+    cublasLtMatmulHeuristicResult_t res{};
+    int got = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (st == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &res, &got) == CUBLAS_STATUS_SUCCESS &&
+        got > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+        p.algo = res.algo;
+        p.ok = true;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    return p;
+}
+
+void GemmPlans::run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W, int N, float* C, float beta) {
+    if (M <= 0 || N <= 0) return;
+    const float alpha = 1.0f;
+    const auto a256 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 256 == 0; };
+    if (lt_ && a256(A) && a256(W) && a256(C)) {
+        const Plan& p = plan(M, N, K);
+        if (p.ok) {
+            if (!ws_.get()) ws_.alloc(kWorkspace);
+            QASR_CUBLAS(cublasLtMatmul(lt_, p.op, &alpha, W, p.la, A, p.lb, &beta, C, p.lc, C, p.lc, &p.algo, ws_.get(),
+                                       kWorkspace, s_));
+            return;
+        }
+    }
+    QASR_CUBLAS(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16BF, K, A, CUDA_R_16BF, K, &beta,
+                             C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+} // namespace qasr::cuda::detail
