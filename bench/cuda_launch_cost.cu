@@ -4,6 +4,7 @@
 //   - products at the 0.6B prefill/encoder shapes: cublasGemmEx (what kernels.cu's gemm() calls; the row passes
 //     called it until session 13) against cublasLtMatmul with the descriptions and the heuristic's algorithm made
 //     once and reused (gemm.cu), and what making that plan costs once.
+// Also: whether two or four host threads, each with its own stream, handle and plan, queue products in parallel.
 // Per case: n calls queued back to back (after 20 warm-up calls and a synchronize); "host" is the time the calls take
 // to return, "wall" the time until the device has finished them all, both per call.
 // Build: part of the CUDA build (bench/CMakeLists.txt); run: build/bench/cuda_launch_cost [M] [M_encoder]
@@ -18,6 +19,8 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -91,6 +94,43 @@ int main(int argc, char** argv) {
         if (got > 0) {
             std::snprintf(name, sizeof name, "%s Lt cached algo", sh.name);
             report(name, [&] { CB(p.run(lt, r[0].algo, W, A, C, ws, s)); }, s);
+        }
+        if (got > 0 && sh.name == std::string("dec qkv (0.6B)")) {
+            // Do two host threads queue products in parallel (each its own stream, handle and plan)? Per call
+            // times of each thread while the other queues too.
+            for (int threads : {1, 2, 4}) {
+                std::vector<std::thread> ts;
+                std::vector<double> host(threads);
+                for (int t = 0; t < threads; ++t)
+                    ts.emplace_back([&, t] {
+                        cudaStream_t st;
+                        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+                        cublasLtHandle_t l2;
+                        CB(cublasLtCreate(&l2));
+                        void* w2;
+                        float* c2;
+                        CK(cudaMalloc(&w2, ws_bytes));
+                        CK(cudaMalloc(&c2, size_t(sh.M) * sh.N * 4));
+                        LtProblem p2(sh, CUDA_R_32F, ws_bytes);
+                        cublasLtMatmulHeuristicResult_t r2[1];
+                        p2.heuristics(l2, 1, r2);
+                        for (int i = 0; i < 20; ++i) CB(p2.run(l2, r2[0].algo, W, A, c2, w2, st));
+                        CK(cudaStreamSynchronize(st));
+                        const int n = 200;
+                        const auto a = Clock::now();
+                        for (int i = 0; i < n; ++i) CB(p2.run(l2, r2[0].algo, W, A, c2, w2, st));
+                        host[t] = std::chrono::duration<double, std::micro>(Clock::now() - a).count() / n;
+                        CK(cudaStreamSynchronize(st));
+                        CK(cudaFree(w2));
+                        CK(cudaFree(c2));
+                        cublasLtDestroy(l2);
+                        CK(cudaStreamDestroy(st));
+                    });
+                for (auto& t : ts) t.join();
+                std::printf("%-44s", (std::to_string(threads) + " host threads, Lt products, own streams").c_str());
+                for (double h : host) std::printf(" %6.2f", h);
+                std::printf(" us/call per thread\n");
+            }
         }
         CK(cudaFree(A));
         CK(cudaFree(W));

@@ -143,8 +143,8 @@ TranscriptionResult Session::run(const std::vector<float>& audio, const Transcri
     }
     rng_.seed(d.seed);
     // Greedy decoding on an accelerator: the argmax runs there, one step ahead of the host's stop checks, and the
-    // encoder's rows stay on the device for the prefill (queued while the encoder runs: encode_ms is then the time
-    // to queue it, and its remaining device time counts in prefill_ms; the sum is the wall time either way).
+    // encoder's rows stay on the device for the prefill (queued while the encoder runs: mel_ms and encode_ms are then
+    // the times to queue them, and their remaining device time counts in prefill_ms; the sum is the wall time).
     const bool device_greedy = accel_ && (d.temperature <= 0.0f || d.ignore_eos);
     Stopwatch sw;
     Tensor rows;

@@ -143,8 +143,11 @@ TEST(Cuda, TiledAttentionMatchesCpu) {
 TEST(Cuda, TensorCoreAttentionMatchesCpu) {
     NEED_GPU();
     set_attention_mma(true);
+    // 40-key tiles where they save the longest row tile a round (the 158- and 300-row cases) and 32-key tiles always
+    for (const bool kt40 : {true, false})
     for (const AttnCase& c : kAttnCases) {
-        SCOPED_TRACE(c.name());
+        set_attention_kt40(kt40);
+        SCOPED_TRACE(c.name() + (kt40 ? " (40-key tiles allowed)" : " (32-key tiles)"));
         const int tot = c.past + c.n, qw = c.heads * c.hd, kw = c.kv_heads * c.hd;
         const uint32_t sd = uint32_t(c.n * 5 + c.past + c.hd);
         const std::vector<float> q = c.rows(c.n, qw, sd, 2.0f), k = c.rows(tot, kw, sd + 1, 2.0f), v = c.rows(tot, kw, sd + 2, 1.0f);
@@ -179,6 +182,7 @@ TEST(Cuda, TensorCoreAttentionMatchesCpu) {
             EXPECT_EQ(bf16_mismatches(dob, got), 0u) << "bf16 output differs from the rounded float32 output";
         }
     }
+    set_attention_kt40(true);
 }
 
 // The fused decode kernel (q/k norm + RoPE + KV write + split-key attention + merge) against the CPU ops, for

@@ -1,6 +1,6 @@
 // Many-row attention (prefill, encoder) on the tensor cores: mma.sync m16n8k8 with TF32 inputs and float32
-// accumulation (sm_80+). Block = (tile of 16 query rows, head), 4 warps; the warps take the tile's 32-key tiles in
-// turn, each keeping an online softmax of its own, and merge (max, sum, output) through shared memory at the end.
+// accumulation (sm_80+). Block = (tile of 16 query rows, head), 4 warps; the warps take the tile's 32-key tiles (40
+// where that saves the longest row tile a round) in turn, each keeping an online softmax of its own, and merge (max, sum, output) through shared memory at the end.
 // A warp copies its key tile into its own shared buffer with cp.async (all loads in flight at once), computes the
 // scores, copies the value tile into the same buffer while it does the softmax, then the output product; q stays in
 // registers. (Fragments loaded straight from L2 measured about the same, 399 vs 428 µs over a 0.6B prefill's 28
@@ -25,6 +25,8 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -36,7 +38,7 @@ namespace {
 
 using namespace detail;
 
-constexpr int kMmaRows = 16, kMmaKeys = 32, kMmaWarps = 4;
+constexpr int kMmaRows = 16, kMmaWarps = 4;
 
 __device__ __forceinline__ uint32_t tf32(float x) {
     uint32_t r;
@@ -78,14 +80,16 @@ __device__ __forceinline__ void cp_async_wait_all() {
 
 // shared row stride (floats) of a staged key/value tile: ≡ 4 (mod 32) makes the fragment loads conflict-free
 template <int HD> __host__ __device__ constexpr int mma_row_stride() { return HD + 4; }
-template <int HD> constexpr size_t mma_smem_bytes() { return size_t(kMmaWarps) * kMmaKeys * mma_row_stride<HD>() * 4; }
+template <int HD, int KT> constexpr size_t mma_smem_bytes() { return size_t(kMmaWarps) * KT * mma_row_stride<HD>() * 4; }
 
-template <int HD, bool BIAS>
+template <int HD, int KT, bool BIAS>
 __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a) {
+    static_assert(KT % 8 == 0 && KT >= kMmaRows, "key tiles of whole 8-key groups, at least 16 (the partial outputs overlay them)");
+    constexpr int NG = KT / 8; // 8-key groups of a tile
     constexpr int KQ = HD / 16; // float4s of a row per lane in Q·Kᵀ (two k-steps each)
     constexpr int NT = HD / 8;  // output n-tiles
     constexpr int RS = mma_row_stride<HD>();
-    // per warp: its key tile, then its value tile ([kMmaKeys][RS]); after the loop the partial outputs [16][RS]
+    // per warp: its key tile, then its value tile ([KT][RS]); after the loop the partial outputs [16][RS]
     extern __shared__ __align__(16) float smem[];
     __shared__ float Ms[kMmaWarps][kMmaRows], Ls[kMmaWarps][kMmaRows];
     dep_wait();
@@ -103,17 +107,17 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
     range(min(a.n, r0 + kMmaRows) - 1, tmp, khi);
     range(r0 + g, lo0, hi0);
     range(r0 + g + 8, lo1, hi1);
-    float* buf = smem + w * kMmaKeys * RS;
+    float* buf = smem + w * KT * RS;
     const float* kb = a.k + int64_t(kvh) * HD;
     const float* vb = a.v + int64_t(kvh) * HD;
-    auto stage = [&](const float* base, int kt) { // rows kt .. kt + 31 (clamped to the last key) → buf
+    auto stage = [&](const float* base, int kt) { // rows kt .. kt + KT − 1 (clamped to the last key) → buf
 #pragma unroll 4
-        for (int i = lane; i < kMmaKeys * HD / 4; i += kWarp) {
+        for (int i = lane; i < KT * HD / 4; i += kWarp) {
             const int j = i / (HD / 4), c = (i % (HD / 4)) * 4;
             cp_async16(buf + j * RS + c, base + int64_t(min(kt + j, khi - 1)) * a.kv_stride + c);
         }
     };
-    int kt = klo + w * kMmaKeys;
+    int kt = klo + w * KT;
     if (kt < khi) stage(kb, kt);
     // q fragments (scaled, TF32): qa[c][0..3] = row g dims 16c + 4t .. + 3, qb the same of row g + 8
     const float scale = rsqrtf(float(HD)) * 1.4426950408889634f; // scores in log2 units: exp2 below
@@ -139,12 +143,12 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // rows g, g + 8 (l: this lane's share)
     // column n of an 8-key group's score tile is key pi(n) = n / 2 + 4·(n % 2): lane t's scores are keys t, t + 4
     const int pg = g / 2 + 4 * (g % 2);
-    for (; kt < khi; kt += kMmaWarps * kMmaKeys) {
+    for (; kt < khi; kt += kMmaWarps * KT) {
         cp_async_wait_all();
         __syncwarp();
-        float s[4][4]; // per 8-key group n: (row g, key t), (g, t + 4), (g + 8, t), (g + 8, t + 4)
+        float s[NG][4]; // per 8-key group n: (row g, key t), (g, t + 4), (g + 8, t), (g + 8, t + 4)
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
+        for (int n = 0; n < NG; ++n) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
             const float* kr = buf + (8 * n + pg) * RS + 4 * t;
 #pragma unroll
@@ -156,10 +160,10 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
         }
         __syncwarp(); // every lane has read the keys: the values go into the same buffer
         stage(vb, kt);
-        // mask, then the online softmax per row (a row's 32 scores of this tile are spread over a quad)
+        // mask, then the online softmax per row (a row's KT scores of this tile are spread over a quad)
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
+        for (int n = 0; n < NG; ++n) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int key = kt + 8 * n + t + 4 * e;
@@ -180,9 +184,9 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
         l0 *= f0, l1 *= f1;
 #pragma unroll
         for (int j = 0; j < NT; ++j) o[j][0] *= f0, o[j][1] *= f0, o[j][2] *= f1, o[j][3] *= f1;
-        uint32_t p[4][4];
+        uint32_t p[NG][4];
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
+        for (int n = 0; n < NG; ++n) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float pa = s[n][e] == -INFINITY ? 0.0f : exp2_fast(s[n][e] - n0);
@@ -195,7 +199,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
         __syncwarp();
         // O += P · V: the score fragment is the A operand as it is (k = t: key t, k = t + 4: key t + 4)
 #pragma unroll
-        for (int n = 0; n < 4; ++n) {
+        for (int n = 0; n < NG; ++n) {
             const float* v0 = buf + (8 * n + t) * RS + NT * g;
             const float* v1 = v0 + 4 * RS;
 #pragma unroll
@@ -208,7 +212,7 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
             }
         }
         __syncwarp(); // every lane has read the values: the next key tile goes into the buffer
-        if (kt + kMmaWarps * kMmaKeys < khi) stage(kb, kt + kMmaWarps * kMmaKeys);
+        if (kt + kMmaWarps * KT < khi) stage(kb, kt + kMmaWarps * KT);
     }
     // this warp's partials → shared memory (rows g and g + 8; dims 2t·NT + j and (2t + 1)·NT + j of n-tile j)
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -264,16 +268,16 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
 
 // compute capability ≥ 8.0 of the current device (cached per device ordinal)
 bool device_has_mma() {
-    static int cached[64] = {};
+    static std::atomic<int> cached[64] = {}; // read by the front worker's thread too
     int dev = 0;
     QASR_CUDA(cudaGetDevice(&dev));
     if (dev < 0 || dev >= 64) return false;
-    if (!cached[dev]) {
+    if (!cached[dev].load(std::memory_order_relaxed)) {
         int major = 0;
         QASR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        cached[dev] = major >= 8 ? 1 : 2;
+        cached[dev].store(major >= 8 ? 1 : 2, std::memory_order_relaxed);
     }
-    return cached[dev] == 1;
+    return cached[dev].load(std::memory_order_relaxed) == 1;
 }
 
 } // namespace
@@ -285,7 +289,13 @@ bool g_mma = [] { // QASR_CUDA_ATTN_MMA=0 keeps the float32 tiled kernel (A/B)
 }();
 } // namespace
 
+static bool g_kt40 = [] { // QASR_CUDA_ATTN_KT40=0: 32-key tiles always (A/B)
+    const char* e = std::getenv("QASR_CUDA_ATTN_KT40");
+    return !(e && std::string(e) == "0");
+}();
+
 void set_attention_mma(bool on) { g_mma = on; }
+void set_attention_kt40(bool on) { g_kt40 = on; }
 
 bool attention_mma(const AttnArgs& a, cudaStream_t s) {
     if (!g_mma || !attention_tiled(a) || !device_has_mma()) return false;
@@ -310,9 +320,19 @@ bool attention_mma(const AttnArgs& a, cudaStream_t s) {
         }
         launch(k, grid, block, smem, s, a);
     };
+    // Key tiles of 40 instead of 32 where that takes the block of the longest rows one round of its 4 warps fewer
+    // (prefill of 129–160 keys, 257–320, …: the longest row tile sets the kernel's time).
+    const int keys = a.causal ? std::max(a.keys_hint, a.n) : std::min(a.window, a.n);
+    const auto rounds = [&](int kt) { return (keys + kMmaWarps * kt - 1) / (kMmaWarps * kt); };
+    const bool wide = g_kt40 && rounds(40) < rounds(32);
     const bool bias = a.bq != nullptr;
-    if (a.hd == 128) bias ? go(k_attention_mma<128, true>, mma_smem_bytes<128>()) : go(k_attention_mma<128, false>, mma_smem_bytes<128>());
-    else bias ? go(k_attention_mma<64, true>, mma_smem_bytes<64>()) : go(k_attention_mma<64, false>, mma_smem_bytes<64>());
+    if (a.hd == 128) {
+        if (wide) bias ? go(k_attention_mma<128, 40, true>, mma_smem_bytes<128, 40>()) : go(k_attention_mma<128, 40, false>, mma_smem_bytes<128, 40>());
+        else bias ? go(k_attention_mma<128, 32, true>, mma_smem_bytes<128, 32>()) : go(k_attention_mma<128, 32, false>, mma_smem_bytes<128, 32>());
+    } else {
+        if (wide) bias ? go(k_attention_mma<64, 40, true>, mma_smem_bytes<64, 40>()) : go(k_attention_mma<64, 40, false>, mma_smem_bytes<64, 40>());
+        else bias ? go(k_attention_mma<64, 32, true>, mma_smem_bytes<64, 32>()) : go(k_attention_mma<64, 32, false>, mma_smem_bytes<64, 32>());
+    }
     return true;
 }
 

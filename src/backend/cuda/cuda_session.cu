@@ -57,6 +57,7 @@ void CudaSession::ensure_kv(int64_t need) {
 }
 
 Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) {
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (rows.rows() && rows.cols() != D_) fail("decoder", "audio rows do not fit the prompt");
     return prefill_rows(ids, audio_begin, rows.rows(), rows.rows() ? rows.ptr() : nullptr, false, logits);
 }
@@ -78,6 +79,7 @@ Tensor CudaSession::prefill_rows(const std::vector<int>& ids, int64_t audio_begi
         if (id < 0 || id >= V_) fail("decoder", "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V_));
     if (A && (audio_begin < 0 || audio_begin + A > L)) fail("decoder", "audio rows do not fit the prompt");
     len_ = 0;
+    first_queued_ = false;
     ensure_kv(L + 1024);
     px_.ensure(size_t(L) * D_ * 4);
     float* x = px_.as<float>();
@@ -98,16 +100,33 @@ Tensor CudaSession::prefill_rows(const std::vector<int>& ids, int64_t audio_begi
         out = Tensor({int64_t(L), int64_t(V_)});
         QASR_CUDA(cudaMemcpyAsync(out.ptr(), lg, out.size() * 4, cudaMemcpyDeviceToHost, s_));
     } else {
-        // the last row's logits (the first token's): the decode step's LM head kernel where it applies (its argmax
-        // partials are recomputed by greedy()'s argmax_token from these logits)
-        if (!lm_head_argmax(w_.head, x + size_t(L - 1) * D_, w_.norm, eps, logits1_.as<float>(), argpart_.as<float>(),
-                            kArgParts, s_))
-            matvec(w_.head, x + size_t(L - 1) * D_, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
+        const float* xl = x + size_t(L - 1) * D_;
+        if (logits == 0 && w_.head_screen) {
+            // greedy follows (prefill_resident): the first token through the screened head, as every decode step's
+            // (its token is the full head's), into ring slot 0 with its embedding folded into the first step's input
+            int parts = 0;
+            const int nx = screened_head_argmax(w_.head, w_.head_screen, xl, w_.norm, eps, plog_screen_.as<float>(),
+                                                argpart_.as<float>(), kArgParts, &parts, xpart_.as<float>(), kArgParts,
+                                                screen_stats_.as<unsigned>(), s_);
+            if (nx && parts) {
+                set_ints(d_count(), 0, 0, s_);
+                argmax_merge(plog_screen_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_,
+                             kRing, false, s_, fold_emb(), x1_.as<float>(), xpart_.as<float>(), nx);
+                first_queued_ = true;
+                ++screen_steps_;
+            }
+        }
+        // else the last row's logits (the first token's): the decode step's LM head kernel where it applies (its
+        // argmax partials are recomputed by greedy()'s argmax_token from these logits)
+        if (!first_queued_ && !lm_head_argmax(w_.head, xl, w_.norm, eps, logits1_.as<float>(), argpart_.as<float>(), kArgParts, s_))
+            matvec(w_.head, xl, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
         if (logits > 0) {
             out = Tensor({1, int64_t(V_)});
             QASR_CUDA(cudaMemcpyAsync(out.ptr(), logits1_.get(), out.size() * 4, cudaMemcpyDeviceToHost, s_));
         }
     }
+    // (also for prefill_resident(), where greedy() follows on the stream: without this wait the prefill's device time
+    // lands in the decode stage's, and the per-token figure; measured ~0–0.03 ms end to end, H200)
     QASR_CUDA(cudaStreamSynchronize(s_));
     return out;
 }
@@ -197,6 +216,7 @@ void CudaSession::extend(const Tensor& xin) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const int n = int(xin.rows());
     if (n <= 0 || xin.cols() != D_) fail("decoder", "extend() needs rows of the model width");
+    first_queued_ = false;
     ensure_kv(len_ + n + 1);
     px_.ensure(size_t(n) * D_ * 4);
     QASR_CUDA(cudaMemcpyAsync(px_.get(), xin.ptr(), xin.size() * 4, cudaMemcpyHostToDevice, s_));
@@ -366,6 +386,7 @@ Tensor CudaSession::step(int token) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (token < 0 || token >= V_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
     if (len_ <= 0) fail("decoder", "step() before prefill()");
+    first_queued_ = false;
     ensure_kv(len_ + 1);
     *tok_h_ = token;
     QASR_CUDA(cudaMemcpyAsync(d_tok(), tok_h_, sizeof(int), cudaMemcpyHostToDevice, s_));
@@ -383,10 +404,14 @@ void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& 
     if (len_ <= 0) fail("decoder", "greedy() before prefill()");
     if (max_tokens <= 0) return;
     ensure_kv(len_ + max_tokens + 1);
-    // Token 0 comes from the prefill's logits (already on the device).
-    set_ints(d_count(), 0, 0, s_);
-    argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, false, s_,
-                 fold_emb(), x1_.as<float>());
+    // Token 0 comes from the prefill's logits (already on the device), or is already in ring slot 0 (the prefill's
+    // screened head).
+    if (!first_queued_) {
+        set_ints(d_count(), 0, 0, s_);
+        argmax_token(logits1_.as<float>(), V_, argpart_.as<float>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, false,
+                     s_, fold_emb(), x1_.as<float>());
+    }
+    first_queued_ = false;
     QASR_CUDA(cudaEventRecord(ev_[0], s_));
     for (int n = 0; n < max_tokens; ++n) {
         if (n + 1 < max_tokens) { // queue the step that makes token n+1 before reading token n

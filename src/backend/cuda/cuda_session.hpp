@@ -181,6 +181,7 @@ public:
         cudaStreamSynchronize(s_);
         cudaGetLastError();
         resident_ = -1; // a later request must encode its own rows
+        first_queued_ = false;
     }
 
 private:
@@ -217,7 +218,8 @@ private:
     int stem_device(const float* d_mel, int T, int* window); // conv stem of every chunk → ex_ rows; returns A
     Tensor encode_layers(int A, int window);         // stem rows [A, d] in ex_ → projector rows on the host
     void queue_layers(int A, int window);            // the same, the projector rows left in eout_ [A, D]
-    void queue_front(const std::vector<float>& audio, size_t min_samples, double* mel_ms, int* T); // log-mel → emel_
+    // log-mel → emel_; wait: mel_ms is the front end's time on the device (else the time to queue it)
+    void queue_front(const std::vector<float>& audio, size_t min_samples, double* mel_ms, int* T, bool wait = true);
     // prefill() with the A audio rows at src (host memory, or the device's eout_ when on_device)
     Tensor prefill_rows(const std::vector<int>& ids, int64_t audio_begin, int64_t A, const float* src, bool on_device, int logits);
     // The decoder layers over n input rows in px_ at positions len_ … len_+n-1 (the KV cache holds the earlier
@@ -385,6 +387,7 @@ private:
     Buffer px_, pbf_, pqkv_, pq_, po_, pgu_, plog_, deq_;
     Buffer emel_, ecols_, ea_, eb_, eflat_, eco_, ex_, ebf_, eqkv_, eatt_, eu_, eout_;
     int64_t resident_ = -1; // rows in eout_ from encode_audio_resident() not yet taken by prefill_resident()
+    bool first_queued_ = false; // the prefill put token 0 in ring slot 0 (screened head): greedy() starts from it
     Buffer plog_screen_, xpart_, screen_stats_; // the screened head's proxy logits and exact partials; its counter
     long screen_steps_ = 0;
     std::map<int, cudaGraphExec_t> graphs_; // the captured step per (split count, screened): key 2·splits + screened

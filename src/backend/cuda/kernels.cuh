@@ -92,6 +92,7 @@ bool attention_tiled(const AttnArgs& a);
 // returns true, or false where it does not apply (QASR_CUDA_ATTN_MMA=0 turns it off). attention() calls it first.
 bool attention_mma(const AttnArgs& a, cudaStream_t s);
 void set_attention_mma(bool on); // process-wide, as set_pdl (tests compare both paths)
+void set_attention_kt40(bool on); // 40-key tiles where they save the longest row tile a round (default on)
 
 // Decode attention of the one new token at *pos fused with qk_norm_rope_kv: qkv [(Hq + 2·Hkv)·hd] → q/k RMSNorm
 // + RoPE, k and v written into the caches kc/vc [cap, Hkv·hd] at *pos, o [Hq·hd] = causal attention over 0..*pos.
