@@ -222,19 +222,31 @@ inline bool row_fits(int d, const void* a, const void* b, const void* c, const v
     return d % 4 == 0 && d / 4 <= kRowV * row_threads(d / 4) && al(a, 16) && al(b, 16) && al(c, 16) && al(o8, 8);
 }
 
-__global__ void k_rms_norm4(const float* x, int d4, const float* w, float eps, float* of, bf16* ob) {
-    dep_wait();
-    __shared__ float red[32];
-    const int64_t base = int64_t(blockIdx.x) * d4;
-    const float4* r = reinterpret_cast<const float4*>(x) + base;
-    float4 v[kRowV];
-    float ss = 0.0f;
+// A block's row of 4·d4 floats into its threads' registers (v[j] = float4 threadIdx.x + j·blockDim.x; zero past the
+// row); with add, add[] is added first and the sum written back to the row.
+__device__ __forceinline__ void load_row4(float* row, int d4, const float* add, float4 (&v)[kRowV]) {
+    float4* r = reinterpret_cast<float4*>(row);
 #pragma unroll
     for (int j = 0; j < kRowV; ++j) {
         const int k = threadIdx.x + j * blockDim.x;
         v[j] = k < d4 ? r[k] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        if (add && k < d4) {
+            const float4 a = reinterpret_cast<const float4*>(add)[k];
+            v[j].x += a.x, v[j].y += a.y, v[j].z += a.z, v[j].w += a.w;
+            r[k] = v[j];
+        }
     }
+}
+
+__global__ void k_rms_norm4(const float* x, int d4, const float* w, float eps, float* of, bf16* ob) {
+    dep_wait();
+    __shared__ float red[32];
+    const int64_t base = int64_t(blockIdx.x) * d4;
+    float4 v[kRowV];
+    load_row4(const_cast<float*>(x) + base * 4, d4, nullptr, v);
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kRowV; ++j) ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     dep_launch();
     const float inv = rsqrtf(block_sum(ss, red) / float(4 * d4) + eps);
 #pragma unroll
@@ -252,20 +264,11 @@ __global__ void k_layer_norm4(float* x, int d4, const float* add, const float* w
     dep_wait();
     __shared__ float red[32];
     const int64_t base = int64_t(blockIdx.x) * d4;
-    float4* r = reinterpret_cast<float4*>(x) + base;
     float4 v[kRowV];
+    load_row4(x + base * 4, d4, add, v);
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kRowV; ++j) {
-        const int k = threadIdx.x + j * blockDim.x;
-        v[j] = k < d4 ? r[k] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (add && k < d4) {
-            const float4 a = reinterpret_cast<const float4*>(add)[k];
-            v[j].x += a.x, v[j].y += a.y, v[j].z += a.z, v[j].w += a.w;
-            r[k] = v[j];
-        }
-        s += v[j].x + v[j].y + v[j].z + v[j].w;
-    }
+    for (int j = 0; j < kRowV; ++j) s += v[j].x + v[j].y + v[j].z + v[j].w;
     dep_launch();
     const float mean = block_sum(s, red) / float(4 * d4);
     float q = 0.0f;
@@ -359,50 +362,13 @@ __global__ void k_swiglu4(const float* gu, int I4, bf16* out) {
     dep_launch();
 }
 
-// q/k-norm + RoPE + the cache write for head_dim 128 (both Qwen3-ASR sizes): one warp per (row, head), each lane
-// holding its four values x[l], x[l+32], x[l+64], x[l+96] from one read (the generic kernel below reads them twice).
-__global__ void k_qk_rope128(const float* qkv, int n, const int* pos, int Hq, int Hkv, const float* qn, const float* kn,
-                             float eps, const float* inv_freq, float* q_out, float* kc, float* vc) {
-    constexpr int hd = 128, half = 64;
-    dep_wait();
-    dep_launch();
-    const int lane = threadIdx.x % kWarp;
-    const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-    const int H = Hq + 2 * Hkv;
-    if (gw >= int64_t(n) * H) return;
-    const int r = int(gw / H), h = int(gw % H);
-    const int p = (pos ? *pos : 0) + r;
-    const float* src = qkv + int64_t(r) * H * hd + int64_t(h) * hd;
-    float x[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) x[i] = src[lane + 32 * i];
-    if (h >= Hq + Hkv) { // v
-        float* dst = vc + int64_t(p) * Hkv * hd + int64_t(h - Hq - Hkv) * hd;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) dst[lane + 32 * i] = x[i];
-        return;
-    }
-    const bool isq = h < Hq;
-    const float* nw = isq ? qn : kn;
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) ss += x[i] * x[i];
-    const float inv = rsqrtf(warp_sum(ss) / float(hd) + eps);
-    float* dst = isq ? q_out + int64_t(r) * Hq * hd + int64_t(h) * hd : kc + int64_t(p) * Hkv * hd + int64_t(h - Hq) * hd;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) { // pairs (i, i + 64), i = lane + 32 j
-        const int i = lane + 32 * j;
-        const float x1 = x[j] * inv * nw[i], x2 = x[j + 2] * inv * nw[i + half];
-        float sn, c;
-        sincosf(float(p) * inv_freq[i], &sn, &c);
-        dst[i] = x1 * c - x2 * sn;
-        dst[i + half] = x2 * c + x1 * sn;
-    }
-}
-
-// One warp per (row, head) over the q heads then the k heads; v heads are copied.
+// q/k-norm + RoPE + the cache write: one warp per (row, head) over the q heads then the k heads; v heads are copied.
+// HD = 128 (both Qwen3-ASR sizes): each lane holds its four values x[l], x[l+32], x[l+64], x[l+96] from one read;
+// HD = 0: any even head_dim hd, the head read twice (sum of squares, then the rotation).
+template <int HD>
 __global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int Hkv, int hd, const float* qn,
                           const float* kn, float eps, const float* inv_freq, float* q_out, float* kc, float* vc) {
+    if constexpr (HD != 0) hd = HD;
     dep_wait();
     dep_launch();
     const int lane = threadIdx.x % kWarp;
@@ -412,25 +378,50 @@ __global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int H
     const int r = int(gw / H), h = int(gw % H);
     const int p = (pos ? *pos : 0) + r;
     const float* src = qkv + int64_t(r) * H * hd + int64_t(h) * hd;
-    if (h >= Hq + Hkv) { // v
-        float* dst = vc + int64_t(p) * Hkv * hd + int64_t(h - Hq - Hkv) * hd;
-        for (int i = lane; i < hd; i += kWarp) dst[i] = src[i];
-        return;
-    }
-    const bool isq = h < Hq;
+    const bool isq = h < Hq, isv = h >= Hq + Hkv;
     const float* nw = isq ? qn : kn;
-    float ss = 0.0f;
-    for (int i = lane; i < hd; i += kWarp) ss += src[i] * src[i];
-    ss = warp_sum(ss);
-    const float inv = rsqrtf(ss / float(hd) + eps);
-    float* dst = isq ? q_out + int64_t(r) * Hq * hd + int64_t(h) * hd : kc + int64_t(p) * Hkv * hd + int64_t(h - Hq) * hd;
+    float* dst = isv  ? vc + int64_t(p) * Hkv * hd + int64_t(h - Hq - Hkv) * hd
+                 : isq ? q_out + int64_t(r) * Hq * hd + int64_t(h) * hd
+                       : kc + int64_t(p) * Hkv * hd + int64_t(h - Hq) * hd;
     const int half = hd / 2;
-    for (int i = lane; i < half; i += kWarp) {
-        const float x1 = src[i] * inv * nw[i], x2 = src[i + half] * inv * nw[i + half];
-        const float ang = float(p) * inv_freq[i];
-        const float c = cosf(ang), sn = sinf(ang);
-        dst[i] = x1 * c - x2 * sn;
-        dst[i + half] = x2 * c + x1 * sn;
+    if constexpr (HD == 128) {
+        float x[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = src[lane + 32 * i];
+        if (isv) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) dst[lane + 32 * i] = x[i];
+            return;
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ss += x[i] * x[i];
+        const float inv = rsqrtf(warp_sum(ss) / float(hd) + eps);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) { // pairs (i, i + 64), i = lane + 32 j
+            const int i = lane + 32 * j;
+            const float x1 = x[j] * inv * nw[i], x2 = x[j + 2] * inv * nw[i + half];
+            float sn, c;
+            sincosf(float(p) * inv_freq[i], &sn, &c);
+            dst[i] = x1 * c - x2 * sn;
+            dst[i + half] = x2 * c + x1 * sn;
+        }
+    } else {
+        if (isv) {
+            for (int i = lane; i < hd; i += kWarp) dst[i] = src[i];
+            return;
+        }
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += kWarp) ss += src[i] * src[i];
+        ss = warp_sum(ss);
+        const float inv = rsqrtf(ss / float(hd) + eps);
+        for (int i = lane; i < half; i += kWarp) {
+            const float x1 = src[i] * inv * nw[i], x2 = src[i + half] * inv * nw[i + half];
+            const float ang = float(p) * inv_freq[i];
+            const float c = cosf(ang), sn = sinf(ang);
+            dst[i] = x1 * c - x2 * sn;
+            dst[i + half] = x2 * c + x1 * sn;
+        }
     }
 }
 
@@ -631,12 +622,8 @@ void qk_norm_rope_kv(const float* qkv, int n, const int* pos, int Hq, int Hkv, i
                      float eps, const float* inv_freq, float* q_out, float* kc, float* vc, cudaStream_t s) {
     const int64_t warps = int64_t(n) * (Hq + 2 * Hkv);
     if (!warps) return;
-    if (hd == 128)
-        launch(k_qk_rope128, dim3(unsigned((warps * kWarp + 255) / 256)), dim3(256), 0, s, qkv, n, pos, Hq, Hkv, qn, kn,
-               eps, inv_freq, q_out, kc, vc);
-    else
-        launch(k_qk_rope, dim3(unsigned((warps * kWarp + 255) / 256)), dim3(256), 0, s, qkv, n, pos, Hq, Hkv, hd, qn, kn,
-               eps, inv_freq, q_out, kc, vc);
+    launch(hd == 128 ? k_qk_rope<128> : k_qk_rope<0>, dim3(unsigned((warps * kWarp + 255) / 256)), dim3(256), 0, s, qkv,
+           n, pos, Hq, Hkv, hd, qn, kn, eps, inv_freq, q_out, kc, vc);
     QASR_CUDA_LAUNCHED();
 }
 
