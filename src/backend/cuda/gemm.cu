@@ -1,6 +1,8 @@
 // Matrix products through cublasLt with cached plans (gemm.hpp).
 #include "backend/cuda/gemm.hpp"
 
+#include "backend/cuda/kernels.cuh"
+
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -80,8 +82,7 @@ void GemmPlans::run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W
             return;
         }
     }
-    QASR_CUBLAS(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16BF, K, A, CUDA_R_16BF, K, &beta,
-                             C, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm(blas_, A, M, K, W, N, C, beta); // kernels.cu: cublasGemmEx
 }
 
 } // namespace qasr::cuda::detail
