@@ -399,35 +399,54 @@ TEST(Cuda, LmHeadArgmaxQuantizedMatchesCpu) {
         }
 }
 
-// The screened greedy head (head_screen.cu): the 8-bit proxy, the per-row bounds and the bf16 rescoring choose the
-// full head's token. scale: the bound's factor (1.01 in use; 0 = no bound, to show a case needs it).
+// The screened greedy head: the 8-bit proxy, the per-row bounds and the bf16 rescoring choose the full head's token,
+// as three kernels (head_screen.cu) or as one (fused: head_fused.cu, the proxy on the tensor cores and the screen in
+// its last block). scale: the bound's factor (1.01 in use; 0 = no bound, to show a case needs it).
 struct ScreenRun {
     int tok = -1;
     float lp = 0.0f;
-    unsigned listed = 0; // candidate rows over all blocks
+    unsigned listed = 0; // rows rescored over all blocks
     std::vector<float> plog; // the proxy logits
+    std::vector<float> emb;  // the chosen row of the embedding table (fused: written by the kernel)
 };
 ScreenRun run_screened(const DMat& m, const HeadScreen& hs, const std::vector<float>& x, const std::vector<float>& nw, int V,
-                       float scale) {
-    Dev dx(x), dn(nw), dplog(size_t(V) * 4), dpart(size_t(3 * 1024) * 4), dxp(size_t(3 * 1024) * 4),
-        ints(std::vector<int>{0, 5, 0, 0}), stats(std::vector<unsigned>{0});
+                       float scale, bool fused) {
+    const int K = int(m.cols);
+    Dev dx(x), dn(nw), dplog(size_t(V) * 4), dpart(size_t(8 * 1024) * 4), dxp(size_t(3 * 1024) * 4),
+        ints(std::vector<int>{0, 5, 0, 0}), stats(std::vector<unsigned>{0}), counter(std::vector<unsigned>{0}),
+        demb(size_t(K) * 4);
     ScreenRun r;
-    int parts = 0;
-    const int nx = screened_head_argmax(m, hs, dx.p<float>(), dn.p<float>(), 1e-6f, dplog.p<float>(), dpart.p<float>(), 1024,
-                                        &parts, dxp.p<float>(), 1024, stats.p<unsigned>(), nullptr, scale);
-    EXPECT_GT(nx, 0) << "the screen applies to bf16 heads of width 1024 and 2048 on sm_90";
-    if (nx <= 0) return r;
     int2* ring = nullptr;
     QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), sizeof(int2) * 4, cudaHostAllocMapped));
-    argmax_merge(dplog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
-                 true, nullptr, nullptr, nullptr, dxp.p<float>(), nx);
+    if (fused) {
+        const bool ok = screened_head_choose(m, hs, dx.p<float>(), dn.p<float>(), 1e-6f, dplog.p<float>(), dpart.p<float>(),
+                                             1024, counter.p<unsigned>(), ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2,
+                                             ring, 4, true, &m, demb.p<float>(), stats.p<unsigned>(), nullptr, scale);
+        EXPECT_TRUE(ok) << "the fused screen applies to bf16 heads of width 1024 and 2048 on sm_90";
+        if (!ok) return cudaFreeHost(ring), r;
+    } else {
+        int parts = 0;
+        const int nx = screened_head_argmax(m, hs, dx.p<float>(), dn.p<float>(), 1e-6f, dplog.p<float>(), dpart.p<float>(),
+                                            1024, &parts, dxp.p<float>(), 1024, stats.p<unsigned>(), nullptr, scale);
+        EXPECT_GT(nx, 0) << "the screen applies to bf16 heads of width 1024 and 2048 on sm_90";
+        if (nx <= 0) return cudaFreeHost(ring), r;
+        argmax_merge(dplog.p<float>(), dpart.p<float>(), parts, ints.p<int>(), ints.p<int>() + 1, ints.p<int>() + 2, ring, 4,
+                     true, nullptr, nullptr, nullptr, dxp.p<float>(), nx);
+    }
     QASR_CUDA(cudaDeviceSynchronize());
     std::vector<int> h(4);
     QASR_CUDA(cudaMemcpy(h.data(), ints.p<void>(), 16, cudaMemcpyDeviceToHost));
     QASR_CUDA(cudaMemcpy(&r.listed, stats.p<void>(), 4, cudaMemcpyDeviceToHost));
     r.tok = h[0];
     r.plog = host(dplog, size_t(V));
+    if (fused) {
+        r.emb = host(demb, size_t(K));
+        unsigned c = 1;
+        QASR_CUDA(cudaMemcpy(&c, counter.p<void>(), 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(c, 0u) << "the arrival count is back at zero";
+    }
     std::memcpy(&r.lp, &ring[0].y, 4);
+    EXPECT_EQ(ring[0].x, r.tok);
     EXPECT_EQ(h[1], 6);
     EXPECT_EQ(h[2], 1);
     cudaFreeHost(ring);
@@ -461,11 +480,19 @@ TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
             const DMat& m = h.m;
             const HeadScreen& hs = h.hs;
             EXPECT_TRUE(bool(hs));
-            EXPECT_EQ(h.bytes, size_t(V) * K + size_t(V) * (K / 64) * 4 + size_t(V) * 4);
+            EXPECT_EQ(h.bytes, size_t(V) * (K + (K / 64) * 4 + 16) + size_t(V) * 4);
             const HeadRun full = run_head_argmax(m, x, nw, V);
-            const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f);
+            const ScreenRun s3 = run_screened(m, hs, x, nw, V, 1.01f, false);
+            EXPECT_EQ(s3.tok, full.tok);
+            EXPECT_NEAR(s3.lp, full.lp, 1e-3);
+            const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f, true); // the fused kernel
             EXPECT_EQ(s.tok, full.tok);
             EXPECT_NEAR(s.lp, full.lp, 1e-3);
+            if (s.tok >= 0 && s.tok < V) { // its next-step input: the chosen row of the table (here the head itself)
+                int wrong = 0;
+                for (int k = 0; k < K; ++k) wrong += s.emb[size_t(k)] != bf16_to_f32(bits[size_t(s.tok) * K + k]);
+                EXPECT_EQ(wrong, 0) << "columns of the embedding row written wrong";
+            }
             // the bound holds row by row: |proxy − head logit| ≤ ‖x̂‖·R_r
             std::vector<float> R(static_cast<size_t>(V)), xn = x;
             QASR_CUDA(cudaMemcpy(R.data(), hs.bound, size_t(V) * 4, cudaMemcpyDeviceToHost));
@@ -473,10 +500,15 @@ TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
             double nx = 0, worst = 0;
             for (float v : xn) nx += double(v) * v;
             nx = std::sqrt(nx);
-            for (int r = 0; r < V && !s.plog.empty() && !full.logits.empty(); ++r)
+            double worst3 = 0;
+            for (int r = 0; r < V && !s.plog.empty() && !s3.plog.empty() && !full.logits.empty(); ++r) {
                 worst = std::max(worst, std::fabs(double(s.plog[size_t(r)]) - full.logits[size_t(r)]) / (nx * R[size_t(r)]));
+                worst3 = std::max(worst3, std::fabs(double(s3.plog[size_t(r)]) - full.logits[size_t(r)]) / (nx * R[size_t(r)]));
+            }
             EXPECT_LE(worst, 1.0);
-            std::printf("  %s: largest |proxy − logit| / bound %.3f, %u rows listed\n", what, worst, s.listed);
+            EXPECT_LE(worst3, 1.0);
+            std::printf("  %s: largest |proxy − logit| / bound %.3f (int16 x̂: %.3f), rows rescored %u (three kernels: %u)\n",
+                        what, worst, worst3, s.listed, s3.listed);
             return std::make_pair(full, s);
         };
         // random weights: a few rows listed, the full head's token; a copy of the best row later: the lower index
@@ -504,7 +536,8 @@ TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
             auto [full, s] = check(bits, V0, ones, ones, "proxy argmax differs");
             EXPECT_EQ(full.tok, 5000);
             const ScreenedHead h(bits, V0, K);
-            EXPECT_EQ(run_screened(h.m, h.hs, ones, ones, V0, 0.0f).tok, 100) << "without the bound the proxy's choice";
+            for (const bool fused : {false, true})
+                EXPECT_EQ(run_screened(h.m, h.hs, ones, ones, V0, 0.0f, fused).tok, 100) << "without the bound the proxy's choice";
         }
     }
     // more candidates than a block lists (every row equal but one, slices of 600 rows): whole slices rescored
@@ -525,10 +558,12 @@ TEST(Cuda, ScreenedHeadChoosesTheFullHeadsToken) {
         const HeadScreen& hs = h.hs;
         const HeadRun full = run_head_argmax(m, x, nw, V);
         EXPECT_EQ(full.tok, j);
-        const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f);
-        EXPECT_EQ(s.tok, j);
-        EXPECT_NEAR(s.lp, full.lp, 1e-3);
-        EXPECT_GT(s.listed, unsigned(V) / 2) << "every block listed more rows than it holds";
+        for (const bool fused : {false, true}) {
+            const ScreenRun s = run_screened(m, hs, x, nw, V, 1.01f, fused);
+            EXPECT_EQ(s.tok, j);
+            EXPECT_NEAR(s.lp, full.lp, 1e-3);
+            EXPECT_GT(s.listed, unsigned(V) / 2) << "every block listed more rows than it holds";
+        }
     }
     // where it does not apply: a quantized head, another width → 0, nothing launched
     {

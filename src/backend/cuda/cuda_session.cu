@@ -104,17 +104,9 @@ Tensor CudaSession::prefill_rows(const std::vector<int>& ids, int64_t audio_begi
         if (logits == 0 && w_.head_screen) {
             // greedy follows (prefill_resident): the first token through the screened head, as every decode step's
             // (its token is the full head's), into ring slot 0 with its embedding folded into the first step's input
-            int parts = 0;
-            const int nx = screened_head_argmax(w_.head, w_.head_screen, xl, w_.norm, eps, plog_screen_.as<float>(),
-                                                argpart_.as<float>(), kArgParts, &parts, xpart_.as<float>(), kArgParts,
-                                                screen_stats_.as<unsigned>(), s_);
-            if (nx && parts) {
-                set_ints(d_count(), 0, 0, s_);
-                argmax_merge(plog_screen_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_,
-                             kRing, false, s_, fold_emb(), x1_.as<float>(), xpart_.as<float>(), nx);
-                first_queued_ = true;
-                ++screen_steps_;
-            }
+            set_ints(d_count(), 0, 0, s_);
+            first_queued_ = screened_choice(xl, false);
+            screen_steps_ += first_queued_;
         }
         // else the last row's logits (the first token's): the decode step's LM head kernel where it applies (its
         // argmax partials are recomputed by greedy()'s argmax_token from these logits)
@@ -281,16 +273,13 @@ void CudaSession::enqueue_step(bool screened) {
         if (run("down")) matvec(l.down, h1_.as<float>(), nullptr, eps, x, Epi::Add, s_, early("down"));
         mark("down");
     }
-    int parts = 0, nx = 0;
-    if (screened && run("head"))
-        nx = screened_head_argmax(w_.head, w_.head_screen, x, w_.norm, eps, plog_screen_.as<float>(), argpart_.as<float>(),
-                                  kArgParts, &parts, xpart_.as<float>(), kArgParts, screen_stats_.as<unsigned>(), s_);
-    if (!nx && run("head"))
-        parts = lm_head_argmax(w_.head, x, w_.norm, eps, logits1_.as<float>(), argpart_.as<float>(), kArgParts, s_);
-    if (parts) {
+    if (screened && run("head") && screened_choice(x, true)) {
         mark("lm_head");
-        argmax_merge(nx ? plog_screen_.as<float>() : logits1_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(),
-                     d_count(), ring_d_, kRing, true, s_, fold_emb(), x, nx ? xpart_.as<float>() : nullptr, nx);
+    } else if (const int parts = run("head") ? lm_head_argmax(w_.head, x, w_.norm, eps, logits1_.as<float>(),
+                                                              argpart_.as<float>(), kArgParts, s_) : 0) {
+        mark("lm_head");
+        argmax_merge(logits1_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_, kRing, true,
+                     s_, fold_emb(), x);
     } else {
         if (run("head")) matvec(w_.head, x, w_.norm, eps, logits1_.as<float>(), Epi::Store, s_);
         mark("lm_head");
@@ -298,6 +287,23 @@ void CudaSession::enqueue_step(bool screened) {
                      fold_emb(), x);
     }
     mark("argmax");
+}
+
+bool CudaSession::screened_choice(const float* x, bool advance) {
+    if (!w_.head_screen) return false;
+    const float eps = m_.hp.text.rms_eps;
+    float* emb_out = x1_.as<float>(); // the next step's input
+    if (screened_head_choose(w_.head, w_.head_screen, x, w_.norm, eps, plog_screen_.as<float>(), hrec_.as<float>(), kArgParts,
+                             hcounter_.as<unsigned>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, advance, fold_emb(),
+                             emb_out, screen_stats_.as<unsigned>(), s_))
+        return true;
+    int parts = 0;
+    const int nx = screened_head_argmax(w_.head, w_.head_screen, x, w_.norm, eps, plog_screen_.as<float>(), argpart_.as<float>(),
+                                        kArgParts, &parts, xpart_.as<float>(), kArgParts, screen_stats_.as<unsigned>(), s_);
+    if (!nx || !parts) return false;
+    argmax_merge(plog_screen_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_, kRing, advance,
+                 s_, fold_emb(), emb_out, xpart_.as<float>(), nx);
+    return true;
 }
 
 void CudaSession::launch_persistent() {

@@ -87,6 +87,9 @@ public:
         if (w_.head_screen) {
             plog_screen_.alloc(size_t(V_) * 4);
             xpart_.alloc(size_t(3) * kArgParts * 4);
+            hrec_.alloc(size_t(8) * kArgParts * 4);
+            hcounter_.alloc(sizeof(unsigned));
+            QASR_CUDA(cudaMemset(hcounter_.get(), 0, sizeof(unsigned)));
             const char* ss = std::getenv("QASR_CUDA_SCREEN_STATS");
             if (ss && std::string(ss) == "1") {
                 screen_stats_.alloc(sizeof(unsigned));
@@ -182,6 +185,7 @@ public:
         cudaGetLastError();
         resident_ = -1; // a later request must encode its own rows
         first_queued_ = false;
+        if (hcounter_.get()) cudaMemset(hcounter_.get(), 0, sizeof(unsigned)); // an interrupted fused head's arrivals
     }
 
 private:
@@ -389,6 +393,10 @@ private:
     int64_t resident_ = -1; // rows in eout_ from encode_audio_resident() not yet taken by prefill_resident()
     bool first_queued_ = false; // the prefill put token 0 in ring slot 0 (screened head): greedy() starts from it
     Buffer plog_screen_, xpart_, screen_stats_; // the screened head's proxy logits and exact partials; its counter
+    Buffer hrec_, hcounter_;                    // the fused screened head's block records and arrival count
+    // The greedy choice through the screened head into *d_tok, the ring and the next step's input x (one kernel:
+    // screened_head_choose; else the three-kernel form). False where the model has no screen (nothing queued).
+    bool screened_choice(const float* x, bool advance);
     long screen_steps_ = 0;
     std::map<int, cudaGraphExec_t> graphs_; // the captured step per (split count, screened): key 2·splits + screened
     const void* graph_kv_ = nullptr;         // the KV cache the graphs were captured on

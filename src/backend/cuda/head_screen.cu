@@ -6,14 +6,15 @@
 // proxy, 166 MB) through the quantized streaming head kernel with x̂ rounded to int16 (lm_head_argmax_proxy: integer
 // dot products), which stores every proxy logit p_r and the argmax partials; then this file's kernel bounds, per
 // row, how far p_r can be from the logit ℓ_r that the bf16 head kernel would compute: |p_r − ℓ_r| ≤ ‖x̂‖·R_r, with
-//   R_r = ‖w_r − deq(q_r)‖ + c·(‖|s·q| + |b|‖ + ‖w_r‖) + ‖|s·q| + |b|‖·√K/64000,
+//   R_r = ‖w_r − deq(q_r)‖ + c·(‖|s·q| + |b|‖ + ‖w_r‖) + ‖|s·q| + |b|‖·√K/32000,
 // the quantization error (Cauchy–Schwarz), both products' float32 rounding (c = 4(K + 64)·2⁻²⁴, a standard
-// dot-product error bound with room for the kernels' differently rounded x̂), and x̂'s int16 rounding (each value
-// within 0.504 of a step max|x̂|/32767 — the quotient is taken with a rounded reciprocal — so ≤ √K·‖x̂‖/65000 in
-// norm); computed in double per row when the proxy is made, stored rounded up, and scaled by 1.01 for the float32
+// dot-product error bound with room for the kernels' differently rounded x̂), and x̂'s rounding (each value within
+// 0.504 of a step max|x̂|/16256 in the tensor-core proxy of head_fused.cu, /32767 in the int16 one of lm_head.cu —
+// the quotient is taken with a rounded reciprocal — so ≤ √K·‖x̂‖/32254 in norm); computed in double per row when the proxy is made, stored rounded up, and scaled by 1.01 for the float32
 // ‖x̂‖. With p* the largest proxy logit (row r*), every row whose upper end p_r + b_r reaches p* − b_r* is rescored
 // with the bf16 weights by head_dot_bf16 — the same per-lane arithmetic as the full head — and the largest of those
 // (lowest index on ties) is the full head's choice: the full head's winner t has p_t + b_t ≥ ℓ_t ≥ ℓ_r* ≥ p* − b_r*.
+// This file's kernels are the three-kernel form (QASR_CUDA_HEAD_FUSED=0); head_fused.cu does the same in one.
 // On the random 0.6B checkpoint about one row per step is rescored; where a block's slice has more candidates than
 // its list holds it rescores the whole slice (slow, still exact). The log-probability's normaliser Σ exp takes the
 // rescored rows' exact logits and the proxy logits of the others.
@@ -39,10 +40,10 @@ constexpr int kSCap = 512;                         // candidates a block lists; 
 
 // One row r of W [V, K] per block, K/8 threads of 8 columns each (8 threads per group of 64): the group's min and
 // max, scale = (max − min)/255 rounded up to bf16, bias = min (a bf16 weight, exact), codes = round((w − bias)/scale);
-// then the row's bound R_r in double (see the file comment).
+// then the row's bound R_r in double (see the file comment), into bound[r] and the row's padding.
 template <int K>
 __global__ void __launch_bounds__(K / 8) k_screen_build(const uint16_t* w, uint8_t* packed, float* bound, double c) {
-    constexpr int NT = K / 8, NG = K / kGroup, RBP = K + 4 * NG; // a packed row: codes, scales, biases
+    constexpr int NT = K / 8, NG = K / kGroup, RBP = proxy_row_bytes(K); // codes, scales, biases, bound, padding
     __shared__ double red[3][NT / kWarp];
     const int64_t r = blockIdx.x;
     const int t = threadIdx.x, lane = t % kWarp, warp = t / kWarp;
@@ -87,8 +88,10 @@ __global__ void __launch_bounds__(K / 8) k_screen_build(const uint16_t* w, uint8
     if (t != 0) return;
     double E = 0, A = 0, W = 0;
     for (int i = 0; i < NT / kWarp; ++i) E += red[0][i], A += red[1][i], W += red[2][i];
-    const double R = (sqrt(E) + c * (sqrt(A) + sqrt(W)) + sqrt(A) * sqrt(double(K)) / 64000.0) * (1.0 + 1e-9);
-    bound[r] = R < 1e30 ? __double2float_ru(R) : INFINITY; // a non-finite row is always a candidate
+    const double R = (sqrt(E) + c * (sqrt(A) + sqrt(W)) + sqrt(A) * sqrt(double(K)) / 32000.0) * (1.0 + 1e-9);
+    const float Rf = R < 1e30 ? __double2float_ru(R) : INFINITY; // a non-finite row is always a candidate
+    bound[r] = Rf;
+    reinterpret_cast<float4*>(row + K + 4 * NG)[0] = make_float4(Rf, 0.0f, 0.0f, 0.0f);
 }
 
 struct ScreenArgs {
@@ -212,8 +215,8 @@ HeadScreen build_head_screen(const DMat& W, std::vector<Buffer>& storage, size_t
     if (W.bits != 16 || (W.cols != 1024 && W.cols != 2048) || W.rows < 1 || W.rows > INT32_MAX / 2 || !aligned16(W.data) ||
         !sm90(nullptr))
         return h;
-    const int64_t V = W.rows, K = W.cols, NG = K / kGroup;
-    Buffer packed(size_t(V * (K + 4 * NG))), bd(size_t(V) * 4);
+    const int64_t V = W.rows, K = W.cols;
+    Buffer packed(size_t(V) * proxy_row_bytes(int(K))), bd(size_t(V) * 4);
     const double c = 4.0 * double(K + 64) * std::ldexp(1.0, -24);
     const auto* w = static_cast<const uint16_t*>(W.data);
     if (K == 1024)

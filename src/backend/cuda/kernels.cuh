@@ -144,7 +144,8 @@ void argmax_merge(const float* logits, const float* part, int nparts, int* tok, 
 int lm_head_argmax(const DMat& W, const float* x, const float* norm_w, float eps, float* logits, float* part,
                    int max_parts, cudaStream_t s);
 // The screened greedy head (head_screen.cu) of a bf16 head W [V, K] (K = 1024 or 2048, sm_90): an MLX 8-bit copy
-// of W (proxy, group 64, each row's codes followed by its bf16 scales and biases; lm_head_argmax_proxy) and per row
+// of W (proxy, group 64, each row's codes followed by its bf16 scales, biases, its bound and padding:
+// proxy_row_bytes; lm_head_argmax_proxy, screened_head_choose) and per row
 // r a bound R[r] with |proxy logit − W logit| ≤ ‖x̂‖·R[r] for the normalised x̂, both as the device kernels round
 // them. build_head_screen makes it on the device (storage keeps the buffers); an empty HeadScreen where the head
 // does not qualify.
@@ -165,6 +166,15 @@ int screened_head_argmax(const DMat& W, const HeadScreen& hs, const float* x, co
                          float* plog, float* part, int max_parts, int* nparts, float* xpart, int max_x,
                          unsigned* stats, cudaStream_t s, float bound_scale = 1.01f);
 
+// The same greedy choice as one kernel (head_fused.cu; sm_90, K = 1024 or 2048): the proxy on the tensor cores (x̂ in
+// steps of max|x̂|/16256 as two signed bytes), per block its argmax partial and the screen's bounds in rec (≥ 8 floats
+// per SM; max_rec records), and the last block to arrive (counter: zero before the first call, zero after each)
+// rescores the candidates and writes *tok, the ring, the counters and emb's row as argmax_merge does. plog gets the
+// proxy logits. False where it does not apply (nothing launched) or QASR_CUDA_HEAD_FUSED=0.
+bool screened_head_choose(const DMat& W, const HeadScreen& hs, const float* x, const float* norm_w, float eps, float* plog,
+                          float* rec, int max_rec, unsigned* counter, int* tok, int* pos, int* count, int2* ring,
+                          int ring_size, bool advance, const DMat* emb, float* emb_out, unsigned* stats, cudaStream_t s,
+                          float bound_scale = 1.01f);
 // lm_head_argmax of an MLX 8-bit head in packed rows (codes, scales, biases; W.scales and W.biases null) with x̂
 // rounded to int16 (steps of max|x̂|/32767; integer dot products):
 // the screened head's proxy, not exact logits of W. 0 where it does not apply.

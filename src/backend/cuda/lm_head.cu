@@ -218,9 +218,9 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
         uint64_t* bar = &full[st % a.stages];
         uint8_t* dst = base + size_t(st % a.stages) * a.stage_bytes;
         if constexpr (XQ) { // packed rows (codes, scales, biases): one copy per stage
-            const uint32_t bytes = uint32_t(rows) * uint32_t(RB + 4 * NG);
+            const uint32_t bytes = uint32_t(rows) * uint32_t(proxy_row_bytes(K));
             mbar_expect(bar, bytes);
-            bulk_copy(dst, a.codes + r * (RB + 4 * NG), bytes, bar);
+            bulk_copy(dst, a.codes + r * proxy_row_bytes(K), bytes, bar);
             return;
         }
         const uint32_t cb = uint32_t(rows) * RB, sb = uint32_t(rows) * NG * 2;
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(kHThreads, 2) k_lm_head_q(HeadQArgs a) {
                 }
             }
         head_rows(a, full, nst, r0, r1, issue, [&](int b) {
-            const uint8_t* packed = base + size_t(b) * a.stage_bytes + warp * (RB + 4 * NG);
+            const uint8_t* packed = base + size_t(b) * a.stage_bytes + warp * proxy_row_bytes(K);
             const uint4* row = reinterpret_cast<const uint4*>(packed);
             const uint16_t* sc = reinterpret_cast<const uint16_t*>(packed + RB);
             const uint16_t* bi = sc + NG;
@@ -353,7 +353,7 @@ int lm_head_argmax_q(const DMat& W, const float* x, const float* norm_w, float e
     QASR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     if (major < 9) return 0;
     const int grid = std::min(2 * sms, max_parts);
-    const uint32_t stage_bytes = uint32_t(kHWarps) * uint32_t(RB + 4 * NG);
+    const uint32_t stage_bytes = uint32_t(kHWarps) * uint32_t(xq ? proxy_row_bytes(int(K)) : RB + 4 * NG);
     const int stages = int(std::min<size_t>(kHMaxStages, kHRingBytes / stage_bytes));
     if (grid < 1 || stages < 2 || W.rows < int64_t(grid) * kHWarps) return 0;
     const size_t smem = size_t(stages) * stage_bytes;

@@ -9,6 +9,10 @@
 
 namespace qasr::cuda::detail {
 
+// The screened head's proxy rows (head_screen.cu builds them): K 8-bit codes, K/64 bf16 scales, K/64 bf16 biases, the
+// row's float bound, padding to an odd number of 16-byte chunks (conflict-free ldmatrix rows in head_fused.cu).
+__host__ __device__ constexpr int proxy_row_bytes(int K) { return K + 4 * (K / 64) + 16; }
+
 // x [KC·256] (16-byte aligned, shared or global memory) into a warp's registers: lane l holds x[8c … 8c+7] for the
 // chunks c = l + 32j; with norm_w (shared or global memory), RMS-normalised (x · rsqrt(mean x² + eps) · w) as the
 // head multiplies it.
