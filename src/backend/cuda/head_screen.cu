@@ -3,15 +3,15 @@
 //
 // The head is the step's one large read (0.6B: 151936 × 1024 bf16, 311 MB, ~73 µs of the ~608 µs step on the H200).
 // The choice needs the largest logit, not all of them exactly. So the step runs the head's MLX 8-bit copy (the
-// proxy, 166 MB) through the quantized streaming head kernel with x̂ rounded to int16 (lm_head_argmax_proxy: integer
+// proxy, 168 MB) through the quantized streaming head kernel with x̂ rounded to int16 (lm_head_argmax_proxy: integer
 // dot products), which stores every proxy logit p_r and the argmax partials; then this file's kernel bounds, per
 // row, how far p_r can be from the logit ℓ_r that the bf16 head kernel would compute: |p_r − ℓ_r| ≤ ‖x̂‖·R_r, with
 //   R_r = ‖w_r − deq(q_r)‖ + c·(‖|s·q| + |b|‖ + ‖w_r‖) + ‖|s·q| + |b|‖·√K/32000,
 // the quantization error (Cauchy–Schwarz), both products' float32 rounding (c = 4(K + 64)·2⁻²⁴, a standard
 // dot-product error bound with room for the kernels' differently rounded x̂), and x̂'s rounding (each value within
 // 0.504 of a step max|x̂|/16256 in the tensor-core proxy of head_fused.cu, /32767 in the int16 one of lm_head.cu —
-// the quotient is taken with a rounded reciprocal — so ≤ √K·‖x̂‖/32254 in norm); computed in double per row when the proxy is made, stored rounded up, and scaled by 1.01 for the float32
-// ‖x̂‖. With p* the largest proxy logit (row r*), every row whose upper end p_r + b_r reaches p* − b_r* is rescored
+// the quotient is taken with a rounded reciprocal — so ≤ √K·‖x̂‖/32254 in norm); computed in double per row when
+// the proxy is made, stored rounded up, and scaled by 1.01 for the float32 ‖x̂‖. With p* the largest proxy logit (row r*), every row whose upper end p_r + b_r reaches p* − b_r* is rescored
 // with the bf16 weights by head_dot_bf16 — the same per-lane arithmetic as the full head — and the largest of those
 // (lowest index on ties) is the full head's choice: the full head's winner t has p_t + b_t ≥ ℓ_t ≥ ℓ_r* ≥ p* − b_r*.
 // This file's kernels are the three-kernel form (QASR_CUDA_HEAD_FUSED=0); head_fused.cu does the same in one.
