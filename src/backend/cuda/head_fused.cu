@@ -16,11 +16,11 @@
 // end, so only a block whose largest upper end reaches the largest lower end T (over all blocks) can hold it, and if
 // its second largest is below T the row of its largest is the only candidate; otherwise the last block screens that
 // block's rows from their stored proxy logits and the bound array (and where more rows qualify than its list holds,
-// rescores the slices whole: slow, still exact). The last block (an arrival count) rescores the candidates with the bf16 rows through
-// the full head's arithmetic (head_dot_bf16), picks the largest (lowest index on ties), and writes the token, the
-// ring slot, the counters and the next step's input row as k_argmax_final does; the log-probability's normaliser
-// takes the proxy logits, corrected for the rescored rows. (Asking L2 for the next step's first product's weights
-// from the tail, while HBM is otherwise idle, made the step 29 µs slower: not done.)
+// rescores the slices whole: slow, still exact). The last block (an arrival count) rescores the candidates with the
+// bf16 rows through the full head's arithmetic (head_dot_bf16), picks the largest (lowest index on ties), and writes
+// the token, the ring slot, the counters and the next step's input row as k_argmax_final does; the log-probability's
+// normaliser takes the proxy logits, corrected for the rescored rows. (Asking L2 for the next step's first product's
+// weights from the tail, while HBM is otherwise idle, made the step 29 µs slower: not done.)
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -40,9 +40,9 @@ namespace {
 using namespace detail;
 
 constexpr int kFWarps = 4, kFThreads = kFWarps * kWarp;
-constexpr int kTile = 16;      // rows per mma tile (and per ring slot)
-constexpr int kFMaxSlots = 4;  // ring slots per warp
-constexpr int kRec = 8;        // floats per block record
+constexpr int kTile = 16;           // rows per mma tile (and per ring slot)
+constexpr int kFMaxSlots = 4;       // ring slots per warp
+constexpr int kRec = 8;             // floats per block record
 constexpr float kXSteps = 16256.0f; // x̂ → q = a·128 + b, |q| ≤ 127·128
 
 struct FusedArgs {
@@ -65,8 +65,8 @@ struct FusedArgs {
     int emb_cols;
     float* emb_out;
     unsigned* stats;
-    float scale; // the bound's factor (1.01; 0 in a test)
-    int slots;   // ring slots per warp
+    float scale;        // the bound's factor (1.01; 0 in a test)
+    int slots;          // ring slots per warp
     const float* bound; // R [V] (the rows' bounds as a plain array: the tail's scan of a slice)
 };
 
@@ -91,20 +91,28 @@ struct Run {
     float lb;     // largest lower end
     float u1, p1; // largest upper end, its row's proxy logit
     int r1;
-    float u2;     // second largest upper end
+    float u2; // second largest upper end
 };
-__device__ __forceinline__ Run run_empty() { return Run{-FLT_MAX, 0.0f, INT_MAX, -INFINITY, -INFINITY, 0.0f, INT_MAX, -INFINITY}; }
+__device__ __forceinline__ Run run_empty() {
+    return Run{-FLT_MAX, 0.0f, INT_MAX, -INFINITY, -INFINITY, 0.0f, INT_MAX, -INFINITY};
+}
 
 // The row's ends p ∓ n·b, spelled as fused multiply-adds: the tail's scan computes the same floats.
-__device__ __forceinline__ float upper_end(float p, float n, float b) { return __fmaf_rn(n, b, p); }
+__device__ __forceinline__ float upper_end(float p, float n, float b) {
+    return __fmaf_rn(n, b, p);
+}
 __device__ __forceinline__ void run_take(Run& s, float p, float n, float b, int r) {
-    if (p > s.m) s.sum = s.sum * expf(s.m - p) + 1.0f, s.m = p, s.id = r;
-    else s.sum += expf(p - s.m);
+    if (p > s.m)
+        s.sum = s.sum * expf(s.m - p) + 1.0f, s.m = p, s.id = r;
+    else
+        s.sum += expf(p - s.m);
     s.lb = fmaxf(s.lb, __fmaf_rn(-n, b, p));
     float u = upper_end(p, n, b);
     if (u != u) u = INFINITY; // a NaN end is a candidate
-    if (u > s.u1) s.u2 = s.u1, s.u1 = u, s.r1 = r, s.p1 = p;
-    else if (u > s.u2) s.u2 = u;
+    if (u > s.u1)
+        s.u2 = s.u1, s.u1 = u, s.r1 = r, s.p1 = p;
+    else if (u > s.u2)
+        s.u2 = u;
 }
 
 // Symmetric merge (both sides of a butterfly get the same result).
@@ -131,15 +139,14 @@ __device__ __forceinline__ Run run_shfl(const Run& s, int o) {
     return t;
 }
 
-template <int K>
-__global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
+template <int K> __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
     constexpr int NG = K / 64, KS = K / 32, RBP = K + 4 * NG + 16, E = K / kFThreads, KC = K / 256;
     static_assert(E % 8 == 0 && 64 % E == 0, "a thread's columns lie in one group");
     extern __shared__ __align__(128) uint8_t ring[];
     __shared__ __align__(8) uint64_t full[kFWarps * kFMaxSlots];
     __shared__ __align__(16) float xs[K], gsm[K];
     __shared__ __align__(16) uint2 xab[2 * KS * 4]; // B fragments: [column (a, b)][k step][thread in group]
-    __shared__ float xsg[NG];                        // Σ x̂ per group
+    __shared__ float xsg[NG];                       // Σ x̂ per group
     __shared__ float red[kFWarps * 3];
     __shared__ Run wrun[kFWarps];
     __shared__ int last, ncand, novf, fin_id;
@@ -160,9 +167,11 @@ __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
     };
     // before the dependency wait: the rows' first slots and the norm weights (neither depends on the step)
     if (lane == 0) {
-        for (int i = 0; i < a.slots; ++i) mbar_init(&wbar[i]);
+        for (int i = 0; i < a.slots; ++i)
+            mbar_init(&wbar[i]);
         mbar_fence_init();
-        for (int i = 0; i < a.slots && i < nw; ++i) issue(i);
+        for (int i = 0; i < a.slots && i < nw; ++i)
+            issue(i);
     }
     if (a.norm_w)
         for (int i = threadIdx.x; i < K / 4; i += kFThreads)
@@ -177,13 +186,15 @@ __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
     float xh[E];
     float ss = 0.0f;
 #pragma unroll
-    for (int i = 0; i < E; ++i) xh[i] = xs[c0 + i], ss = fmaf(xh[i], xh[i], ss);
+    for (int i = 0; i < E; ++i)
+        xh[i] = xs[c0 + i], ss = fmaf(xh[i], xh[i], ss);
     ss = warp_sum(ss);
     if (lane == 0) red[warp] = ss;
     __syncthreads();
     float tot = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kFWarps; ++w) tot += red[w];
+    for (int w = 0; w < kFWarps; ++w)
+        tot += red[w];
     const float inv = a.norm_w ? rsqrtf(tot / float(K) + a.eps) : 1.0f;
     float am = 0.0f, n2 = 0.0f, gsum = 0.0f;
 #pragma unroll
@@ -192,7 +203,8 @@ __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
         am = fmaxf(am, fabsf(xh[i])), n2 = fmaf(xh[i], xh[i], n2), gsum += xh[i];
     }
 #pragma unroll
-    for (int o = 1; o < 64 / E; o <<= 1) gsum += __shfl_xor_sync(0xffffffffu, gsum, o);
+    for (int o = 1; o < 64 / E; o <<= 1)
+        gsum += __shfl_xor_sync(0xffffffffu, gsum, o);
     if ((threadIdx.x % (64 / E)) == 0) xsg[c0 / 64] = gsum;
     am = warp_max(am), n2 = warp_sum(n2);
     __syncthreads(); // red reused
@@ -200,7 +212,8 @@ __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
     __syncthreads();
     float amax = 0.0f, nn = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kFWarps; ++w) amax = fmaxf(amax, red[kFWarps + w]), nn += red[2 * kFWarps + w];
+    for (int w = 0; w < kFWarps; ++w)
+        amax = fmaxf(amax, red[kFWarps + w]), nn += red[2 * kFWarps + w];
     if (!(amax < INFINITY)) amax = 0.0f; // non-finite x̂: every logit is NaN, found by the rescoring
     const float sx = amax > 0.0f ? amax / kXSteps : 1.0f, rx = 1.0f / sx; // |x̂ − sx·q| ≤ 0.504·sx
     const float nb = a.scale * sqrtf(nn);
@@ -261,13 +274,15 @@ __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
         }
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) run_merge(st, run_shfl(st, o));
+    for (int o = 16; o > 0; o >>= 1)
+        run_merge(st, run_shfl(st, o));
     if (lane == 0) wrun[warp] = st;
     __threadfence(); // this thread's proxy logits, before the arrival below
     __syncthreads();
     if (threadIdx.x == 0) {
         Run b = wrun[0];
-        for (int w = 1; w < kFWarps; ++w) run_merge(b, wrun[w]);
+        for (int w = 1; w < kFWarps; ++w)
+            run_merge(b, wrun[w]);
         float4* r = reinterpret_cast<float4*>(a.rec + size_t(kRec) * blockIdx.x);
         r[0] = make_float4(b.m, __int_as_float(b.id), b.sum, b.lb);
         r[1] = make_float4(b.u1, __int_as_float(b.r1), b.p1, b.u2);
@@ -308,7 +323,8 @@ __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
             const float s = srec[kRec * p + 2];
             if (s > 0.0f) S += s * expf(srec[kRec * p] - M);
             if (!(srec[kRec * p + 4] >= T)) continue;
-            if (srec[kRec * p + 7] >= T) ovf[atomicAdd(&novf, 1)] = p; // more than one row reaches T: scanned below
+            if (srec[kRec * p + 7] >= T)
+                ovf[atomicAdd(&novf, 1)] = p; // more than one row reaches T: scanned below
             else {
                 const int c = atomicAdd(&ncand, 1);
                 candr[c] = __float_as_int(srec[kRec * p + 5]), candp[c] = srec[kRec * p + 6];
@@ -355,12 +371,14 @@ __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
         if (v > bv || (v == bv && r < bi)) bv = v, bi = r;
         corr += expf(v - M) - expf(p - M);
     };
-    for (int c = warp; c < nc; c += kFWarps) rescore(candr[c], candp[c]);
+    for (int c = warp; c < nc; c += kFWarps)
+        rescore(candr[c], candp[c]);
     listed += nc;
     for (int o = 0; full_scan && o < no; ++o) {
         const int p = ovf[o];
         const int64_t r0 = (ntiles * p / G) * kTile, r1 = min(a.V, (ntiles * (p + 1) / G) * kTile);
-        for (int64_t r = r0 + warp; r < r1; r += kFWarps) rescore(int(r), __ldcg(a.plog + r));
+        for (int64_t r = r0 + warp; r < r1; r += kFWarps)
+            rescore(int(r), __ldcg(a.plog + r));
         listed += unsigned(r1 - r0);
     }
     if (lane == 0) wrun[warp].m = bv, wrun[warp].id = bi, wrun[warp].sum = corr;
@@ -382,7 +400,8 @@ __global__ void __launch_bounds__(kFThreads, 1) k_head_fused(FusedArgs a) {
         for (int j = 0; j < EV; ++j) {
             const int c = threadIdx.x + j * kFThreads;
             if (c >= nev) break;
-            const uint4 v = row == spec ? ev[j] : __ldg(reinterpret_cast<const uint4*>(a.emb + int64_t(row) * a.emb_cols) + c);
+            const uint4 v =
+                row == spec ? ev[j] : __ldg(reinterpret_cast<const uint4*>(a.emb + int64_t(row) * a.emb_cols) + c);
             float4* o = reinterpret_cast<float4*>(a.emb_out) + 2 * c;
             o[0] = make_float4(bf(v.x & 0xffffu), bf(v.x >> 16), bf(v.y & 0xffffu), bf(v.y >> 16));
             o[1] = make_float4(bf(v.z & 0xffffu), bf(v.z >> 16), bf(v.w & 0xffffu), bf(v.w >> 16));
@@ -405,11 +424,12 @@ bool g_fused_on = [] { // QASR_CUDA_HEAD_FUSED=0: the three-kernel screened head
 
 } // namespace
 
-bool screened_head_choose(const DMat& W, const HeadScreen& hs, const float* x, const float* norm_w, float eps, float* plog,
-                          float* rec, int max_rec, unsigned* counter, int* tok, int* pos, int* count, int2* ring,
-                          int ring_size, bool advance, const DMat* emb, float* emb_out, unsigned* stats, cudaStream_t s,
-                          float bound_scale) {
-    if (!g_fused_on || !hs || W.bits != 16 || hs.proxy.rows != W.rows || hs.proxy.cols != W.cols || !pdl_enabled()) return false;
+bool screened_head_choose(const DMat& W, const HeadScreen& hs, const float* x, const float* norm_w, float eps,
+                          float* plog, float* rec, int max_rec, unsigned* counter, int* tok, int* pos, int* count,
+                          int2* ring, int ring_size, bool advance, const DMat* emb, float* emb_out, unsigned* stats,
+                          cudaStream_t s, float bound_scale) {
+    if (!g_fused_on || !hs || W.bits != 16 || hs.proxy.rows != W.rows || hs.proxy.cols != W.cols || !pdl_enabled())
+        return false;
     const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     if (!aligned(x) || (norm_w && !aligned(norm_w)) || !aligned(rec) || !aligned(hs.proxy.data)) return false;
     if (emb && (!argmax_can_embed(*emb) || !emb_out || !aligned(emb_out))) return false;
@@ -428,19 +448,40 @@ bool screened_head_choose(const DMat& W, const HeadScreen& hs, const float* x, c
     }();
     int slots = env_slots ? env_slots : int(std::max<size_t>(1, (150 * 1024) / (size_t(kFWarps) * kTile * rbp)));
     slots = std::min(slots, kFMaxSlots);
-    while (slots > 1 && size_t(kFWarps) * slots * kTile * rbp > 200 * 1024) --slots;
+    while (slots > 1 && size_t(kFWarps) * slots * kTile * rbp > 200 * 1024)
+        --slots;
     const size_t smem = size_t(kFWarps) * slots * kTile * rbp;
     if (size_t(sms) * (kRec + 1) * 4 + size_t(sms) * 8 > smem) return false; // the tail's scratch reuses the ring
-    FusedArgs a{W.rows, x, norm_w, eps, static_cast<const uint8_t*>(hs.proxy.data), static_cast<const uint16_t*>(W.data),
-                plog, rec, counter, tok, pos, count, ring, ring_size, advance ? 1 : 0,
-                emb ? static_cast<const uint16_t*>(emb->data) : nullptr, emb ? int(emb->cols) : 0, emb ? emb_out : nullptr,
-                stats, bound_scale, slots, hs.bound};
+    FusedArgs a{W.rows,
+                x,
+                norm_w,
+                eps,
+                static_cast<const uint8_t*>(hs.proxy.data),
+                static_cast<const uint16_t*>(W.data),
+                plog,
+                rec,
+                counter,
+                tok,
+                pos,
+                count,
+                ring,
+                ring_size,
+                advance ? 1 : 0,
+                emb ? static_cast<const uint16_t*>(emb->data) : nullptr,
+                emb ? int(emb->cols) : 0,
+                emb ? emb_out : nullptr,
+                stats,
+                bound_scale,
+                slots,
+                hs.bound};
     auto go = [&](auto k) {
         QASR_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         launch(k, dim3(unsigned(sms)), dim3(kFThreads), smem, s, a);
     };
-    if (K == 1024) go(k_head_fused<1024>);
-    else go(k_head_fused<2048>);
+    if (K == 1024)
+        go(k_head_fused<1024>);
+    else
+        go(k_head_fused<2048>);
     QASR_CUDA_LAUNCHED();
     return true;
 }

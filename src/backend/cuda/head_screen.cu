@@ -11,9 +11,10 @@
 // dot-product error bound with room for the kernels' differently rounded x̂), and x̂'s rounding (each value within
 // 0.504 of a step max|x̂|/16256 in the tensor-core proxy of head_fused.cu, /32767 in the int16 one of lm_head.cu —
 // the quotient is taken with a rounded reciprocal — so ≤ √K·‖x̂‖/32254 in norm); computed in double per row when
-// the proxy is made, stored rounded up, and scaled by 1.01 for the float32 ‖x̂‖. With p* the largest proxy logit (row r*), every row whose upper end p_r + b_r reaches p* − b_r* is rescored
-// with the bf16 weights by head_dot_bf16 — the same per-lane arithmetic as the full head — and the largest of those
-// (lowest index on ties) is the full head's choice: the full head's winner t has p_t + b_t ≥ ℓ_t ≥ ℓ_r* ≥ p* − b_r*.
+// the proxy is made, stored rounded up, and scaled by 1.01 for the float32 ‖x̂‖. With p* the largest proxy logit
+// (row r*), every row whose upper end p_r + b_r reaches p* − b_r* is rescored with the bf16 weights by
+// head_dot_bf16 — the same per-lane arithmetic as the full head — and the largest of those (lowest index on ties) is
+// the full head's choice: the full head's winner t has p_t + b_t ≥ ℓ_t ≥ ℓ_r* ≥ p* − b_r*.
 // This file's kernels are the three-kernel form (QASR_CUDA_HEAD_FUSED=0); head_fused.cu does the same in one.
 // On the random 0.6B checkpoint about one row per step is rescored; where a block's slice has more candidates than
 // its list holds it rescores the whole slice (slow, still exact). The log-probability's normaliser Σ exp takes the
