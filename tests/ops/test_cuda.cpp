@@ -381,8 +381,8 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     o.itn = false;
     const TranscriptionResult a = sg.run(audio, o);
     ASSERT_EQ(a.tokens.size(), 24u);
-    // with QASR_CUDA_PASS_GRAPHS=1 the row passes become CUDA graphs the second time a shape is seen (captured),
-    // then replayed: the same tokens and log-probabilities, bit for bit, as the eager passes
+    // with QASR_CUDA_PASS_GRAPHS=1 the row passes of the first run are recorded as CUDA graphs on a second thread while
+    // its greedy loop runs, then replayed: the same tokens and log-probabilities, bit for bit, as the eager passes
     for (int rep = 0; rep < 2; ++rep) {
         const TranscriptionResult again = sg.run(audio, o);
         ASSERT_EQ(again.tokens.size(), a.tokens.size());

@@ -12,6 +12,7 @@ int64_t conv_len(int64_t n) { return (n + 1) / 2; }
 } // namespace
 
 Tensor CudaSession::encode(const Tensor& mel) {
+    join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (mel.dim(0) != m_.hp.audio.n_mels)
         fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " + std::to_string(m_.hp.audio.n_mels));
@@ -22,6 +23,7 @@ Tensor CudaSession::encode(const Tensor& mel) {
 }
 
 void CudaSession::queue_front(const std::vector<float>& audio, size_t min_samples, double* mel_ms, int* T_out, bool wait) {
+    join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     Stopwatch sw;
     const size_t N = std::max(audio.size(), min_samples);
@@ -53,9 +55,11 @@ int64_t CudaSession::encode_audio_resident(const std::vector<float>& audio, size
     queue_front(audio, min_samples, mel_ms, &T, false);
     int window = 0;
     const int A = stem_rows(T, &window);
-    const PassKey key{0, T, A, window, {emel_.get(), ecols_.get(), ea_.get(), eb_.get(), eco_.get(), ex_.get(), ebf_.get(),
-                                        eqkv_.get(), eatt_.get(), eu_.get(), eout_.get(), deq_.get()}};
-    run_pass(key, [&] {
+    auto key_now = [this, T, A, window] {
+        return PassKey{0, T, A, window, {emel_.get(), ecols_.get(), ea_.get(), eb_.get(), eco_.get(), ex_.get(), ebf_.get(),
+                                         eqkv_.get(), eatt_.get(), eu_.get(), eout_.get(), deq_.get()}};
+    };
+    run_pass(key_now(), key_now, [this, T, A, window] {
         int w = 0;
         stem_device(emel_.as<float>(), T, &w);
         queue_layers(A, window);
@@ -71,6 +75,7 @@ Tensor CudaSession::encode_device(const float* d_mel, int T) {
 }
 
 Tensor CudaSession::encode_stem(const Tensor& mel) {
+    join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const AudioHParams& hp = m_.hp.audio;
     if (mel.dim(0) != hp.n_mels || mel.dim(1) <= 0 || mel.dim(1) > hp.chunk_frames())
@@ -108,26 +113,27 @@ int CudaSession::stem_device(const float* d_mel, int T, int* window_out) {
     ea_.ensure(p1 * Ch * 4);
     eb_.ensure(p2 * Ch * 4);
     bf16* cols = ecols_.as<bf16>();
-    im2col_mel(d_mel, n_mels, T, cf, C, 16, cols, s_);
-    gemm_->run(cols, int(p1), 16, w_.conv1_w, Ch, ea_.as<float>(), 0.0f);
-    bias_act(ea_.as<float>(), int(p1), Ch, w_.conv1_b, true, nullptr, s_);
-    im2col(ea_.as<float>(), C, H1, W1, Ch, cols, s_);
-    gemm_->run(cols, int(p2), Ch * 9, w_.conv2_w, Ch, eb_.as<float>(), 0.0f);
-    bias_act(eb_.as<float>(), int(p2), Ch, w_.conv2_b, true, nullptr, s_);
-    im2col(eb_.as<float>(), C, H2, W2, Ch, cols, s_);
-    gemm_->run(cols, int(p3), Ch * 9, w_.conv3_w, Ch, ea_.as<float>(), 0.0f);
-    bias_act(ea_.as<float>(), int(p3), Ch, w_.conv3_b, true, nullptr, s_);
-    flatten_stem(ea_.as<float>(), C, H3, W3, Ch, cols, s_);
+    im2col_mel(d_mel, n_mels, T, cf, C, 16, cols, qs_);
+    gemm_->run(cols, int(p1), 16, w_.conv1_w, Ch, ea_.as<float>(), 0.0f, qs_);
+    bias_act(ea_.as<float>(), int(p1), Ch, w_.conv1_b, true, nullptr, qs_);
+    im2col(ea_.as<float>(), C, H1, W1, Ch, cols, qs_);
+    gemm_->run(cols, int(p2), Ch * 9, w_.conv2_w, Ch, eb_.as<float>(), 0.0f, qs_);
+    bias_act(eb_.as<float>(), int(p2), Ch, w_.conv2_b, true, nullptr, qs_);
+    im2col(eb_.as<float>(), C, H2, W2, Ch, cols, qs_);
+    gemm_->run(cols, int(p3), Ch * 9, w_.conv3_w, Ch, ea_.as<float>(), 0.0f, qs_);
+    bias_act(ea_.as<float>(), int(p3), Ch, w_.conv3_b, true, nullptr, qs_);
+    flatten_stem(ea_.as<float>(), C, H3, W3, Ch, cols, qs_);
     eco_.ensure(size_t(C) * W3 * d * 4);
     gemm_w(cols, C * W3, w_.conv_out, eco_.as<float>(), 0.0f);
     ex_.ensure(size_t(A) * d * 4);
     float* x = ex_.as<float>();
-    add_pe(eco_.as<float>(), A, d, W3, w_.pe, x, s_);
+    add_pe(eco_.as<float>(), A, d, W3, w_.pe, x, qs_);
     *window_out = window;
     return A;
 }
 
 Tensor CudaSession::encode_rows(const Tensor& rows, int64_t window_rows) {
+    join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const AudioHParams& hp = m_.hp.audio;
     if (rows.rows() <= 0 || rows.cols() != hp.d_model) fail("encoder", "stem rows of the wrong shape");
@@ -162,7 +168,7 @@ void CudaSession::queue_layers(int A, int window) {
     // ln1, ln_post): the same sums, one kernel fewer each.
     const float* pending = nullptr;
     for (const DevEncLayer& l : w_.enc) {
-        add_layer_norm(x, A, d, pending, l.ln1_w, l.ln1_b, 1e-5f, abf, s_);
+        add_layer_norm(x, A, d, pending, l.ln1_w, l.ln1_b, 1e-5f, abf, qs_);
         mark("norm");
         gemm_w(abf, A, l.qkv, eqkv_.as<float>(), 0.0f);
         mark("qkv");
@@ -182,19 +188,19 @@ void CudaSession::queue_layers(int A, int window) {
         // the q/k/v biases added by the tiled attention as it loads its rows (else their own kernel first)
         at.bq = l.qkv_b, at.bk = l.qkv_b + d, at.bv = l.qkv_b + 2 * d;
         if (!attention_tiled(at)) {
-            bias_act(eqkv_.as<float>(), A, 3 * d, l.qkv_b, false, nullptr, s_);
+            bias_act(eqkv_.as<float>(), A, 3 * d, l.qkv_b, false, nullptr, qs_);
             mark("bias");
             at.bq = at.bk = at.bv = nullptr;
         }
-        attention(at, s_);
+        attention(at, qs_);
         mark("attention");
         gemm_w(abf, A, l.o, x, 1.0f);
         mark("o");
-        add_layer_norm(x, A, d, l.o_b, l.ln2_w, l.ln2_b, 1e-5f, abf, s_);
+        add_layer_norm(x, A, d, l.o_b, l.ln2_w, l.ln2_b, 1e-5f, abf, qs_);
         mark("norm");
         gemm_w(abf, A, l.fc1, eu_.as<float>(), 0.0f);
         mark("fc1");
-        bias_act(eu_.as<float>(), A, F, l.fc1_b, true, abf, s_, false); // fc2 reads the bf16 copy only
+        bias_act(eu_.as<float>(), A, F, l.fc1_b, true, abf, qs_, false); // fc2 reads the bf16 copy only
         mark("bias_gelu");
         gemm_w(abf, A, l.fc2, x, 1.0f);
         mark("fc2");
@@ -203,13 +209,13 @@ void CudaSession::queue_layers(int A, int window) {
     rows_flush("encoder");
     npev_ = 0;
     host_report("encoder", A, sw);
-    add_layer_norm(x, A, d, pending, w_.ln_post_w, w_.ln_post_b, 1e-5f, abf, s_);
+    add_layer_norm(x, A, d, pending, w_.ln_post_w, w_.ln_post_b, 1e-5f, abf, qs_);
     gemm_w(abf, A, w_.proj1, eatt_.as<float>(), 0.0f);
-    bias_act(eatt_.as<float>(), A, d, w_.proj1_b, true, abf, s_, false); // proj2 reads the bf16 copy only
+    bias_act(eatt_.as<float>(), A, d, w_.proj1_b, true, abf, qs_, false); // proj2 reads the bf16 copy only
     const int O = int(w_.proj2.rows);
     eout_.ensure(size_t(A) * O * 4);
     gemm_w(abf, A, w_.proj2, eout_.as<float>(), 0.0f);
-    bias_act(eout_.as<float>(), A, O, w_.proj2_b, false, nullptr, s_);
+    bias_act(eout_.as<float>(), A, O, w_.proj2_b, false, nullptr, qs_);
 }
 
 } // namespace qasr::cuda::detail

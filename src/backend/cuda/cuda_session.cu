@@ -35,10 +35,10 @@ void CudaSession::gemm_w(const bf16* A, int M, const DMat& W, float* C, float be
     const bf16* Wb = static_cast<const bf16*>(W.data);
     if (W.bits != 16) {
         deq_.ensure(size_t(W.rows * W.cols) * 2);
-        dequant_bf16(W, deq_.as<bf16>(), s_);
+        dequant_bf16(W, deq_.as<bf16>(), qs_);
         Wb = deq_.as<bf16>();
     }
-    gemm_->run(A, M, int(W.cols), Wb, int(W.rows), C, beta);
+    gemm_->run(A, M, int(W.cols), Wb, int(W.rows), C, beta, qs_);
 }
 
 void CudaSession::ensure_kv(int64_t need) {
@@ -72,6 +72,7 @@ void CudaSession::prefill_resident(const std::vector<int>& ids, int64_t audio_be
 
 Tensor CudaSession::prefill_rows(const std::vector<int>& ids, int64_t audio_begin, int64_t A, const float* src,
                                  bool on_device, int logits) {
+    join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const int L = int(ids.size());
     if (L <= 0) fail("decoder", "empty prompt");
@@ -131,25 +132,63 @@ const float* CudaSession::head_rows(const float* x, int n) {
     return plog_.as<float>();
 }
 
-void CudaSession::run_pass(const PassKey& key, const std::function<void()>& enqueue) {
+void CudaSession::run_pass(const PassKey& key, std::function<PassKey()> key_now, std::function<void()> enqueue) {
+    join_capture();
     auto it = pass_graphs_.find(key);
     if (it != pass_graphs_.end()) {
         QASR_CUDA(cudaGraphLaunch(it->second, s_));
         return;
     }
-    if (!pass_graphs_on_ || profile_ || hosttime_ || ++pass_seen_[key] < 2) {
-        if (pass_seen_.size() > 256) pass_seen_.clear(); // shapes seen once: bounded
-        enqueue();
-        return;
+    enqueue();
+    if (!pass_graphs_on_ || profile_ || hosttime_) return;
+    if (pending_.size() >= 4) pending_.erase(pending_.begin()); // requests without a greedy loop: bounded
+    pending_.push_back({key, std::move(key_now), std::move(enqueue)});
+}
+
+void CudaSession::capture_pending() {
+    if (pending_.empty() || capw_.joinable()) return;
+    if (!cs_) QASR_CUDA(cudaStreamCreateWithFlags(&cs_, cudaStreamNonBlocking));
+    std::vector<PendingPass> work;
+    work.swap(pending_);
+    capw_ = std::thread([this, work = std::move(work)]() {
+        if (cudaSetDevice(w_.ordinal) != cudaSuccess) return;
+        for (const PendingPass& p : work) {
+            // the pass's buffers and KV cache are still the ones its key names (the main thread changes none of them
+            // until join_capture)
+            if (!(p.key_now() == p.key) || pass_graphs_.count(p.key)) continue;
+            cudaGraph_t g = nullptr;
+            cudaGraphExec_t ge = nullptr;
+            bool ok = cudaStreamBeginCapture(cs_, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+            if (ok) {
+                qs_ = cs_;
+                try {
+                    p.enqueue();
+                } catch (...) {
+                    ok = false;
+                }
+                qs_ = s_;
+                ok = cudaStreamEndCapture(cs_, &g) == cudaSuccess && ok && g;
+            }
+            ok = ok && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+            if (g) cudaGraphDestroy(g);
+            cudaGetLastError(); // a failed recording leaves the pass eager
+            if (ok) recorded_.emplace_back(p.key, ge);
+            else if (ge) cudaGraphExecDestroy(ge);
+        }
+    });
+}
+
+void CudaSession::join_capture() noexcept {
+    if (capw_.joinable()) capw_.join();
+    for (auto& [k, g] : recorded_) {
+        if (pass_graphs_.size() >= kPassGraphs) { // full: start over (many lengths, each seen more than once)
+            cudaStreamSynchronize(s_);
+            for (auto& [k2, g2] : pass_graphs_) cudaGraphExecDestroy(g2);
+            pass_graphs_.clear();
+        }
+        if (!pass_graphs_.emplace(k, g).second) cudaGraphExecDestroy(g);
     }
-    if (pass_graphs_.size() >= kPassGraphs) { // full: start over (rare: many lengths, each seen twice)
-        QASR_CUDA(cudaStreamSynchronize(s_));
-        for (auto& [k, g] : pass_graphs_) QASR_CUDA(cudaGraphExecDestroy(g));
-        pass_graphs_.clear();
-    }
-    const cudaGraphExec_t ge = capture(enqueue);
-    pass_graphs_.emplace(key, ge);
-    QASR_CUDA(cudaGraphLaunch(ge, s_));
+    recorded_.clear();
 }
 
 void CudaSession::decoder_rows(int L) {
@@ -160,8 +199,11 @@ void CudaSession::decoder_rows(int L) {
     po_.ensure(size_t(L) * qw * 4);
     pgu_.ensure(size_t(L) * 2 * I_ * 4);
     Stopwatch sw;
-    const PassKey key{1, L, len_, cap_, {px_.get(), pbf_.get(), pqkv_.get(), pq_.get(), po_.get(), pgu_.get(), kv_.get(), deq_.get()}};
-    run_pass(key, [&] { queue_decoder_rows(L); });
+    const int64_t pos0 = len_;
+    auto key_now = [this, L, pos0] {
+        return PassKey{1, L, pos0, cap_, {px_.get(), pbf_.get(), pqkv_.get(), pq_.get(), po_.get(), pgu_.get(), kv_.get(), deq_.get()}};
+    };
+    run_pass(key_now(), key_now, [this, L, pos0] { queue_decoder_rows(L, pos0); });
     rows_flush("prefill");
     npev_ = 0;
     host_report("prefill", L, sw);
@@ -169,8 +211,8 @@ void CudaSession::decoder_rows(int L) {
     set_ints(d_pos(), int(len_), 0, s_);
 }
 
-void CudaSession::queue_decoder_rows(int L) {
-    set_ints(d_pos(), int(len_), 0, s_); // the rows' first position; count = 0
+void CudaSession::queue_decoder_rows(int L, int64_t pos0) {
+    set_ints(d_pos(), int(pos0), 0, qs_); // the rows' first position; count = 0
     const int I = I_;
     float* x = px_.as<float>();
     bf16* ubf = pbf_.as<bf16>();
@@ -178,26 +220,26 @@ void CudaSession::queue_decoder_rows(int L) {
     if (profile_) ++prof_calls_["prefill"], npev_ = 0, mark("start");
     for (size_t li = 0; li < w_.dec.size(); ++li) {
         const DevDecLayer& l = w_.dec[li];
-        rms_norm(x, L, D_, l.in_norm, eps, nullptr, ubf, s_);
+        rms_norm(x, L, D_, l.in_norm, eps, nullptr, ubf, qs_);
         mark("norm");
         gemm_w(ubf, L, l.qkv, pqkv_.as<float>(), 0.0f);
         mark("qkv");
         qk_norm_rope_kv(pqkv_.as<float>(), L, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
-                        pq_.as<float>(), kc(li), vc(li), s_);
+                        pq_.as<float>(), kc(li), vc(li), qs_);
         mark("qk_norm_rope");
         AttnArgs at = dec_attn(li, pq_.as<float>(), po_.as<float>(), L);
         at.past = d_pos();
-        at.keys_hint = int(len_) + L;
+        at.keys_hint = int(pos0) + L;
         at.ob = ubf; // the o product's operand directly
-        attention(at, s_);
+        attention(at, qs_);
         mark("attention");
         gemm_w(ubf, L, l.o, x, 1.0f);
         mark("o");
-        rms_norm(x, L, D_, l.post_norm, eps, nullptr, ubf, s_);
+        rms_norm(x, L, D_, l.post_norm, eps, nullptr, ubf, qs_);
         mark("norm");
         gemm_w(ubf, L, l.gateup, pgu_.as<float>(), 0.0f);
         mark("gateup");
-        swiglu_bf16(pgu_.as<float>(), L, I, ubf, s_);
+        swiglu_bf16(pgu_.as<float>(), L, I, ubf, qs_);
         mark("swiglu");
         gemm_w(ubf, L, l.down, x, 1.0f);
         mark("down");
@@ -205,6 +247,7 @@ void CudaSession::queue_decoder_rows(int L) {
 }
 
 void CudaSession::extend(const Tensor& xin) {
+    join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const int n = int(xin.rows());
     if (n <= 0 || xin.cols() != D_) fail("decoder", "extend() needs rows of the model width");
@@ -218,6 +261,7 @@ void CudaSession::extend(const Tensor& xin) {
 }
 
 Tensor CudaSession::extended_logits(int64_t r0, int64_t n) {
+    join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (r0 < 0 || n <= 0 || r0 + n > ext_rows_) fail("decoder", "logits of rows outside the last extend()");
     const float* x = px_.as<float>() + size_t(r0) * D_;
@@ -389,6 +433,7 @@ cudaGraphExec_t CudaSession::capture_step(int splits, bool screened) {
 }
 
 Tensor CudaSession::step(int token) {
+    join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (token < 0 || token >= V_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
     if (len_ <= 0) fail("decoder", "step() before prefill()");
@@ -409,6 +454,7 @@ void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& 
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (len_ <= 0) fail("decoder", "greedy() before prefill()");
     if (max_tokens <= 0) return;
+    join_capture();
     ensure_kv(len_ + max_tokens + 1);
     // Token 0 comes from the prefill's logits (already on the device), or is already in ring slot 0 (the prefill's
     // screened head).
@@ -424,6 +470,7 @@ void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& 
             launch_step(true); // only the token is read back: the screened head where the model has one
             QASR_CUDA(cudaEventRecord(ev_[(n + 1) % kRing], s_));
         }
+        if (n == 0) capture_pending(); // this request's eager passes, recorded while the device decodes
         QASR_CUDA(cudaEventSynchronize(ev_[n % kRing]));
         const volatile int* slot = reinterpret_cast<volatile int*>(ring_h_ + n % kRing);
         const int id = slot[0], lp_bits = slot[1];

@@ -22,8 +22,10 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <thread>
 #include <tuple>
 #include <string>
+#include <vector>
 
 namespace qasr::cuda::detail {
 
@@ -37,6 +39,7 @@ public:
         QASR_CUDA(cudaSetDevice(w.ordinal));
         matvec_prefetch_prepare(w.ordinal);
         QASR_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+        qs_ = s_;
         QASR_CUBLAS(cublasCreate(&blas_));
         QASR_CUBLAS(cublasSetStream(blas_, s_));
         gemm_ = std::make_unique<GemmPlans>(blas_, s_);
@@ -112,6 +115,7 @@ public:
     }
     ~CudaSession() override {
         cudaSetDevice(w_.ordinal);
+        join_capture();
         cudaStreamSynchronize(s_);
         if (profile_ && prof_steps_) {
             std::fprintf(stderr, "qasr cuda profile: %d decode steps (eager, one event per kernel group), us per step:\n", prof_steps_);
@@ -162,6 +166,7 @@ public:
         cudaFreeHost(tok_h_);
         gemm_.reset();
         cublasDestroy(blas_);
+        if (cs_) cudaStreamDestroy(cs_);
         cudaStreamDestroy(s_);
     }
 
@@ -181,6 +186,7 @@ public:
 
     // After a failed request the stream may hold queued work: drain it so the pooled session starts clean.
     void reset_after_error() noexcept {
+        join_capture();
         cudaStreamSynchronize(s_);
         cudaGetLastError();
         resident_ = -1; // a later request must encode its own rows
@@ -229,16 +235,17 @@ private:
     // The decoder layers over n input rows in px_ at positions len_ … len_+n-1 (the KV cache holds the earlier
     // ones); then len_ += n and the device position follows.
     void decoder_rows(int n);
-    void queue_decoder_rows(int n); // decoder_rows' kernels (buffers sized beforehand; len_ unchanged)
+    void queue_decoder_rows(int n, int64_t pos0); // decoder_rows' kernels at positions pos0… (buffers sized beforehand)
     int stem_rows(int T, int* window) const; // the conv stem's output rows for T mel frames, its attention window
 
     // Row passes (a greedy transcription's encoder, the prefill) replayed as CUDA graphs, so that the host queues a
-    // pass of ~170 / ~260 kernels in one call: a pass is keyed by its shape and every buffer it touches; the first
-    // time a key is seen it runs eagerly (sizing the buffers), the second time it is captured and launched (nothing
-    // can allocate then), after that the graph is launched. At most kPassGraphs graphs. Opt-in
-    // (QASR_CUDA_PASS_GRAPHS=1): a capture costs ~10–15 ms once per shape (H200: the first 11 s transcription after
-    // the warm-up, whose 11 s pass had been the shape's first sighting, took 35–41 ms instead of 26), and repeated
-    // shapes then save 0.3–1.2 ms per transcription (docs/benchmarks.md, CUDA → Session 12).
+    // pass of ~170 / ~260 kernels in one call. A pass is keyed by its shape and every buffer it touches. The first time
+    // a key is seen it runs eagerly (sizing the buffers); the greedy loop of that request then records the pass into a
+    // graph on a second host thread and stream (capture_pending, while the device decodes and the host would only wait),
+    // and later requests of that key launch the graph. No request waits for a capture (session 12's capture on the
+    // key's second sighting cost that request 3–15 ms), except one that starts before the capture of the previous
+    // request's passes is done (a decode shorter than the capture). At most kPassGraphs graphs. On by default;
+    // QASR_CUDA_PASS_GRAPHS=0: eager always.
     struct PassKey {
         int kind, rows;
         int64_t a, b;
@@ -246,14 +253,27 @@ private:
         bool operator<(const PassKey& o) const {
             return std::tie(kind, rows, a, b, ptr) < std::tie(o.kind, o.rows, o.a, o.b, o.ptr);
         }
+        bool operator==(const PassKey& o) const { return !(*this < o) && !(o < *this); }
     };
-    void run_pass(const PassKey& key, const std::function<void()>& enqueue);
+    // key(): the pass's key from the session's state now (a pass whose buffers moved since is not recorded).
+    void run_pass(const PassKey& key, std::function<PassKey()> key_now, std::function<void()> enqueue);
+    void capture_pending(); // start recording the pending passes (greedy(), after its first step is queued)
+    void join_capture() noexcept; // wait for the recording thread; its graphs join pass_graphs_
     static constexpr size_t kPassGraphs = 16;
     std::map<PassKey, cudaGraphExec_t> pass_graphs_;
-    std::map<PassKey, int> pass_seen_;
+    struct PendingPass {
+        PassKey key;
+        std::function<PassKey()> key_now;
+        std::function<void()> enqueue;
+    };
+    std::vector<PendingPass> pending_;                             // passes run eagerly, not yet recorded
+    std::vector<std::pair<PassKey, cudaGraphExec_t>> recorded_;    // the recording thread's graphs (read after join)
+    std::thread capw_;                                              // the recording thread
+    cudaStream_t cs_ = nullptr;                                     // its stream
+    cudaStream_t qs_ = nullptr; // the stream the row passes queue on: s_, or cs_ while the recording thread runs them
     const bool pass_graphs_on_ = [] {
         const char* e = std::getenv("QASR_CUDA_PASS_GRAPHS");
-        return e && std::string(e) == "1";
+        return !(e && std::string(e) == "0");
     }();
     // Logits [n, V] on the device (in plog_) of n final-normed rows of x (bf16 rows through cuBLAS).
     const float* head_rows(const float* x, int n);

@@ -3,6 +3,8 @@
 
 #include "backend/cuda/kernels.cuh"
 
+#include "core/error.hpp"
+
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -69,7 +71,8 @@ const GemmPlans::Plan& GemmPlans::plan(int M, int N, int K) {
     return p;
 }
 
-void GemmPlans::run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W, int N, float* C, float beta) {
+void GemmPlans::run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W, int N, float* C, float beta,
+                    cudaStream_t s) {
     if (M <= 0 || N <= 0) return;
     const float alpha = 1.0f;
     const auto a256 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 256 == 0; };
@@ -78,10 +81,14 @@ void GemmPlans::run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W
         if (p.ok) {
             if (!ws_.get()) ws_.alloc(kWorkspace);
             QASR_CUBLAS(cublasLtMatmul(lt_, p.op, &alpha, W, p.la, A, p.lb, &beta, C, p.lc, C, p.lc, &p.algo, ws_.get(),
-                                       kWorkspace, s_));
+                                       kWorkspace, s));
             return;
         }
     }
+    // cublasGemmEx runs on the handle's stream (the session's); moving the handle to another stream resets its
+    // workspace (an allocation, which a stream capture forbids): a pass recorded off the request's path that needs
+    // it is not recorded
+    if (s != s_) fail("cuda", "product without a cublasLt plan on a recording stream");
     gemm(blas_, A, M, K, W, N, C, beta); // kernels.cu: cublasGemmEx
 }
 

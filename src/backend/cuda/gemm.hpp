@@ -21,7 +21,8 @@ public:
     ~GemmPlans();
     GemmPlans(const GemmPlans&) = delete;
     GemmPlans& operator=(const GemmPlans&) = delete;
-    void run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W, int N, float* C, float beta);
+    // on stream s (the session's, or the capture stream of a pass recorded off the request's path)
+    void run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W, int N, float* C, float beta, cudaStream_t s);
     size_t plans() const { return plans_.size(); }
 
 private:
