@@ -14,15 +14,14 @@ with CUDA synchronisation, median of --runs after 2 warm-ups. qasr's own timing 
 import argparse
 import json
 import os
-import subprocess
 import statistics
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import read_wav  # noqa: E402  (16 kHz mono 16-bit PCM, as the parity dumps read it)
+from bf16_common import argmax_ties, feature_extractor, forced_greedy, prefill, qasr_logits  # noqa: E402
+from bf16_common import features as clip_features  # noqa: E402
 
 
 def main():
@@ -35,6 +34,7 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--attn", default="sdpa")
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--fp32-check", action="store_true",
                     help="also run the reference in fp32 (TF32 off) and report how often bf16 reference, fp32 "
                          "reference and qasr agree on the prefill argmax")
@@ -43,10 +43,6 @@ def main():
 
     import torch
     from transformers import Qwen3ASRForConditionalGeneration
-    try:
-        from transformers import Qwen3ASRFeatureExtractor
-    except ImportError:
-        from transformers.models.qwen3_asr.feature_extraction_qwen3_asr import Qwen3ASRFeatureExtractor
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
@@ -55,39 +51,35 @@ def main():
     model = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.bfloat16,
                                                              attn_implementation=a.attn).to(dev).eval()
     res["reference_load_s"] = time.perf_counter() - t0
-    fe = Qwen3ASRFeatureExtractor()
+    fe = feature_extractor()
     pcm = read_wav(a.audio)
-    if len(pcm) < 8000:
-        pcm = np.concatenate([pcm, np.zeros(8000 - len(pcm), dtype=np.float32)])
 
     def features():
-        f = fe(pcm, sampling_rate=16000, padding="longest", return_attention_mask=True, return_tensors="pt")
-        m = f.get("attention_mask", f.get("input_features_mask"))
-        return f["input_features"].to(dev, dtype=model.dtype), m.to(dev)
+        return clip_features(fe, pcm, dev, model.dtype)
 
-    q = json.loads(subprocess.run([a.qasr, "dev", "logits", "-m", a.model, "--device", "cuda", "--steps",
-                                   str(a.steps), a.audio], check=True, capture_output=True, text=True).stdout)
+    q = qasr_logits(a.qasr, a.model, a.audio, a.steps)
     ids = q["prompt_ids"]
     L = len(ids)
     input_ids = torch.tensor([ids], device=dev)
     if not a.skip_accuracy:
         x, mask = features()
+        head_in = []
+        hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o: head_in.append(i[0].detach()))
+        out = prefill(model, ids, x, mask, cache=True)
+        hook.remove()
+        lg = out.logits[0].float()
+        # the same head input with float32 logits (the bf16 reference's logits are bf16: equal top values are
+        # common on random weights, and argmax then takes the lower id)
         with torch.no_grad():
-            out = model(input_ids=input_ids, input_features=x, input_features_mask=mask,
-                        attention_mask=torch.ones_like(input_ids), use_cache=True, logits_to_keep=0)
-            lg = out.logits[0].float()
-            ref_arg = lg.argmax(-1).tolist()
-            top2 = lg.topk(2, dim=-1).values
-            ref_margin = (top2[:, 0] - top2[:, 1]).tolist()
-            past, last, seq, margins = out.past_key_values, lg[-1], [], []
-            for n in range(a.steps):
-                t2 = last.topk(2).values
-                margins.append(float(t2[0] - t2[1]))
-                seq.append(int(last.argmax()))
-                if n + 1 < a.steps:
-                    st = model(input_ids=torch.tensor([[seq[-1]]], device=dev), past_key_values=past, use_cache=True,
-                               attention_mask=torch.ones((1, L + len(seq)), dtype=torch.long, device=dev))
-                    past, last = st.past_key_values, st.logits[0, -1].float()
+            lg32 = head_in[0][0].float() @ model.get_output_embeddings().weight.float().t()
+        ref_arg32 = lg32.argmax(-1).tolist()
+        ref_top = [[[int(i), float(v)] for i, v in zip(ix, vs)]
+                   for ix, vs in zip(lg.topk(4, dim=-1).indices.tolist(), lg.topk(4, dim=-1).values.tolist())]
+        del lg32, head_in
+        ref_arg, ref_tie = argmax_ties(lg)
+        top2 = lg.topk(2, dim=-1).values
+        ref_margin = (top2[:, 0] - top2[:, 1]).tolist()
+        seq, margins = forced_greedy(model, out, L, a.steps)
         agree = sum(int(r == o) for r, o in zip(ref_arg, q["prefill_argmax"]))
         disagree_margins = [min(ref_margin[i], q["prefill_margin"][i]) for i in range(L)
                             if ref_arg[i] != q["prefill_argmax"][i]]
@@ -98,6 +90,28 @@ def main():
                    forced_margin_at_divergence_ref=None if div is None else margins[div],
                    forced_margin_at_divergence_qasr=None if div is None else q["forced_margin"][div],
                    forced_min_margin_ref=min(margins))
+        # Where the disagreements come from: exact ties among the bf16 reference's logits, and the agreement when
+        # both sides' logits are taken at the same precision (qasr's rounded to bf16 with the lowest id on ties;
+        # the reference's head recomputed in float32 from its own bf16 head input).
+        ties = [i for i in range(L) if ref_tie[i]]
+        qb = q.get("prefill_argmax_bf16")
+        if qb is not None:
+            res.update(prefill_agree_bf16_logits=sum(int(r == o) for r, o in zip(ref_arg, qb)) / L)
+        res.update(ref_bf16_top2_ties=len(ties),
+                   prefill_agree_ref_f32_logits=sum(int(r == o) for r, o in zip(ref_arg32, q["prefill_argmax"])) / L,
+                   ref_bf16_vs_ref_f32_logits=sum(int(r == o) for r, o in zip(ref_arg, ref_arg32)) / L,
+                   disagreements=[{"pos": i, "ref_top": ref_top[i], "ref_f32_logits_argmax": ref_arg32[i],
+                                   "qasr_top": q["prefill_top"][i] if "prefill_top" in q else None,
+                                   "qasr_bf16_argmax": qb[i] if qb else None}
+                                  for i in range(L) if ref_arg[i] != q["prefill_argmax"][i]])
+        print(f"accuracy detail: the bf16 reference's top-2 logits are equal at {len(ties)}/{L} positions; "
+              f"qasr's logits rounded to bf16 agree at {100 * res.get('prefill_agree_bf16_logits', float('nan')):.2f}%; "
+              f"the reference's head in float32 agrees with qasr at {100 * res['prefill_agree_ref_f32_logits']:.2f}% "
+              f"and with its own bf16 logits at {100 * res['ref_bf16_vs_ref_f32_logits']:.2f}%", flush=True)
+        for d in res["disagreements"]:
+            print(f"  disagreement at {d['pos']}: reference top {d['ref_top'][:3]} (f32-logit argmax "
+                  f"{d['ref_f32_logits_argmax']}), qasr top {(d['qasr_top'] or [])[:3]} (bf16-logit argmax "
+                  f"{d['qasr_bf16_argmax']})", flush=True)
         print(f"accuracy: prefill argmax agreement {agree}/{L} = {100.0 * agree / L:.2f}%"
               f" (largest top-2 gap at a disagreement: {res['prefill_disagreement_max_margin']}); "
               f"forced greedy {'identical over %d steps' % a.steps if div is None else 'diverges at step %d (top-2 gap ref %.4f, qasr %.4f)' % (div, margins[div], q['forced_margin'][div])}",
@@ -106,11 +120,8 @@ def main():
     if a.fp32_check and not a.skip_accuracy:
         m32 = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.float32,
                                                                attn_implementation="eager").to(dev).eval()
-        f = fe(pcm, sampling_rate=16000, padding="longest", return_attention_mask=True, return_tensors="pt")
-        m = f.get("attention_mask", f.get("input_features_mask"))
-        with torch.no_grad():
-            o32 = m32(input_ids=input_ids, input_features=f["input_features"].to(dev), input_features_mask=m.to(dev),
-                      attention_mask=torch.ones_like(input_ids), logits_to_keep=0)
+        x32, m32mask = clip_features(fe, pcm, dev, torch.float32)
+        o32 = prefill(m32, ids, x32, m32mask)
         a32 = o32.logits[0].float().argmax(-1).tolist()
         del m32, o32
         torch.cuda.empty_cache()
@@ -123,11 +134,9 @@ def main():
         other = "eager" if a.attn != "eager" else "sdpa"
         mo = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.bfloat16,
                                                               attn_implementation=other).to(dev).eval()
-        xo, masko = features()
-        with torch.no_grad():
-            oo = mo(input_ids=input_ids, input_features=xo, input_features_mask=masko,
-                    attention_mask=torch.ones_like(input_ids), logits_to_keep=0)
-        ao = oo.logits[0].float().argmax(-1).tolist()
+        oo = prefill(mo, ids, *features())
+        ao, otie = argmax_ties(oo.logits[0].float())
+        res["bf16_other_top2_ties"] = sum(otie)
         del mo, oo
         torch.cuda.empty_cache()
         res.update(bf16_other_attn=other, bf16_other_vs_bf16ref=sum(int(x == y) for x, y in zip(ao, ref_arg)) / L,
@@ -135,8 +144,14 @@ def main():
                    qasr_vs_bf16_other=sum(int(x == y) for x, y in zip(ao, q["prefill_argmax"])) / L)
         print(f"bf16 noise floor: the reference in bf16 with {other} attention agrees with the bf16 {a.attn} reference on "
               f"{100 * res['bf16_other_vs_bf16ref']:.2f}% of the prefill positions (with fp32: "
-              f"{100 * res['bf16_other_vs_fp32']:.2f}%, with qasr: {100 * res['qasr_vs_bf16_other']:.2f}%)", flush=True)
+              f"{100 * res['bf16_other_vs_fp32']:.2f}%, with qasr: {100 * res['qasr_vs_bf16_other']:.2f}%; its top-2 logits "
+              f"equal at {res['bf16_other_top2_ties']} positions)", flush=True)
 
+    if a.skip_speed:
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     # Speed: end to end as a user calls it (features on the CPU, generate on the GPU), fixed decode length.
     def e2e():
         torch.cuda.synchronize()

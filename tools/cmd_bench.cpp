@@ -261,6 +261,9 @@ int cmd_bench(int argc, char** argv) {
                         {"decode_ms", dec_ms},
                         {"total_ms", median(tot)},
                         {"first_total_ms", tot.empty() ? 0.0 : tot.front()},
+                        // the first timed run's stages (after --api-warmup: the first transcription after the warm-up)
+                        {"first_ms", {{"mel", mel.empty() ? 0.0 : mel.front()}, {"encode", enc.empty() ? 0.0 : enc.front()},
+                                      {"prefill", pre.empty() ? 0.0 : pre.front()}, {"decode", dec.empty() ? 0.0 : dec.front()}}},
                         {"max_total_ms", tot.empty() ? 0.0 : *std::max_element(tot.begin(), tot.end())},
                         {"api_warmup_ms", warmup_ms},
                         {"tokens_per_s", 1000.0 / ms_tok},

@@ -4,6 +4,7 @@
 #include "commands.hpp"
 
 #include "audio/audio.hpp"
+#include "core/dtype.hpp"
 #include "model/random_checkpoint.hpp"
 #include "pipeline/session.hpp"
 
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
+#include <vector>
 
 namespace qasr::cli {
 
@@ -27,6 +29,28 @@ void argmax_rows(const Tensor& l, nlohmann::json& ids, nlohmann::json& margins) 
             else if (second < 0 || x[i] > x[second]) second = i;
         ids.push_back(best);
         margins.push_back(second < 0 ? 0.0 : double(x[best]) - double(x[second]));
+    }
+}
+
+// The same rows as a bf16 model emits them (each logit rounded to bf16, nearest even): the argmax with the lowest
+// index among equal values (torch's rule) and the row's `k` largest float32 logits as [id, value] pairs — what
+// scripts/cuda_reference.py needs to tell a tie of the bf16 reference's logits from a real disagreement.
+void bf16_argmax_rows(const Tensor& l, int k, nlohmann::json& ids, nlohmann::json& tops) {
+    std::vector<int64_t> order(size_t(l.cols()));
+    for (int64_t r = 0; r < l.rows(); ++r) {
+        const float* x = l.row(r);
+        int64_t best = 0;
+        float bv = bf16_to_f32(f32_to_bf16(x[0]));
+        for (int64_t i = 1; i < l.cols(); ++i)
+            if (const float v = bf16_to_f32(f32_to_bf16(x[i])); v > bv) bv = v, best = i;
+        ids.push_back(best);
+        for (int64_t i = 0; i < l.cols(); ++i) order[size_t(i)] = i;
+        const int kk = int(std::min<int64_t>(k, l.cols()));
+        std::partial_sort(order.begin(), order.begin() + kk, order.end(),
+                          [x](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
+        nlohmann::json t = nlohmann::json::array();
+        for (int j = 0; j < kk; ++j) t.push_back({order[size_t(j)], x[order[size_t(j)]]});
+        tops.push_back(t);
     }
 }
 
@@ -57,6 +81,10 @@ int dev_logits(int argc, char** argv) {
     argmax_rows(all, pid, pm);
     j["prefill_argmax"] = pid;
     j["prefill_margin"] = pm;
+    nlohmann::json pb = nlohmann::json::array(), pt = nlohmann::json::array();
+    bf16_argmax_rows(all, 4, pb, pt);
+    j["prefill_argmax_bf16"] = pb;
+    j["prefill_top"] = pt;
     nlohmann::json gid = nlohmann::json::array(), gm = nlohmann::json::array();
     Tensor last({1, all.cols()});
     std::copy(all.row(all.rows() - 1), all.row(all.rows() - 1) + all.cols(), last.ptr());
