@@ -60,8 +60,11 @@ void Transcriber::warmup() const {
     // the thread team, which every decode step touches in full, so a 2 s clip and a few steps suffice (the 8 s of
     // the GPU recipe exist to build realistic kernel batch shapes).
     // On an accelerator: 8 s of noise sampled at temperature 1 (builds the encoder's scratch at realistic shapes,
-    // creates the cuBLAS handle and captures the decode-step graph), then short greedy passes over 30, 20, 11, 5 and
-    // 2 s, so the pooled session's scratch and KV cache fit the usual requests and cuBLAS has seen their shapes.
+    // creates the cuBLAS handle and captures the decode-step graph), then short greedy passes over 30, 20, 10, 5, 4,
+    // 2 and 1 s, so the pooled session's scratch and KV cache fit the usual requests and every band of product
+    // shapes a request up to 30 s long uses (M ≤ 32, ≤ 64, … ≤ 512 rows: backend/cuda/gemm.hpp) has its algorithm
+    // and kernels loaded. None of these is the benchmarks' 11 s, so that the first transcription after the warm-up is
+    // measured on a length the warm-up has not run.
     const bool dev = impl_->model->device != nullptr;
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> u(-0.01f, 0.01f);
@@ -79,7 +82,7 @@ void Transcriber::warmup() const {
         impl_->model->head_screen(); // the LM head's row norms for streams' draft verification (~75 ms, once)
         return;
     }
-    for (int seconds : {30, 20, 11, 5, 2})
+    for (int seconds : {30, 20, 10, 5, 4, 2, 1})
         transcribe(std::vector<float>(noise.begin(), noise.begin() + seconds * kSampleRate), o);
 }
 

@@ -37,11 +37,27 @@ void GemmPlans::destroy(Plan& p) noexcept {
     p = Plan{};
 }
 
-const GemmPlans::Plan& GemmPlans::plan(int M, int N, int K) {
+bool GemmPlans::heuristic(Plan& p) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    QASR_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspace;
+    cublasLtMatmulHeuristicResult_t res{};
+    int got = 0;
+    const bool ok =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &res, &got) == CUBLAS_STATUS_SUCCESS &&
+        got > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (ok) p.algo = res.algo;
+    return ok;
+}
+
+GemmPlans::Plan& GemmPlans::plan(int M, int N, int K) {
     const auto key = std::make_tuple(M, N, K);
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
-    if (plans_.size() >= 512) { // many shapes (long audio of every length): start over
+    if (plans_.size() >= 512) { // many shapes (long audio of every length): start over (the bands' algorithms stay)
         for (auto& [k, p] : plans_) destroy(p);
         plans_.clear();
     }
@@ -54,20 +70,17 @@ const GemmPlans::Plan& GemmPlans::plan(int M, int N, int K) {
     QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, K, N, K));
     QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, K, M, K));
     QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, N, M, N));
-    cublasLtMatmulPreference_t pref = nullptr;
-    QASR_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = kWorkspace;
-    cublasLtMatmulHeuristicResult_t res{};
-    int got = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    if (st == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &res, &got) == CUBLAS_STATUS_SUCCESS &&
-        got > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
-        p.algo = res.algo;
-        p.ok = true;
+    const auto bkey = std::make_tuple(band(M), N, K);
+    if (const auto b = bands_.find(bkey); b != bands_.end()) {
+        cublasLtMatmulHeuristicResult_t chk{};
+        if (cublasLtMatmulAlgoCheck(lt_, p.op, p.la, p.lb, p.lc, p.lc, &b->second, &chk) == CUBLAS_STATUS_SUCCESS &&
+            chk.workspaceSize <= kWorkspace) {
+            p.algo = b->second;
+            p.ok = p.banded = true;
+            return p;
+        }
     }
-    cublasLtMatmulPreferenceDestroy(pref);
+    if ((p.ok = heuristic(p))) bands_.emplace(bkey, p.algo); // the band's first M decides
     return p;
 }
 
@@ -77,7 +90,8 @@ void GemmPlans::run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W
     const float alpha = 1.0f;
     const auto a256 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 256 == 0; };
     if (lt_ && a256(A) && a256(W) && a256(C)) {
-        const Plan& p = plan(M, N, K);
+        Plan& p = plan(M, N, K);
+        if (p.ok && p.banded && s != s_) p.banded = !heuristic(p); // recording off the request's path: this M's own
         if (p.ok) {
             if (!ws_.get()) ws_.alloc(kWorkspace);
             QASR_CUBLAS(cublasLtMatmul(lt_, p.op, &alpha, W, p.la, A, p.lb, &beta, C, p.lc, C, p.lc, &p.algo, ws_.get(),

@@ -4,6 +4,15 @@
 // (bench/cuda_launch_cost.cu, H200 machine), on the same kernels (cuBLAS's heuristic picks them for both). The
 // passes queue 184 products (0.6B, 11 s), and they are host-bound where the host is slow. Pointers not aligned to
 // 256 bytes and shapes without a heuristic answer go to cublasGemmEx.
+// One algorithm per (N, K) and band of M (M ≤ 32, ≤ 64, ≤ 128, … powers of two): the heuristic's answer for the
+// first M of the band, reused (after cublasLtMatmulAlgoCheck) for every other M in it. Asking the heuristic per M
+// costs ~0.2 ms, and its answer is often a kernel the process has not run yet, whose first launch costs 2.5–18 ms
+// (bench/cuda_first_shape.cu): a request of a length the warm-up had not seen paid both for each of its ~11 shapes
+// (first transcription after the warm-up 38.8–53.6 vs 24.7–25.3 ms steady). The warm-up runs a length in every band
+// a request up to 30 s uses. The band's algorithm is not always the best for another M of the band (0.6B, 11 s: +0.13
+// ms a request), so a pass recorded off the request's path (a product on a stream other than the session's) asks
+// the heuristic for its own M first: later requests of that length replay the heuristic's choice, and the first
+// launch of a new kernel is paid on the recording thread.
 #pragma once
 #include "backend/cuda/check.hpp"
 
@@ -30,16 +39,24 @@ private:
         cublasLtMatmulDesc_t op = nullptr;
         cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
         cublasLtMatmulAlgo_t algo{};
-        bool ok = false; // false: cublasGemmEx for this shape
+        bool ok = false;     // false: cublasGemmEx for this shape
+        bool banded = false; // algo is the band's, not yet the heuristic's answer for this M
     };
-    const Plan& plan(int M, int N, int K);
+    Plan& plan(int M, int N, int K);
+    bool heuristic(Plan& p); // the heuristic's algorithm for p's shape into p.algo
     static void destroy(Plan& p) noexcept;
+    static int band(int M) {
+        int b = 0;
+        while (b < 30 && (32 << b) < M) ++b;
+        return b;
+    }
 
     cublasHandle_t blas_;
     cudaStream_t s_;
     cublasLtHandle_t lt_ = nullptr;
     Buffer ws_;
-    std::map<std::tuple<int, int, int>, Plan> plans_;
+    std::map<std::tuple<int, int, int>, Plan> plans_;                // by (M, N, K): descriptors and algorithm
+    std::map<std::tuple<int, int, int>, cublasLtMatmulAlgo_t> bands_; // by (band of M, N, K): the algorithm
 };
 
 } // namespace qasr::cuda::detail
