@@ -39,6 +39,15 @@ def argmax_ties(lg):
     return lg.argmax(-1).tolist(), (t2[:, 0] == t2[:, 1]).tolist()
 
 
+def resolved(lg):
+    """Per row: whether the two largest values are more than one bf16 step (at the larger one's magnitude) apart —
+    positions where bf16 logits order the two best tokens by more than their own rounding."""
+    import torch
+    t2 = lg.topk(2, dim=-1).values
+    ulp = torch.exp2(torch.floor(torch.log2(t2[:, 0].abs().clamp_min(1e-30))) - 7)
+    return ((t2[:, 0] - t2[:, 1]) > ulp).tolist()
+
+
 def forced_greedy(model, out, L, steps):
     """`steps` greedy tokens after the prefill `out` (plain argmax, no stop rule) and the top-2 gap at each."""
     import torch

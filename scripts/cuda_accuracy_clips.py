@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import read_wav  # noqa: E402
-from bf16_common import argmax_ties, feature_extractor, features, forced_greedy, prefill, qasr_logits  # noqa: E402
+from bf16_common import argmax_ties, feature_extractor, features, forced_greedy, prefill, qasr_logits, resolved  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EOS = (151643, 151645)
@@ -48,7 +48,7 @@ def main():
     with open(a.tsv, encoding="utf-8") as f:
         clips = [r["path"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
     n = {k: 0 for k in ("positions", "qasr", "qasr_bf16_logits", "ref_batch2", "qasr_fp32", "ref_fp32", "ref_ties",
-                        "greedy_identical", "greedy_clips")}
+                        "resolved", "qasr_resolved", "greedy_identical", "greedy_clips")}
     per_clip = []
     for c in clips:
         path = os.path.join(ROOT, c)
@@ -58,6 +58,7 @@ def main():
         x, mask = features(fe, pcm, dev, torch.bfloat16)
         out = prefill(m16, ids, x, mask, cache=True)
         ref, tie = argmax_ties(out.logits[0].float())
+        rv = resolved(out.logits[0].float())
         seq, _ = forced_greedy(m16, out, L, a.steps)
         b2, _ = argmax_ties(prefill(m16, ids, x, mask, batch=2).logits[0].float())
         x32, mask32 = features(fe, pcm, dev, torch.float32)
@@ -67,6 +68,7 @@ def main():
         row = {"clip": c, "positions": L, "qasr": same(q["prefill_argmax"], ref),
                "qasr_bf16_logits": same(q["prefill_argmax_bf16"], ref), "ref_batch2": same(b2, ref),
                "qasr_fp32": same(q["prefill_argmax"], f32), "ref_fp32": same(ref, f32), "ref_ties": sum(tie),
+               "resolved": sum(rv), "qasr_resolved": sum(int(r and i == j) for r, i, j in zip(rv, q["prefill_argmax"], ref)),
                "greedy_identical": int(seq[:end] == q["forced_ids"][:end]), "greedy_clips": 1, "greedy_len": end}
         per_clip.append(row)
         for k in n:
@@ -79,7 +81,8 @@ def main():
     print(f"{len(clips)} clips, {P} prefill positions: qasr (CUDA) vs transformers bf16 {n['qasr']}/{P} = "
           f"{pct('qasr'):.2f}% (qasr's logits rounded to bf16: {pct('qasr_bf16_logits'):.2f}%); transformers bf16 "
           f"batched twice vs once {n['ref_batch2']}/{P} = {pct('ref_batch2'):.2f}%; vs fp32: qasr {pct('qasr_fp32'):.2f}%, "
-          f"bf16 reference {pct('ref_fp32'):.2f}%; equal top-2 bf16 logits at {n['ref_ties']} positions; greedy "
+          f"bf16 reference {pct('ref_fp32'):.2f}%; equal top-2 bf16 logits at {n['ref_ties']} positions; where the "
+          f"reference's top-2 are more than one bf16 step apart: qasr {n['qasr_resolved']}/{n['resolved']}; greedy "
           f"transcripts identical {n['greedy_identical']}/{n['greedy_clips']}", flush=True)
     if a.out:
         with open(a.out, "w") as fo:

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import read_wav  # noqa: E402  (16 kHz mono 16-bit PCM, as the parity dumps read it)
-from bf16_common import argmax_ties, feature_extractor, forced_greedy, prefill, qasr_logits  # noqa: E402
+from bf16_common import argmax_ties, feature_extractor, forced_greedy, prefill, qasr_logits, resolved  # noqa: E402
 from bf16_common import features as clip_features  # noqa: E402
 
 
@@ -94,6 +94,9 @@ def main():
         # both sides' logits are taken at the same precision (qasr's rounded to bf16 with the lowest id on ties;
         # the reference's head recomputed in float32 from its own bf16 head input).
         ties = [i for i in range(L) if ref_tie[i]]
+        res_pos = [i for i, r in enumerate(resolved(lg)) if r]
+        res.update(ref_resolved_positions=len(res_pos),
+                   prefill_agree_resolved=sum(int(ref_arg[i] == q["prefill_argmax"][i]) for i in res_pos))
         qb = q.get("prefill_argmax_bf16")
         if qb is not None:
             res.update(prefill_agree_bf16_logits=sum(int(r == o) for r, o in zip(ref_arg, qb)) / L)
@@ -108,6 +111,8 @@ def main():
               f"qasr's logits rounded to bf16 agree at {100 * res.get('prefill_agree_bf16_logits', float('nan')):.2f}%; "
               f"the reference's head in float32 agrees with qasr at {100 * res['prefill_agree_ref_f32_logits']:.2f}% "
               f"and with its own bf16 logits at {100 * res['ref_bf16_vs_ref_f32_logits']:.2f}%", flush=True)
+        print(f"accuracy where the bf16 reference's top-2 logits are more than one bf16 step apart: "
+              f"{res['prefill_agree_resolved']}/{len(res_pos)}", flush=True)
         for d in res["disagreements"]:
             print(f"  disagreement at {d['pos']}: reference top {d['ref_top'][:3]} (f32-logit argmax "
                   f"{d['ref_f32_logits_argmax']}), qasr top {(d['qasr_top'] or [])[:3]} (bf16-logit argmax "

@@ -17,6 +17,10 @@ const bool g_lt_on = [] { // QASR_CUDA_GEMM_LT=0: every product through cublasGe
     const char* e = std::getenv("QASR_CUDA_GEMM_LT");
     return !(e && std::string(e) == "0");
 }();
+const bool g_bands = [] { // QASR_CUDA_GEMM_BANDS=0: the heuristic's answer for every M from the start (gemm.hpp)
+    const char* e = std::getenv("QASR_CUDA_GEMM_BANDS");
+    return !(e && std::string(e) == "0");
+}();
 } // namespace
 
 GemmPlans::GemmPlans(cublasHandle_t blas, cudaStream_t s) : blas_(blas), s_(s) {
@@ -71,7 +75,7 @@ GemmPlans::Plan& GemmPlans::plan(int M, int N, int K) {
     QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, K, M, K));
     QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, N, M, N));
     const auto bkey = std::make_tuple(band(M), N, K);
-    if (const auto b = bands_.find(bkey); b != bands_.end()) {
+    if (const auto b = bands_.find(bkey); g_bands && b != bands_.end()) {
         cublasLtMatmulHeuristicResult_t chk{};
         if (cublasLtMatmulAlgoCheck(lt_, p.op, p.la, p.lb, p.lc, p.lc, &b->second, &chk) == CUBLAS_STATUS_SUCCESS &&
             chk.workspaceSize <= kWorkspace) {

@@ -12,7 +12,14 @@
 // a request up to 30 s uses. The band's algorithm is not always the best for another M of the band (0.6B, 11 s: +0.13
 // ms a request), so a pass recorded off the request's path (a product on a stream other than the session's) asks
 // the heuristic for its own M first: later requests of that length replay the heuristic's choice, and the first
-// launch of a new kernel is paid on the recording thread.
+// launch of a new kernel is paid on the recording thread. The price: the first request of a new length computes its
+// products with another algorithm than the later ones — the same tokens in every check, log-probabilities differing
+// by up to 5e-3 (0.6B, 8.5 s). QASR_CUDA_GEMM_BANDS=0 asks the heuristic for every M from the start (a transcript
+// that never depends on what ran before; the first request of a length then pays as described).
+// Not kept (docs/benchmarks.md, Session 15): one algorithm per 32-row band asked at the band's largest M for every
+// M of it (history-free, but +0.5 ms a request at 11 s); every M up to 512 asked ahead by worker threads with their
+// own handles, each distinct algorithm launched there once (first requests still 38–43 ms, steady state 1 ms slower;
+// causes not found).
 #pragma once
 #include "backend/cuda/check.hpp"
 
