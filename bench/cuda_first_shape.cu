@@ -44,15 +44,11 @@ int main(int argc, char** argv) {
     if (Ms.empty()) Ms = {158, 126, 175, 111, 126, 214, 96};
     int maxM = 0;
     for (int m : Ms) maxM = std::max(maxM, m);
-    cudaStream_t s;
-    CK(cudaStreamCreate(&s));
-    cublasHandle_t h;
-    CB(cublasCreate(&h));
-    CB(cublasSetStream(h, s));
-    cublasLtHandle_t lt;
-    CB(cublasLtCreate(&lt));
-    void* ws = nullptr;
-    CK(cudaMalloc(&ws, ws_bytes));
+    const Handles k;
+    cudaStream_t s = k.s;
+    cublasHandle_t h = k.h;
+    cublasLtHandle_t lt = k.lt;
+    void* ws = k.ws;
     for (const Shape& base : model_shapes(maxM, maxM, false)) {
         __nv_bfloat16 *W, *A;
         float* C;

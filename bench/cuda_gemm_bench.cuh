@@ -43,19 +43,26 @@ constexpr size_t ws_bytes = 32u << 20; // cuBLAS(Lt) workspace
 
 // main() of both benchmarks: [M] [M_encoder] from the command line, the stream and handles, then per_shape(shape,
 // stream, cuBLAS handle, cuBLASLt handle, workspace) for every shape of model_shapes().
+// The stream, a cuBLAS handle on it, a cuBLASLt handle and ws_bytes of workspace (kept until the process ends).
+struct Handles {
+    cudaStream_t s = nullptr;
+    cublasHandle_t h = nullptr;
+    cublasLtHandle_t lt = nullptr;
+    void* ws = nullptr;
+    Handles() {
+        CK(cudaStreamCreate(&s));
+        CB(cublasCreate(&h));
+        CB(cublasSetStream(h, s));
+        CB(cublasLtCreate(&lt));
+        CK(cudaMalloc(&ws, ws_bytes));
+    }
+};
+
 template <class F> int bench_main(int argc, char** argv, bool with_17b, F&& per_shape) {
     const int M = argc > 1 ? std::atoi(argv[1]) : 158;
     const int Me = argc > 2 ? std::atoi(argv[2]) : 143;
-    cudaStream_t s;
-    CK(cudaStreamCreate(&s));
-    cublasHandle_t h;
-    CB(cublasCreate(&h));
-    CB(cublasSetStream(h, s));
-    cublasLtHandle_t lt;
-    CB(cublasLtCreate(&lt));
-    void* ws = nullptr;
-    CK(cudaMalloc(&ws, ws_bytes));
-    for (const Shape& sh : model_shapes(M, Me, with_17b)) per_shape(sh, s, h, lt, ws);
+    const Handles k;
+    for (const Shape& sh : model_shapes(M, Me, with_17b)) per_shape(sh, k.s, k.h, k.lt, k.ws);
     return 0;
 }
 

@@ -7,8 +7,7 @@ set -uo pipefail
 b=${1:?build dir}; p=${2:?preset}; shift 2
 source "$(dirname "$0")/cuda_env.sh"
 q="$b/tools/qasr"
-m=/tmp/qm/$p/bf16
-[ -f "$m/model.safetensors" ] || "$q" dev make-random --preset "$p" --layout hf --tokenizer .cache/qasr/tokenizer "$m" >> "$out/setup.log" 2>&1
+m=$(checkpoint "$p" "$q")
 for f in "$@"; do
     n=$(basename "$f" .wav)
     opts=(-m "$m" --device cuda --format json --ignore-eos --max-new-tokens "${TOKENS:-200}" --no-itn -q)

@@ -9,3 +9,9 @@ export LD_LIBRARY_PATH="$PWD/build-carry/lib:${cub:+$(dirname "$cub"):}/usr/loca
 export PYTHONUNBUFFERED=1 GOMP_SPINCOUNT=10000 QASR_TOKENIZER_DIR=$PWD/.cache/qasr/tokenizer QASR_DEMO_DIR=$PWD/models/demo
 log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
 cp .cache/qasr/tokenizer/* models/demo/ 2>/dev/null # the demo model's tokenizer (GPU stream test, check_qasr.py)
+# checkpoint PRESET QASR: the random-weight bf16 checkpoint of PRESET in /tmp/qm/PRESET/bf16 (made with QASR if absent)
+checkpoint() {
+    local m=/tmp/qm/$1/bf16
+    [ -f "$m/model.safetensors" ] || "$2" dev make-random --preset "$1" --layout hf --tokenizer .cache/qasr/tokenizer "$m" >> "$out/setup.log" 2>&1
+    echo "$m"
+}

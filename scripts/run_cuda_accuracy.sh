@@ -13,8 +13,7 @@ source "$(dirname "$0")/cuda_env.sh"
 q="$b/tools/qasr"
 first=1
 for p in ${presets//,/ }; do
-    m=/tmp/qm/$p/bf16
-    [ -f "$m/model.safetensors" ] || "$q" dev make-random --preset "$p" --layout hf --tokenizer .cache/qasr/tokenizer "$m" >> "$out/setup.log" 2>&1
+    m=$(checkpoint "$p" "$q")
     log "$p checkpoint ready"
     timeout 300 python3 scripts/cuda_reference.py --model "$m" --audio "$audio" --qasr "$q" --skip-speed --fp32-check \
         --out "$out/accuracy_$p.json" > "$out/accuracy_$p.log" 2>&1
