@@ -1,6 +1,7 @@
 // End-to-end tests of the qasr binary: a random-weight tiny checkpoint transcribes; bad model directories,
 // missing/mis-shaped tensors, truncated safetensors, non-audio and empty files and bad options each give one
-// clear error line and a non-zero exit status.
+// clear error line and a non-zero exit status; `qasr dev logits` gives consistent argmaxes, margins and top logits.
+#include "core/dtype.hpp"
 #include "io/safetensors.hpp"
 #include "model/random_checkpoint.hpp"
 
@@ -103,6 +104,41 @@ TEST(Cli, TranscribesWithTinyModel) {
     CliRun w = run("transcribe -m " + tiny() + " --format json --ignore-eos --max-new-tokens 12 -q --warmup " + kWav);
     EXPECT_EQ(w.status, 0) << w.err;
     EXPECT_EQ(nlohmann::json::parse(w.out)["tokens"], j["tokens"]);
+}
+
+// `qasr dev logits` (what scripts/cuda_reference.py compares with transformers): per prompt position the argmax,
+// the top-2 margin, the top 4 logits and the argmax of the logits rounded to bf16 (lowest id among equal values).
+TEST(Cli, DevLogitsGivesArgmaxMarginsTopAndBf16Argmax) {
+    NEED_TOKENIZER();
+    CliRun r = run("dev logits -m " + tiny() + " --steps 3 " + kWav);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    const size_t L = j["prompt_ids"].size();
+    ASSERT_GT(L, 10u);
+    ASSERT_EQ(j["prefill_argmax"].size(), L);
+    ASSERT_EQ(j["prefill_margin"].size(), L);
+    ASSERT_EQ(j["prefill_argmax_bf16"].size(), L);
+    ASSERT_EQ(j["prefill_top"].size(), L);
+    EXPECT_EQ(j["forced_ids"].size(), 3u);
+    const auto b16 = [](double v) { return bf16_to_f32(f32_to_bf16(float(v))); };
+    int checked = 0;
+    for (size_t i = 0; i < L; ++i) {
+        const auto& top = j["prefill_top"][i];
+        ASSERT_EQ(top.size(), 4u);
+        for (size_t k = 1; k < 4; ++k) EXPECT_GE(top[k - 1][1].get<double>(), top[k][1].get<double>());
+        EXPECT_EQ(top[0][0], j["prefill_argmax"][i]);
+        EXPECT_NEAR(j["prefill_margin"][i].get<double>(), top[0][1].get<double>() - top[1][1].get<double>(), 1e-6);
+        // the bf16 argmax: the lowest id among the top entries that round to the largest bf16 value (decidable
+        // when the 4th entry rounds below it)
+        const float best = b16(top[0][1].get<double>());
+        if (b16(top[3][1].get<double>()) == best) continue;
+        int64_t want = -1;
+        for (const auto& e : top)
+            if (b16(e[1].get<double>()) == best && (want < 0 || e[0].get<int64_t>() < want)) want = e[0].get<int64_t>();
+        EXPECT_EQ(j["prefill_argmax_bf16"][i].get<int64_t>(), want) << "position " << i;
+        ++checked;
+    }
+    EXPECT_GT(checked, int(L) / 2);
 }
 
 TEST(Cli, BadModelDirectory) {
