@@ -1,6 +1,7 @@
 // CUDA backend against the CPU ops (fp32) on random inputs of awkward sizes, and end to end against the CPU
 // path on a random tiny checkpoint. Every test skips with a message where no CUDA device is present.
 
+#include "backend/cuda/gemm.hpp"
 #include "cuda_test_util.hpp"
 
 using namespace qasr;
@@ -269,6 +270,47 @@ TEST(Cuda, ConvStemAsIm2colGemmMatchesCpu) {
         EXPECT_LT(rel_l2(host(dout, ref.size()), ref), 1e-5);
         cublasDestroy(h);
     }
+}
+
+// The row passes' products (backend/cuda/gemm.hpp): the first M of a band asks cuBLASLt's heuristic, the band's
+// other M take that algorithm, a product queued on another stream (as a recording does) asks for its own M — every
+// one of them equal to the CPU's float32 product, with β = 0 and β = 1.
+TEST(Cuda, ProductPlansMatchCpuForEveryMOfABand) {
+    NEED_GPU();
+    const int N = 96, K = 160, maxM = 64;
+    const Bf16Mat W(N, K, 41), A(maxM, K, 42);
+    Dev dW(W.bits), dA(A.bits), dC(size_t(maxM) * N * 4);
+    cudaStream_t s = nullptr, rec = nullptr;
+    QASR_CUDA(cudaStreamCreate(&s));
+    QASR_CUDA(cudaStreamCreate(&rec));
+    cublasHandle_t h = nullptr;
+    QASR_CUBLAS(cublasCreate(&h));
+    QASR_CUBLAS(cublasSetStream(h, s));
+    {
+        detail::GemmPlans g(h, s);
+        for (const int M : {40, 33, 64, 50}) {
+            std::vector<float> ref(size_t(M) * N);
+            for (int m = 0; m < M; ++m)
+                for (int n = 0; n < N; ++n) {
+                    double acc = 0;
+                    for (int k = 0; k < K; ++k) acc += double(A.f[size_t(m) * K + k]) * W.f[size_t(n) * K + k];
+                    ref[size_t(m) * N + n] = float(acc);
+                }
+            std::vector<float> twice = ref;
+            for (auto& v : twice) v *= 2.0f;
+            for (cudaStream_t st : {s, rec}) {
+                SCOPED_TRACE("M " + std::to_string(M) + (st == s ? " on the session's stream" : " on another stream"));
+                g.run(dA.p<bf16>(), M, K, dW.p<bf16>(), N, dC.p<float>(), 0.0f, st);
+                EXPECT_LT(rel_l2(host(dC, ref.size()), ref), 1e-5);
+                g.run(dA.p<bf16>(), M, K, dW.p<bf16>(), N, dC.p<float>(), 1.0f, st);
+                EXPECT_LT(rel_l2(host(dC, ref.size()), twice), 1e-5);
+            }
+        }
+        EXPECT_EQ(g.plans(), 4u);
+    }
+    cublasDestroy(h);
+    cudaStreamDestroy(rec);
+    cudaStreamDestroy(s);
 }
 
 TEST(Cuda, LogMelOnTheDeviceMatchesTheCpuFrontEnd) {
