@@ -73,12 +73,11 @@ def main():
         with torch.no_grad():
             lg32 = head_in[0][0].float() @ model.get_output_embeddings().weight.float().t()
         ref_arg32 = lg32.argmax(-1).tolist()
-        ref_top = [[[int(i), float(v)] for i, v in zip(ix, vs)]
-                   for ix, vs in zip(lg.topk(4, dim=-1).indices.tolist(), lg.topk(4, dim=-1).values.tolist())]
+        t4 = lg.topk(4, dim=-1)
+        ref_top = [[[int(i), float(v)] for i, v in zip(ix, vs)] for ix, vs in zip(t4.indices.tolist(), t4.values.tolist())]
         del lg32, head_in
         ref_arg, ref_tie = argmax_ties(lg)
-        top2 = lg.topk(2, dim=-1).values
-        ref_margin = (top2[:, 0] - top2[:, 1]).tolist()
+        ref_margin = [t[0][1] - t[1][1] for t in ref_top]
         seq, margins = forced_greedy(model, out, L, a.steps)
         agree = sum(int(r == o) for r, o in zip(ref_arg, q["prefill_argmax"]))
         disagree_margins = [min(ref_margin[i], q["prefill_margin"][i]) for i in range(L)

@@ -5,7 +5,7 @@
 # itself with one thing changed at a time). VARIANTS="QASR_CUDA_ATTN_MMA=0 ...": cuda_reference.py again with qasr
 # under each environment setting (first preset only). Then the trained demo model over its 50 clips
 # (scripts/cuda_accuracy_clips.py), and FIRST_AUDIO="a.wav b.wav": the first transcription after the warm-up on
-# lengths the warm-up does not use (0.6B bf16, `qasr bench --api-warmup`).
+# lengths the warm-up does not use (0.6B bf16, scripts/cuda_first_request.sh).
 #   OUT=... bash scripts/run_cuda_accuracy.sh BUILD_DIR AUDIO [PRESETS]
 set -uo pipefail
 b=${1:?build dir}; audio=${2:?audio}; presets=${3:-0.6b}
@@ -36,9 +36,6 @@ if [ -f models/demo/model.safetensors ]; then
         --out "$out/accuracy_demo.json" > "$out/accuracy_demo.log" 2>&1
     log "demo model rc=$?"; grep -vi "warn\|loading" "$out/accuracy_demo.log" | tail -n 12 | tee -a "$out/summary.txt"
 fi
-for f in ${FIRST_AUDIO:-}; do
-    timeout 120 "$q" bench -m /tmp/qm/0.6b/bf16 --device cuda --audio "$f" --ignore-eos --max-new-tokens 40 --runs 15 \
-        --warmup 0 --api-warmup --json > "$out/first_$(basename "$f").json" 2>> "$out/errors.log"
-    log "$f: $(python3 -c "import json; j=json.load(open('$out/first_$(basename "$f").json')); print('first after warm-up %.2f ms, median %.2f ms (max %.2f)' % (j['first_total_ms'], j['total_ms'], j['max_total_ms']))" 2>&1)"
-done
+# the first transcription after the warm-up at lengths it does not run: cuda_first_request.sh
+[ -n "${FIRST_AUDIO:-}" ] && RUNS=15 bash "$(dirname "$0")/cuda_first_request.sh" "$b" 0.6b $FIRST_AUDIO
 log done
