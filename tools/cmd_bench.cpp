@@ -51,6 +51,7 @@ options:
   --bw-mb N              size of the bandwidth probe buffer in MiB (default 1024; 0 skips the probe)
   --api-warmup           run Transcriber::warmup() (as load_with_warmup does) before the runs
   --json                 print only the JSON object
+  -v, --verbose          diagnostics on stderr (load and warm-up stage times)
   --stream               streaming benchmark instead (finalization latency; see qasr stream --help)
 )";
 
@@ -179,6 +180,8 @@ int cmd_bench(int argc, char** argv) {
             api_warmup = true;
         } else if (a.flag("--json")) {
             json_only = true;
+        } else if (a.flag("-v") || a.flag("--verbose")) {
+            log_verbose();
         } else {
             throw std::invalid_argument("bench: unknown argument " + a.peek());
         }

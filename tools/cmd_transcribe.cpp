@@ -38,6 +38,7 @@ options:
                            removes the first-call penalty from all but the warm-up itself)
   --no-warmup              skip it (default for a single input: its transcript comes sooner without it)
   -q, --quiet              no timing summary on stderr
+  -v, --verbose            diagnostics on stderr (load and warm-up stage times)
   -h, --help               this help
 )";
 
@@ -102,6 +103,8 @@ int cmd_transcribe(int argc, char** argv) {
             warm = 0;
         } else if (a.flag("-q") || a.flag("--quiet")) {
             quiet = true;
+        } else if (a.flag("-v") || a.flag("--verbose")) {
+            log_verbose();
         } else if (a.peek().size() > 1 && a.peek()[0] == '-') {
             throw std::invalid_argument("unknown option " + a.peek() + " (see qasr transcribe --help)");
         } else {

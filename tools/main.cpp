@@ -4,6 +4,7 @@
 #include "commands.hpp"
 
 #include "core/error.hpp"
+#include "qasr/qasr.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,12 @@ std::string one_line(std::string s) {
 }
 
 } // namespace
+
+void qasr::cli::log_verbose() {
+    qasr::set_log_sink([](qasr::LogLevel level, const std::string& m) {
+        if (level >= qasr::LogLevel::Info) std::fprintf(stderr, "qasr: %s\n", m.c_str());
+    });
+}
 
 int main(int argc, char** argv) {
     // libgomp reads its spin-wait budget when it loads, before main: by default an idle worker spins for ~300k

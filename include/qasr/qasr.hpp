@@ -99,6 +99,13 @@ struct StreamEvent {
 // One fixed, machine-parsable summary line shared by the CLI and `qasr bench`.
 std::string summary_line(const TranscriptionResult& r);
 
+// Diagnostics (load and warm-up stage times, fallbacks, warnings) go to one process-wide sink, called from
+// whichever thread logs (calls are serialized). The default sink writes warnings and errors to stderr;
+// nullptr restores it.
+enum class LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3 };
+using LogSink = std::function<void(LogLevel, const std::string&)>;
+void set_log_sink(LogSink sink);
+
 class StreamSession;
 class Transcriber;
 

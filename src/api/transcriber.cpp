@@ -1,5 +1,6 @@
 // Transcriber: the public front door over Model (shared, immutable) and Session (one per call).
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "core/timer.hpp"
 #include "audio/audio.hpp"
 #include "ops/ops.hpp"
@@ -74,16 +75,27 @@ void Transcriber::warmup() const {
     o.itn = false;
     o.decode.temperature = 1.0f;
     o.decode.max_new_tokens = dev ? 8 : 4;
-    transcribe(dev ? std::vector<float>(noise.begin(), noise.begin() + 8 * kSampleRate) : noise, o);
+    Stopwatch sw;
+    std::string passes;
+    const auto pass = [&](const std::vector<float>& a) {
+        const double t0 = sw.ms();
+        transcribe(a, o);
+        char b[64];
+        std::snprintf(b, sizeof b, "%s%.1f s %.0f ms", passes.empty() ? "" : ", ", double(a.size()) / kSampleRate,
+                      sw.ms() - t0);
+        passes += b;
+    };
+    pass(dev ? std::vector<float>(noise.begin(), noise.begin() + 8 * kSampleRate) : noise);
     o.decode.temperature = 0.0f;
     o.decode.max_new_tokens = dev ? 4 : 2;
     if (!dev) {
-        transcribe(noise, o);
+        pass(noise);
         impl_->model->head_screen(); // the LM head's row norms for streams' draft verification (~75 ms, once)
-        return;
+    } else {
+        for (int seconds : {30, 20, 10, 5, 4, 2, 1})
+            pass(std::vector<float>(noise.begin(), noise.begin() + seconds * kSampleRate));
     }
-    for (int seconds : {30, 20, 10, 5, 4, 2, 1})
-        transcribe(std::vector<float>(noise.begin(), noise.begin() + seconds * kSampleRate), o);
+    log(LogLevel::Info, "warm-up: " + std::to_string(int(sw.ms() + 0.5)) + " ms (" + passes + ")");
 }
 
 TranscriptionResult Transcriber::transcribe_file(const std::string& path, const TranscribeOptions& opts) const {

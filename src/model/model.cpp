@@ -8,6 +8,7 @@
 #include "ops/ops.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <sys/stat.h>
 
 namespace qasr {
@@ -36,9 +37,11 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("loader", dir + ": not a model directory");
     HParams hp = load_config(dir);
     Tokenizer tok = Tokenizer::load_dir(dir);
+    const double t_tok = sw.ms();
     auto m = std::make_shared<Model>(make_model(dir, hp, std::move(tok)));
     TensorStore store = TensorStore::open_dir(dir);
     m->weights = load_weights(store, m->hp);
+    const double t_weights = sw.ms();
     const SpecialIds& sp = m->special;
     if (m->hp.audio_token_id && *m->hp.audio_token_id != sp.audio_pad)
         fail("loader", "config audio_token_id " + std::to_string(*m->hp.audio_token_id) +
@@ -51,8 +54,15 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     for (int id : {sp.endoftext, sp.im_end})
         if (!m->is_eos(id)) m->eos_ids.push_back(id);
     warm.join();
+    const double t_ctx = sw.ms();
     m->device = open_device(*m, device);
     m->load_ms = sw.ms();
+    char msg[256];
+    std::snprintf(msg, sizeof msg,
+                  "load: config + tokenizer %.0f ms, weights %.0f ms, device context wait %.0f ms, device weights %.0f ms "
+                  "(total %.0f ms)",
+                  t_tok, t_weights - t_tok, t_ctx - t_weights, m->load_ms - t_ctx, m->load_ms);
+    log(LogLevel::Info, msg);
     return m;
 }
 

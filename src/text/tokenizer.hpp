@@ -31,9 +31,10 @@ public:
     bool is_special(int id) const;
     size_t vocab_size() const; // highest id + 1
 
+    struct Impl; // the tables (text/tokenizer_impl.hpp), filled by the loaders
+
 private:
     Tokenizer();
-    struct Impl;
     std::unique_ptr<Impl> impl_;
 };
 

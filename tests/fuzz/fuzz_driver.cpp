@@ -35,6 +35,9 @@ std::vector<std::vector<uint8_t>> seeds() {
                            R"("head_dim":32,"rms_norm_eps":1e-6,"rope_theta":1000000}}})"));
     out.push_back(bytes(3, "<|im_start|>system\nNames: Qwen 3, qasr.<|im_end|> 你好 👩‍💻 I'm 1234 \xff\xfe"));
     out.push_back(bytes(4, "twenty five dollars on march third twenty twenty at ten thirty 百分之五十 一百二十三"));
+    out.push_back(bytes(5, R"({"added_tokens":[{"id":9,"content":"<|x|>","special":true}],"model":{"type":"BPE",)"
+                           R"("vocab":{"h":0,"e":1,"l":2,"o":3,"he":4,"ll":5,"llo":6,"hello":7,"\u0120":8},)"
+                           R"("merges":["h e",["l","l"],"ll o",["he","llo"]]}})"));
     return out;
 }
 

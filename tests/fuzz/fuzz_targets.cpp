@@ -1,4 +1,5 @@
-// Fuzz targets for the parsers of untrusted bytes: safetensors headers, WAV files, config.json, tokenizer input.
+// Fuzz targets for the parsers of untrusted bytes: safetensors headers, WAV files, config.json, tokenizer input,
+// tokenizer.json files.
 // Built as libFuzzer binaries with -DQASR_FUZZ=ON (clang), and in every build as a deterministic mutation
 // driver (fuzz_driver.cpp) that ctest runs.
 #include "audio/audio.hpp"
@@ -32,7 +33,7 @@ const qasr::Tokenizer* tokenizer() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
-    const uint8_t which = data[0] % 5;
+    const uint8_t which = data[0] % 6;
     ++data;
     --size;
     try {
@@ -60,6 +61,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             const std::string s(reinterpret_cast<const char*>(data), size);
             qasr::itn::normalize(s, qasr::itn::Language::English);
             qasr::itn::normalize(s, qasr::itn::Language::Chinese);
+            break;
+        }
+        case 5: {
+            const qasr::Tokenizer t =
+                qasr::Tokenizer::from_tokenizer_json(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
+            const std::string back = t.decode(t.encode("hello <|x|> world"), false);
+            if (qasr::utf8::sanitize(back) != back) __builtin_trap();
             break;
         }
         }

@@ -57,6 +57,12 @@ const std::vector<Vec>& vectors() {
     return v;
 }
 
+#define EXPECT_THAT_CONTAINS(text, part)                                                                               \
+    do {                                                                                                               \
+        const std::string t_ = (text);                                                                                 \
+        EXPECT_NE(t_.find(part), std::string::npos) << "'" << t_ << "' lacks '" << (part) << "'";                      \
+    } while (0)
+
 } // namespace
 
 TEST(Tokenizer, FormatsVectorsTokenizerJson) {
@@ -140,6 +146,57 @@ TEST(Tokenizer, StreamingDecoderHoldsIncompleteUtf8) {
     }
     acc += st.flush();
     EXPECT_EQ(acc, "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB ok 你好");
+}
+
+// A small byte-level BPE in both merge notations ("a b" strings and ["a", "b"] pairs), with added tokens and
+// fields the loader must skip; no set-up needed.
+TEST(Tokenizer, SmallTokenizerJsonBothMergeForms) {
+    const std::string vocab = R"({"h": 0, "e": 1, "l": 2, "o": 3, "he": 4, "ll": 5, "llo": 6, "hello": 7, "Ġ": 8})";
+    for (const char* merges : {R"(["h e", "l l", "ll o", "he llo"])", R"([["h", "e"], ["l", "l"], ["ll", "o"], ["he", "llo"]])"}) {
+        const std::string j = std::string(R"({"version": "1.0", "truncation": null, "normalizer": {"type": "NFC"},
+            "added_tokens": [{"id": 9, "content": "<|x|>", "single_word": false, "special": true},
+                             {"id": 10, "content": "<y>", "special": false, "extra": {"nested": [1, 2, {"a": null}]}}],
+            "model": {"type": "BPE", "dropout": null, "vocab": )") + vocab + R"(, "merges": )" + merges +
+                              R"(, "ignore_merges": false}, "decoder": {"type": "ByteLevel", "trim_offsets": [true]}})";
+        Tokenizer t = Tokenizer::from_tokenizer_json(j, "small");
+        EXPECT_EQ(t.encode("hello<|x|>hel<y>"), (std::vector<int>{7, 9, 4, 2, 10})) << merges;
+        EXPECT_EQ(t.vocab_size(), 11u);
+        EXPECT_TRUE(t.is_special(9));
+        EXPECT_FALSE(t.is_special(10));
+        EXPECT_EQ(t.decode({7, 9, 10}, true), "hello<y>");
+    }
+}
+
+TEST(Tokenizer, MalformedTokenizerJsonIsAClearError) {
+    const auto err = [](const std::string& j) {
+        try {
+            Tokenizer::from_tokenizer_json(j, "t.json");
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string("(loaded)");
+    };
+    const std::string ok_model = R"("model": {"vocab": {"a": 0}, "merges": []})";
+    EXPECT_EQ(err("{" + ok_model + "}"), "(loaded)");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"\u4e2d": 0}, "merges": []}})"), "not byte-level encoded");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": 0}, "merges": [)"), "not valid JSON");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": 0}}})"), "expected a BPE model");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": [], "merges": []}})"), "expected a BPE model");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": "0"}, "merges": []}})"), "bad id for vocab entry");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": -1}, "merges": []}})"), "bad id for vocab entry");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": 99999999999}, "merges": []}})"), "bad id for vocab entry");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": {}}, "merges": []}})"), "bad id for vocab entry");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": 0}, "merges": [1]}})"), "bad merge entry");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": 0}, "merges": [["a"]]}})"), "bad merge entry");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": 0}, "merges": [["a", "b", "c"]]}})"), "bad merge entry");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": 0}, "merges": [["a", ["b"]]]}})"), "bad merge entry");
+    EXPECT_THAT_CONTAINS(err(R"({"model": {"vocab": {"a": 0}, "merges": [{"a": "b"}]}})"), "bad merge entry");
+    EXPECT_THAT_CONTAINS(err(R"({"added_tokens": [{"content": "<x>"}], )" + ok_model + "}"), "bad added_tokens entry");
+    EXPECT_THAT_CONTAINS(err(R"({"added_tokens": [{"id": 1}], )" + ok_model + "}"), "bad added_tokens entry");
+    EXPECT_THAT_CONTAINS(err(R"({"added_tokens": [{"id": -4, "content": "<x>"}], )" + ok_model + "}"),
+                         "bad added_tokens entry");
+    EXPECT_THAT_CONTAINS(err(""), "not valid JSON");
+    EXPECT_THAT_CONTAINS(err("[1, 2]"), "expected a BPE model");
 }
 
 TEST(Utf8, SanitizeLikePythonReplace) {

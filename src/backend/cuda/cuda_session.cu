@@ -3,6 +3,9 @@
 // context that owns the uploaded weights and a pool of sessions.
 #include "backend/cuda/cuda_session.hpp"
 
+#include "core/log.hpp"
+#include "core/timer.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,9 +26,18 @@ int device_count() {
 }
 
 void init_context(int ordinal) noexcept {
+    Stopwatch sw;
     if (cudaSetDevice(ordinal) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) cudaGetLastError();
+    const double t_ctx = sw.ms();
     cublasHandle_t h = nullptr; // loads cuBLAS and its kernels once per process
     if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) cublasDestroy(h);
+    char msg[128];
+    std::snprintf(msg, sizeof msg, "cuda: context %.0f ms, cuBLAS %.0f ms (beside the checkpoint's loading)", t_ctx,
+                  sw.ms() - t_ctx);
+    try {
+        log(LogLevel::Info, msg);
+    } catch (...) { // a log sink that throws must not end the process
+    }
 }
 
 namespace detail {

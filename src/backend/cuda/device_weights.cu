@@ -3,9 +3,12 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
 #include "model/encoder.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -113,6 +116,7 @@ private:
 } // namespace
 
 std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal) {
+    Stopwatch sw;
     auto w = std::make_unique<DeviceWeights>();
     w->ordinal = ordinal;
     QASR_CUDA(cudaSetDevice(ordinal));
@@ -170,7 +174,9 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal
     w->embed = up.mat(d.embed, true);
     w->head = d.lm_head.empty() ? w->embed : up.mat(d.lm_head, true);
     const char* hs = std::getenv("QASR_CUDA_HEAD_SCREEN");
+    double t_screen = sw.ms();
     if (!(hs && std::string(hs) == "0")) w->head_screen = build_head_screen(w->head, w->storage, w->bytes);
+    t_screen = sw.ms() - t_screen;
     for (const DecoderLayerW& l : d.layers) {
         DevDecLayer x{};
         x.qkv = up.stack({&l.q.w, &l.k.w, &l.v.w}, true);
@@ -188,6 +194,10 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal
     for (size_t i = 0; i < inv.size(); ++i)
         inv[i] = float(1.0 / std::pow(ht.rope_theta, double(2 * i) / double(ht.head_dim)));
     w->inv_freq = up.f32(inv);
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "cuda: %.0f MiB of weights on cuda:%d in %.0f ms (LM head screen %.0f ms), %zu buffers",
+                  double(w->bytes) / (1 << 20), ordinal, sw.ms(), t_screen, w->storage.size());
+    log(LogLevel::Info, msg);
     return w;
 }
 

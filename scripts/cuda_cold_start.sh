@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Cold start on the GPU machine: process start → first transcript line on stdout (page cache warm: the checkpoint
+# is read once first), with and without the warm-up pass, RUNS times each, with qasr's own stage times (-v: load
+# stages, the warm-up's passes) beside each figure.
+#   OUT=... [RUNS=3] [BINS="a/qasr b/qasr"] [TOKENS=40] bash scripts/cuda_cold_start.sh BUILD_DIR PRESET AUDIO
+set -uo pipefail
+b=${1:?build dir}; p=${2:?preset}; audio=${3:?audio}
+source "$(dirname "$0")/cuda_env.sh"
+q="$b/tools/qasr"
+m=$(checkpoint "$p" "$q")
+cat "$m"/* > /dev/null # the page cache holds the checkpoint, as on a machine that has run qasr before
+for bin in ${BINS:-$q}; do
+  for w in --no-warmup --warmup; do
+    for r in $(seq ${RUNS:-3}); do
+        log "$p $(basename "$bin") cold start $w: $(python3 - "$bin" "$m" "$w" "${TOKENS:-40}" "$audio" 2>> "$out/errors.log" <<'PY'
+import subprocess, sys, time
+q, m, w, n, audio = sys.argv[1:]
+t0 = time.time()
+p = subprocess.Popen([q, "transcribe", "-m", m, "--device", "cuda", w, "--ignore-eos", "--max-new-tokens", n, "--no-itn",
+                      "-q", "-v", audio], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+p.stdout.readline()
+t1 = time.time()
+_, err = p.communicate()
+stages = " | ".join(l[6:] for l in err.splitlines() if l.startswith("qasr: load:") or l.startswith("qasr: warm-up:")
+                    or l.startswith("qasr: cuda:"))
+print("first transcript %.0f ms, process exit %.0f ms (rc=%d) [%s]" % ((t1 - t0) * 1e3, (time.time() - t0) * 1e3,
+                                                                      p.returncode, stages))
+PY
+)"
+    done
+  done
+done

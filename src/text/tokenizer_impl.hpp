@@ -1,0 +1,154 @@
+// The tokenizer's state, shared by its loaders (tokenizer_load.cpp) and its encoder/decoder (tokenizer.cpp).
+#pragma once
+#include "text/tokenizer.hpp"
+
+#include "core/error.hpp"
+#include "text/utf8.hpp"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <iterator>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace qasr {
+
+inline constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+struct AddedToken {
+    int id;
+    std::string content;
+    bool special;
+};
+
+struct Tokenizer::Impl {
+    std::unordered_map<std::string, int> vocab;  // byte-mapped token string → id
+    std::vector<std::string> id_bytes;           // id → raw bytes (vocab tokens)
+    std::unordered_map<std::string, int> ranks;  // "left right" → merge rank
+    std::vector<AddedToken> added;               // sorted by content length, longest first
+    std::unordered_map<int, size_t> added_by_id; // id → index in added
+    std::string byte_to_cp[256];                 // byte → UTF-8 of its mapped code point
+    int16_t cp_to_byte[512];                     // mapped code point → byte (-1: none); all mapped cps are < 324
+    pcre2_code* re = nullptr;
+    size_t n_ids = 0;
+
+    Impl() {
+        int n = 0;
+        std::fill(std::begin(cp_to_byte), std::end(cp_to_byte), int16_t(-1));
+        for (int b = 0; b < 256; ++b) {
+            const bool keep = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+            const char32_t cp = keep ? char32_t(b) : char32_t(256 + n++);
+            byte_to_cp[b] = utf8::encode(cp);
+            cp_to_byte[cp] = int16_t(b);
+        }
+        int err = 0;
+        PCRE2_SIZE off = 0;
+        re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kQwen2Pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                           &err, &off, nullptr);
+        if (!re) fail("tokenizer", "cannot compile the pre-tokenizer regex");
+        pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    }
+    ~Impl() { pcre2_code_free(re); }
+
+    void finish(const std::string& what) {
+        if (vocab.empty()) fail("tokenizer", what + ": empty vocabulary");
+        int max_id = -1;
+        for (const auto& [tok, id] : vocab) max_id = std::max(max_id, id);
+        for (const auto& a : added) max_id = std::max(max_id, a.id);
+        n_ids = size_t(max_id) + 1;
+        id_bytes.assign(n_ids, {});
+        for (const auto& [tok, id] : vocab) {
+            std::string bytes;
+            for (char32_t cp : utf8::decode(utf8::sanitize(tok))) {
+                if (cp >= 512 || cp_to_byte[cp] < 0) fail("tokenizer", what + ": vocab entry is not byte-level encoded");
+                bytes += char(cp_to_byte[cp]);
+            }
+            id_bytes[size_t(id)] = std::move(bytes);
+        }
+        std::sort(added.begin(), added.end(),
+                  [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+        for (size_t i = 0; i < added.size(); ++i) added_by_id[added[i].id] = i;
+    }
+
+    void add_merge(const std::string& line, int rank) {
+        if (line.find(' ') == std::string::npos) return;
+        ranks.emplace(line, rank);
+    }
+
+    void bpe(const std::string& mapped, std::vector<int>& out) const {
+        auto direct = vocab.find(mapped);
+        if (direct != vocab.end()) {
+            out.push_back(direct->second);
+            return;
+        }
+        std::vector<std::string> parts;
+        for (char32_t cp : utf8::decode(mapped)) parts.push_back(utf8::encode(cp));
+        while (parts.size() > 1) {
+            int best = INT_MAX;
+            size_t best_i = 0;
+            for (size_t i = 0; i + 1 < parts.size(); ++i) {
+                auto it = ranks.find(parts[i] + " " + parts[i + 1]);
+                if (it != ranks.end() && it->second < best) {
+                    best = it->second;
+                    best_i = i;
+                }
+            }
+            if (best == INT_MAX) break;
+            const std::string a = parts[best_i], b = parts[best_i + 1];
+            std::vector<std::string> merged;
+            merged.reserve(parts.size());
+            for (size_t i = 0; i < parts.size(); ++i) {
+                if (i + 1 < parts.size() && parts[i] == a && parts[i + 1] == b) {
+                    merged.push_back(a + b);
+                    ++i;
+                } else {
+                    merged.push_back(parts[i]);
+                }
+            }
+            parts.swap(merged);
+        }
+        for (const auto& p : parts) {
+            auto it = vocab.find(p);
+            if (it == vocab.end()) fail("tokenizer", "BPE produced a piece missing from the vocabulary");
+            out.push_back(it->second);
+        }
+    }
+
+    void encode_segment(const std::string& raw, std::vector<int>& out) const {
+        if (raw.empty()) return;
+        utf8proc_uint8_t* nfc = nullptr;
+        const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(raw.data()),
+                                                utf8proc_ssize_t(raw.size()), &nfc,
+                                                utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+        if (n < 0) fail("tokenizer", "cannot normalize text");
+        std::string text(reinterpret_cast<char*>(nfc), size_t(n));
+        std::free(nfc);
+        pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
+        PCRE2_SIZE start = 0;
+        const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+        while (start < text.size()) {
+            const int rc = pcre2_match(re, subject, text.size(), start, 0, md, nullptr);
+            if (rc < 0) break; // cannot happen: the last alternatives match any remaining character class
+            const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+            if (ov[1] == ov[0]) { // defensive: never loop on an empty match
+                ++start;
+                continue;
+            }
+            std::string mapped;
+            for (PCRE2_SIZE i = ov[0]; i < ov[1]; ++i) mapped += byte_to_cp[uint8_t(text[i])];
+            bpe(mapped, out);
+            start = ov[1];
+        }
+        pcre2_match_data_free(md);
+    }
+};
+
+} // namespace qasr
