@@ -10,6 +10,7 @@ Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer Tokenizer::empty() { return Tokenizer(); }
 
 std::vector<int> Tokenizer::encode(std::string_view text_in) const {
     const std::string text = utf8::sanitize(text_in);

@@ -17,6 +17,9 @@ public:
     static Tokenizer from_tokenizer_json(const std::string& json_text, const std::string& what);
     static Tokenizer from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt,
                                        const std::string& config_json, const std::string& what);
+    // No vocabulary (encoding text fails with an Error): the slot a Model's loading moves the real one into once
+    // it is read (beside the weights' upload).
+    static Tokenizer empty();
     ~Tokenizer();
     Tokenizer(Tokenizer&&) noexcept;
     Tokenizer& operator=(Tokenizer&&) noexcept;

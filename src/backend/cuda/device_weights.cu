@@ -1,6 +1,8 @@
 // Upload of a loaded Model's weights to a CUDA device (see device_weights.hpp).
 #include "backend/cuda/device_weights.hpp"
 
+#include "backend/cuda/staged_upload.hpp"
+
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -20,14 +22,21 @@ class Uploader {
 public:
     explicit Uploader(DeviceWeights& w) : w_(w) {}
 
-    const void* bytes(const void* src, size_t n) {
+    // Device storage of n bytes, owned by the weights.
+    char* alloc(size_t n) {
         Buffer b(n);
-        QASR_CUDA(cudaMemcpy(b.get(), src, n, cudaMemcpyHostToDevice));
-        const void* p = b.get();
+        char* p = b.as<char>();
         w_.bytes += n;
         w_.storage.push_back(std::move(b));
         return p;
     }
+    const void* bytes(const void* src, size_t n) {
+        char* p = alloc(n);
+        st_.copy(p, src, n);
+        return p;
+    }
+    // Every copy has reached the device (before kernels read the weights).
+    void finish() { st_.finish(); }
     const float* f32(const Tensor& t) { return static_cast<const float*>(bytes(t.ptr(), t.size() * 4)); }
     const float* f32(const std::vector<float>& v) { return static_cast<const float*>(bytes(v.data(), v.size() * 4)); }
     const bf16* bf16_of(const std::vector<float>& v) {
@@ -41,53 +50,52 @@ public:
     DMat stack(const std::vector<const WeightMatrix*>& ms, bool keep_q) {
         const int64_t K = ms[0]->cols;
         int64_t R = 0;
-        bool all_q = keep_q, all_bf16 = true;
+        bool all_q = keep_q;
         for (const WeightMatrix* m : ms) {
             if (m->cols != K) fail("cuda", "stacked matrices differ in width");
             R += m->rows;
             all_q = all_q && m->fmt == WFormat::Q && m->bits == ms[0]->bits && m->group_size == ms[0]->group_size &&
                     (m->bits == 4 || m->bits == 6 || m->bits == 8);
-            all_bf16 = all_bf16 && m->fmt == WFormat::BF16;
         }
         DMat d;
         d.rows = R;
         d.cols = K;
-        if (all_q) {
+        if (all_q) { // codes, scales and biases of the parts, each stacked in place
             const int bits = ms[0]->bits, gs = ms[0]->group_size;
             const size_t row_b = size_t(K) * size_t(bits) / 8, ng = size_t(K / gs);
-            std::vector<uint8_t> codes;
-            std::vector<uint16_t> sc, bi;
-            codes.reserve(size_t(R) * row_b);
+            char* codes = alloc(size_t(R) * row_b);
+            char* sc = alloc(size_t(R) * ng * 2);
+            char* bi = alloc(size_t(R) * ng * 2);
             for (const WeightMatrix* m : ms) {
-                const uint8_t* c = static_cast<const uint8_t*>(m->data);
-                codes.insert(codes.end(), c, c + size_t(m->rows) * row_b);
-                sc.insert(sc.end(), m->scales, m->scales + size_t(m->rows) * ng);
-                bi.insert(bi.end(), m->biases, m->biases + size_t(m->rows) * ng);
+                st_.copy(codes, m->data, size_t(m->rows) * row_b);
+                st_.copy(sc, m->scales, size_t(m->rows) * ng * 2);
+                st_.copy(bi, m->biases, size_t(m->rows) * ng * 2);
+                codes += size_t(m->rows) * row_b;
+                sc += size_t(m->rows) * ng * 2;
+                bi += size_t(m->rows) * ng * 2;
             }
             d.bits = bits;
             d.gs = gs;
-            d.data = bytes(codes.data(), codes.size());
-            d.scales = static_cast<const bf16*>(bytes(sc.data(), sc.size() * 2));
-            d.biases = static_cast<const bf16*>(bytes(bi.data(), bi.size() * 2));
+            d.data = codes - size_t(R) * row_b;
+            d.scales = reinterpret_cast<const bf16*>(sc - size_t(R) * ng * 2);
+            d.biases = reinterpret_cast<const bf16*>(bi - size_t(R) * ng * 2);
             return d;
         }
         d.bits = 16;
-        if (all_bf16 && ms.size() == 1) {
-            d.data = bytes(ms[0]->data, size_t(R * K) * 2);
-            return d;
-        }
-        std::vector<uint16_t> h;
-        h.reserve(size_t(R * K));
-        for (const WeightMatrix* m : ms) {
+        char* out = alloc(size_t(R * K) * 2);
+        d.data = out;
+        for (const WeightMatrix* m : ms) { // bf16 parts go as they are, others through a bf16 copy
+            const size_t n = size_t(m->rows * m->cols);
             if (m->fmt == WFormat::BF16) {
-                const uint16_t* p = static_cast<const uint16_t*>(m->data);
-                h.insert(h.end(), p, p + size_t(m->rows * m->cols));
+                st_.copy(out, m->data, n * 2);
             } else {
                 const std::vector<float> f = m->to_f32();
-                for (float x : f) h.push_back(f32_to_bf16(x));
+                std::vector<uint16_t> h(n);
+                for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(f[i]);
+                st_.copy(out, h.data(), n * 2);
             }
+            out += n * 2;
         }
-        d.data = bytes(h.data(), h.size() * 2);
         return d;
     }
     DMat mat(const WeightMatrix& m, bool keep_q) { return stack({&m}, keep_q); }
@@ -111,6 +119,7 @@ public:
 
 private:
     DeviceWeights& w_;
+    StagedUpload st_; // destroyed (waiting for copies in flight) before an unfinished upload's storage is freed
 };
 
 } // namespace
@@ -174,6 +183,7 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal
     w->embed = up.mat(d.embed, true);
     w->head = d.lm_head.empty() ? w->embed : up.mat(d.lm_head, true);
     const char* hs = std::getenv("QASR_CUDA_HEAD_SCREEN");
+    up.finish(); // the screen's kernels read the head
     double t_screen = sw.ms();
     if (!(hs && std::string(hs) == "0")) w->head_screen = build_head_screen(w->head, w->storage, w->bytes);
     t_screen = sw.ms() - t_screen;
@@ -194,6 +204,7 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal
     for (size_t i = 0; i < inv.size(); ++i)
         inv[i] = float(1.0 / std::pow(ht.rope_theta, double(2 * i) / double(ht.head_dim)));
     w->inv_freq = up.f32(inv);
+    up.finish();
     char msg[160];
     std::snprintf(msg, sizeof msg, "cuda: %.0f MiB of weights on cuda:%d in %.0f ms (LM head screen %.0f ms), %zu buffers",
                   double(w->bytes) / (1 << 20), ordinal, sw.ms(), t_screen, w->storage.size());

@@ -1,0 +1,99 @@
+// StagedUpload (see staged_upload.hpp).
+#include "backend/cuda/staged_upload.hpp"
+
+#include "backend/cuda/check.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+namespace qasr::cuda {
+
+StagedUpload::StagedUpload() {
+    threads_ = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
+    try {
+        QASR_CUDA(cudaStreamCreate(&s_));
+        for (Slot& sl : slots_) {
+            QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&sl.host), kSlot, cudaHostAllocDefault));
+            QASR_CUDA(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming));
+        }
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+StagedUpload::~StagedUpload() { release(); }
+
+void StagedUpload::release() noexcept {
+    if (s_) cudaStreamSynchronize(s_);
+    for (Slot& sl : slots_) {
+        if (sl.host) cudaFreeHost(sl.host);
+        if (sl.done) cudaEventDestroy(sl.done);
+        sl.host = nullptr;
+        sl.done = nullptr;
+    }
+    if (s_) cudaStreamDestroy(s_);
+    s_ = nullptr;
+    cudaGetLastError(); // errors here were (or will be) reported by the calls that caused them
+}
+
+void StagedUpload::fill(char* to, const char* from, size_t n) const {
+    const size_t kMin = size_t(2) << 20; // below this one thread copies faster than several start
+    if (threads_ < 2 || n < 2 * kMin) {
+        std::memcpy(to, from, n);
+        return;
+    }
+    const unsigned t = unsigned(std::min<size_t>(threads_, n / kMin));
+    const size_t part = (n / t + 4095) & ~size_t(4095);
+    std::vector<std::thread> helpers;
+    helpers.reserve(t - 1);
+    for (unsigned i = 1; i < t; ++i) {
+        const size_t b = std::min(n, i * part), e = std::min(n, b + part);
+        if (b < e) helpers.emplace_back([=] { std::memcpy(to + b, from + b, e - b); });
+    }
+    std::memcpy(to, from, std::min(n, part));
+    for (auto& h : helpers) h.join();
+}
+
+void StagedUpload::copy(void* dst, const void* src, size_t n) {
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    while (n > 0) {
+        Slot& sl = slots_[cur_];
+        if (sl.used == kSlot) {
+            flush();
+            continue;
+        }
+        const size_t take = std::min(n, kSlot - sl.used);
+        fill(sl.host + sl.used, s, take);
+        sl.segs.push_back({d, sl.used, take});
+        sl.used += take;
+        d += take;
+        s += take;
+        n -= take;
+    }
+}
+
+void StagedUpload::flush() {
+    Slot& sl = slots_[cur_];
+    if (sl.used > 0) {
+        for (const Seg& g : sl.segs)
+            QASR_CUDA(cudaMemcpyAsync(g.dst, sl.host + g.off, g.n, cudaMemcpyHostToDevice, s_));
+        QASR_CUDA(cudaEventRecord(sl.done, s_));
+        sl.pending = true;
+    }
+    cur_ ^= 1;
+    Slot& next = slots_[cur_];
+    if (next.pending) QASR_CUDA(cudaEventSynchronize(next.done)); // its copies have left the slot
+    next.pending = false;
+    next.used = 0;
+    next.segs.clear();
+}
+
+void StagedUpload::finish() {
+    flush();
+    QASR_CUDA(cudaStreamSynchronize(s_));
+}
+
+} // namespace qasr::cuda
