@@ -79,10 +79,11 @@ void Transcriber::warmup() const {
     std::string passes;
     const auto pass = [&](const std::vector<float>& a) {
         const double t0 = sw.ms();
-        transcribe(a, o);
-        char b[64];
-        std::snprintf(b, sizeof b, "%s%.1f s %.0f ms", passes.empty() ? "" : ", ", double(a.size()) / kSampleRate,
-                      sw.ms() - t0);
+        const TranscriptionResult r = transcribe(a, o);
+        const Timings& t = r.timings;
+        char b[128];
+        std::snprintf(b, sizeof b, "%s%.0f s %.0f ms [mel %.0f enc %.0f pre %.0f dec %.0f]", passes.empty() ? "" : ", ",
+                      double(a.size()) / kSampleRate, sw.ms() - t0, t.mel_ms, t.encode_ms, t.prefill_ms, t.decode_ms);
         passes += b;
     };
     pass(dev ? std::vector<float>(noise.begin(), noise.begin() + 8 * kSampleRate) : noise);

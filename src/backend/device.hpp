@@ -76,6 +76,7 @@ public:
     explicit DeviceWarmer(const std::string& device);
     ~DeviceWarmer();
     void join();
+    bool active() const { return impl_ != nullptr; } // an accelerator's context is being created
     DeviceWarmer(const DeviceWarmer&) = delete;
     DeviceWarmer& operator=(const DeviceWarmer&) = delete;
 

@@ -37,6 +37,7 @@ public:
     }
     // Every copy has reached the device (before kernels read the weights).
     void finish() { st_.finish(); }
+    const StagedUpload& stager() const { return st_; }
     const float* f32(const Tensor& t) { return static_cast<const float*>(bytes(t.ptr(), t.size() * 4)); }
     const float* f32(const std::vector<float>& v) { return static_cast<const float*>(bytes(v.data(), v.size() * 4)); }
     const bf16* bf16_of(const std::vector<float>& v) {
@@ -205,9 +206,12 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal
         inv[i] = float(1.0 / std::pow(ht.rope_theta, double(2 * i) / double(ht.head_dim)));
     w->inv_freq = up.f32(inv);
     up.finish();
-    char msg[160];
-    std::snprintf(msg, sizeof msg, "cuda: %.0f MiB of weights on cuda:%d in %.0f ms (LM head screen %.0f ms), %zu buffers",
-                  double(w->bytes) / (1 << 20), ordinal, sw.ms(), t_screen, w->storage.size());
+    char msg[200];
+    std::snprintf(msg, sizeof msg,
+                  "cuda: %.0f MiB of weights on cuda:%d in %.0f ms (staging copies %.0f ms, waits %.0f ms; LM head screen "
+                  "%.0f ms), %zu buffers",
+                  double(w->bytes) / (1 << 20), ordinal, sw.ms(), up.stager().fill_ms(), up.stager().wait_ms(), t_screen,
+                  w->storage.size());
     log(LogLevel::Info, msg);
     return w;
 }

@@ -2,6 +2,7 @@
 #include "backend/cuda/staged_upload.hpp"
 
 #include "backend/cuda/check.hpp"
+#include "core/timer.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -66,7 +67,9 @@ void StagedUpload::copy(void* dst, const void* src, size_t n) {
             continue;
         }
         const size_t take = std::min(n, kSlot - sl.used);
+        const Stopwatch sw;
         fill(sl.host + sl.used, s, take);
+        fill_ms_ += sw.ms();
         sl.segs.push_back({d, sl.used, take});
         sl.used += take;
         d += take;
@@ -85,7 +88,9 @@ void StagedUpload::flush() {
     }
     cur_ ^= 1;
     Slot& next = slots_[cur_];
+    const Stopwatch sw;
     if (next.pending) QASR_CUDA(cudaEventSynchronize(next.done)); // its copies have left the slot
+    wait_ms_ += sw.ms();
     next.pending = false;
     next.used = 0;
     next.segs.clear();
@@ -93,7 +98,9 @@ void StagedUpload::flush() {
 
 void StagedUpload::finish() {
     flush();
+    const Stopwatch sw;
     QASR_CUDA(cudaStreamSynchronize(s_));
+    wait_ms_ += sw.ms();
 }
 
 } // namespace qasr::cuda

@@ -20,6 +20,8 @@ public:
     void copy(void* dst, const void* src, size_t n);
     // Every queued copy has reached the device.
     void finish();
+    double fill_ms() const { return fill_ms_; } // host time copying into the slots
+    double wait_ms() const { return wait_ms_; } // host time waiting for a slot's copies to finish
 
 private:
     struct Seg {
@@ -42,6 +44,7 @@ private:
     int cur_ = 0;
     cudaStream_t s_ = nullptr;
     unsigned threads_ = 1;
+    double fill_ms_ = 0, wait_ms_ = 0;
 };
 
 } // namespace qasr::cuda
