@@ -53,6 +53,10 @@ public:
     virtual void extend(const Tensor& x) = 0;
     // Logits [n, V] of rows r0 … r0+n-1 of the last extend().
     virtual Tensor extended_logits(int64_t r0, int64_t n) = 0;
+    // Whether the row passes this request runs for the first time are recorded for later requests of the same
+    // shape (where the backend does that; on by default, and again for the next request). The warm-up turns it
+    // off: its noise lengths are not the requests', and each recording would make its next pass wait.
+    virtual void record_passes(bool on) { (void)on; }
 };
 
 class DeviceContext {
@@ -76,7 +80,6 @@ public:
     explicit DeviceWarmer(const std::string& device);
     ~DeviceWarmer();
     void join();
-    bool active() const { return impl_ != nullptr; } // an accelerator's context is being created
     DeviceWarmer(const DeviceWarmer&) = delete;
     DeviceWarmer& operator=(const DeviceWarmer&) = delete;
 

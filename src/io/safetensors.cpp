@@ -13,7 +13,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
-#include <thread>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -173,36 +172,6 @@ void TensorStore::add_file(const std::string& path, bool take_metadata) {
         tensors_.emplace(name, std::move(t));
     }
     files_.push_back(std::move(f));
-}
-
-size_t TensorStore::prefault(unsigned threads) const {
-    size_t total = 0;
-    for (const auto& f : files_) total += f->size();
-    if (total == 0) return 0;
-    threads = std::max(1u, threads);
-    const size_t part = ((total + threads - 1) / threads + 4095) & ~size_t(4095);
-    // Byte range [b, e) of the files taken as one sequence.
-    const auto touch = [this](size_t b, size_t e) {
-        size_t at = 0;
-        for (const auto& f : files_) {
-            const size_t lo = std::max(b, at), hi = std::min(e, at + f->size());
-            at += f->size();
-            if (lo >= hi) continue;
-            const size_t page = 4096, off = (lo - (at - f->size())) & ~(page - 1);
-            auto* p = const_cast<uint8_t*>(f->data()) + off;
-            const size_t n = hi - (at - f->size()) - off;
-#ifdef MADV_POPULATE_READ
-            if (::madvise(p, n, MADV_POPULATE_READ) == 0) continue;
-#endif
-            volatile uint8_t sink = 0; // kernels before 5.14: one read per page
-            for (size_t i = 0; i < n; i += page) sink = sink + p[i];
-        }
-    };
-    std::vector<std::thread> ts;
-    for (unsigned i = 1; i < threads; ++i) ts.emplace_back(touch, std::min(total, i * part), std::min(total, (i + 1) * part));
-    touch(0, std::min(total, part));
-    for (auto& t : ts) t.join();
-    return total;
 }
 
 TensorStore TensorStore::open_file(const std::string& path) {

@@ -33,9 +33,6 @@ public:
     const TensorRef* find(const std::string& name) const;
     const std::map<std::string, TensorRef>& tensors() const { return tensors_; }
     std::map<std::string, std::string> metadata; // __metadata__ of the first file
-    // Maps every page of the files into this process now (several threads), so that a later pass over all the
-    // weights (the upload to a GPU) copies without page faults; returns the bytes covered. Errors are ignored.
-    size_t prefault(unsigned threads) const;
 
 private:
     void add_file(const std::string& path, bool take_metadata);

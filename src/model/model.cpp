@@ -9,9 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <future>
-#include <thread>
 #include <utility>
 #include <sys/stat.h>
 
@@ -41,18 +39,11 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     });
     HParams hp = load_config(dir);
     auto m = std::make_shared<Model>(Model{dir, hp, {}, Tokenizer::empty(), {}, {}, MelFrontend(hp.audio.n_mels), 0, nullptr});
-    double t_weights = 0, t_prefault = 0, t_ctx = 0;
-    size_t prefaulted = 0;
+    double t_weights = 0, t_ctx = 0;
     try {
         TensorStore store = TensorStore::open_dir(dir);
         m->weights = load_weights(store, m->hp);
         t_weights = sw.ms();
-        if (warm.active()) { // the upload will read every page: map them while the context is being created
-            const char* e = std::getenv("QASR_PREFAULT");
-            if (!(e && std::string(e) == "0"))
-                prefaulted = store.prefault(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
-        }
-        t_prefault = sw.ms();
         warm.join();
         t_ctx = sw.ms();
         m->device = open_device(*m, device);
@@ -78,10 +69,9 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     m->load_ms = sw.ms();
     char msg[256];
     std::snprintf(msg, sizeof msg,
-                  "load: weights %.0f ms, page-in %.0f ms (%.0f MiB), device context wait %.0f ms, device weights %.0f ms, "
-                  "tokenizer %.0f ms (its own thread; waited %.0f ms), total %.0f ms",
-                  t_weights, t_prefault - t_weights, double(prefaulted) / (1 << 20), t_ctx - t_prefault, t_device - t_ctx,
-                  t_tok, std::max(0.0, t_tok - t_device), m->load_ms);
+                  "load: weights %.0f ms, device context wait %.0f ms, device weights %.0f ms, tokenizer %.0f ms (its own "
+                  "thread; waited %.0f ms), total %.0f ms",
+                  t_weights, t_ctx - t_weights, t_device - t_ctx, t_tok, std::max(0.0, t_tok - t_device), m->load_ms);
     log(LogLevel::Info, msg);
     return m;
 }

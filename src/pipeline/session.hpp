@@ -26,6 +26,10 @@ public:
     int64_t cache_len() const { return cache_.len; }
 
     TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts);
+    // DeviceSession::record_passes for this session's requests (the warm-up's are not worth recording).
+    void record_device_passes(bool on) {
+        if (accel_) accel_->record_passes(on);
+    }
 
 private:
     int choose(const float* logits, int64_t V, const DecodeOptions& d, float& logprob);

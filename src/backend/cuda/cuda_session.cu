@@ -152,7 +152,7 @@ void CudaSession::run_pass(const PassKey& key, std::function<PassKey()> key_now,
         return;
     }
     enqueue();
-    if (!pass_graphs_on_ || profile_ || hosttime_) return;
+    if (!pass_graphs_on_ || !record_ || profile_ || hosttime_) return;
     if (pending_.size() >= 4) pending_.erase(pending_.begin()); // requests without a greedy loop: bounded
     pending_.push_back({key, std::move(key_now), std::move(enqueue)});
 }
@@ -541,6 +541,7 @@ public:
     ~Pooled() override {
         if (!s_) return;
         s_->reset_after_error();
+        s_->record_passes(true);
         ctx_->give_back(std::move(s_));
     }
     Tensor encode(const Tensor& mel) override { return s_->encode(mel); }
@@ -562,6 +563,7 @@ public:
     void truncate(int64_t n) override { s_->truncate(n); }
     void extend(const Tensor& x) override { s_->extend(x); }
     Tensor extended_logits(int64_t r0, int64_t n) override { return s_->extended_logits(r0, n); }
+    void record_passes(bool on) override { s_->record_passes(on); }
 
 private:
     std::shared_ptr<const CudaContext> ctx_;

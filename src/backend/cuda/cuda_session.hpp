@@ -183,6 +183,7 @@ public:
     void truncate(int64_t n) override { len_ = std::max<int64_t>(0, std::min(len_, n)); }
     void extend(const Tensor& x) override;
     Tensor extended_logits(int64_t r0, int64_t n) override;
+    void record_passes(bool on) override { record_ = on; }
 
     // After a failed request the stream may hold queued work: drain it so the pooled session starts clean.
     void reset_after_error() noexcept {
@@ -271,6 +272,7 @@ private:
     std::thread capw_;                                              // the recording thread
     cudaStream_t cs_ = nullptr;                                     // its stream
     cudaStream_t qs_ = nullptr; // the stream the row passes queue on: s_, or cs_ while the recording thread runs them
+    bool record_ = true; // record_passes()
     const bool pass_graphs_on_ = [] {
         const char* e = std::getenv("QASR_CUDA_PASS_GRAPHS");
         return !(e && std::string(e) == "0");
