@@ -21,12 +21,13 @@ for v in ${VARIANTS:-base}; do
 for bin in ${BINS:-$q}; do
   for w in --no-warmup --warmup; do
     for r in $(seq ${RUNS:-3}); do
-        log "$p $v $(basename "$bin") cold start $w: $( ( [ "$v" = base ] || export "$v"; python3 - "$bin" "$m" "$w" "${TOKENS:-40}" "$audio" 2>> "$out/errors.log" <<'PY'
+        verbose=$("$bin" transcribe --help | grep -q -- --verbose && echo -v || echo -q) # older binaries: no stage times
+        log "$p $v $(basename "$bin") cold start $w: $( ( [ "$v" = base ] || export "$v"; python3 - "$bin" "$m" "$w" "${TOKENS:-40}" "$audio" "$verbose" 2>> "$out/errors.log" <<'PY'
 import subprocess, sys, time
-q, m, w, n, audio = sys.argv[1:]
+q, m, w, n, audio, verbose = sys.argv[1:]
 t0 = time.time()
 p = subprocess.Popen([q, "transcribe", "-m", m, "--device", "cuda", w, "--ignore-eos", "--max-new-tokens", n, "--no-itn",
-                      "-q", "-v", audio], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                      "-q", verbose, audio], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 p.stdout.readline()
 t1 = time.time()
 _, err = p.communicate()

@@ -2,7 +2,10 @@
 // path on a random tiny checkpoint. Every test skips with a message where no CUDA device is present.
 
 #include "backend/cuda/gemm.hpp"
+#include "backend/cuda/staged_upload.hpp"
 #include "cuda_test_util.hpp"
+
+#include <cstring>
 
 using namespace qasr;
 using namespace qasr::cuda;
@@ -343,6 +346,35 @@ TEST(Cuda, OutOfMemoryIsAnErrorAndTheProcessGoesOn) {
     const std::vector<float> x{1, 2, 3};
     Dev ok(x);
     EXPECT_EQ(host(ok, 3)[2], 3.0f);
+}
+
+// The weights' upload path: copies of every size (empty, odd, across the two 32 MiB staging slots, larger than
+// both) to scattered destinations; the sources are overwritten as soon as copy() returns.
+TEST(Cuda, StagedUploadDeliversEveryByte) {
+    NEED_GPU();
+    const std::vector<size_t> sizes{0, 1, 7, 4096, (size_t(3) << 20) + 5, (size_t(32) << 20) - 3, 11,
+                                    (size_t(70) << 20) + 1, (size_t(5) << 20), 2};
+    std::vector<Buffer> dst;
+    std::vector<std::vector<uint8_t>> want;
+    {
+        StagedUpload up;
+        std::vector<uint8_t> src;
+        uint32_t r = 12345;
+        for (size_t n : sizes) {
+            src.resize(n);
+            for (auto& b : src) b = uint8_t((r = r * 1664525u + 1013904223u) >> 24);
+            want.push_back(src);
+            dst.emplace_back(std::max<size_t>(n, 1));
+            up.copy(dst.back().get(), src.data(), n);
+            std::memset(src.data(), 0xAB, n); // the source may be reused at once
+        }
+        up.finish();
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        std::vector<uint8_t> got(sizes[i]);
+        if (sizes[i]) QASR_CUDA(cudaMemcpy(got.data(), dst[i].get(), sizes[i], cudaMemcpyDeviceToHost));
+        EXPECT_TRUE(got == want[i]) << "copy " << i << " of " << sizes[i] << " bytes";
+    }
 }
 
 // The persistent decode step (one cooperative kernel per token, QASR_CUDA_PERSISTENT=1) against the per-layer

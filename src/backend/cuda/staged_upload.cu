@@ -15,7 +15,12 @@ StagedUpload::StagedUpload() {
     try {
         QASR_CUDA(cudaStreamCreate(&s_));
         for (Slot& sl : slots_) {
-            QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&sl.host), kSlot, cudaHostAllocDefault));
+            // Where page-locked memory is refused (a locked-memory limit), the copies go the driver's way.
+            if (cudaHostAlloc(reinterpret_cast<void**>(&sl.host), kSlot, cudaHostAllocDefault) != cudaSuccess) {
+                cudaGetLastError();
+                sl.host = nullptr;
+                direct_ = true;
+            }
             QASR_CUDA(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming));
         }
     } catch (...) {
@@ -58,6 +63,12 @@ void StagedUpload::fill(char* to, const char* from, size_t n) const {
 }
 
 void StagedUpload::copy(void* dst, const void* src, size_t n) {
+    if (direct_) {
+        const Stopwatch sw;
+        QASR_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+        fill_ms_ += sw.ms();
+        return;
+    }
     auto* d = static_cast<char*>(dst);
     const auto* s = static_cast<const char*>(src);
     while (n > 0) {
@@ -97,6 +108,7 @@ void StagedUpload::flush() {
 }
 
 void StagedUpload::finish() {
+    if (direct_) return;
     flush();
     const Stopwatch sw;
     QASR_CUDA(cudaStreamSynchronize(s_));

@@ -44,6 +44,7 @@ private:
     int cur_ = 0;
     cudaStream_t s_ = nullptr;
     unsigned threads_ = 1;
+    bool direct_ = false; // no page-locked slots: plain cudaMemcpy per copy
     double fill_ms_ = 0, wait_ms_ = 0;
 };
 
