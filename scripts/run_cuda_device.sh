@@ -30,22 +30,8 @@ for p in ${presets//,/ }; do
     done
     log "$p quantized"
     # cold start: process start → first transcript (page cache warm), without (the CLI default for one input) and
-    # with the warm-up pass
-    # (the transcript's first line on stdout, and the process exit, which adds the CUDA context's teardown)
-    for w in --no-warmup --warmup; do
-        log "$p cold start $w: $(python3 - "$q" "$m/bf16" "$w" "$tokens" "$audio" 2>> "$out/errors.log" <<'PY'
-import subprocess, sys, time
-q, m, w, n, audio = sys.argv[1:]
-t0 = time.time()
-p = subprocess.Popen([q, "transcribe", "-m", m, "--device", "cuda", w, "--ignore-eos", "--max-new-tokens", n, "--no-itn",
-                      "-q", audio], stdout=subprocess.PIPE, text=True)
-p.stdout.readline()
-t1 = time.time()
-p.communicate()
-print("first transcript %.0f ms, process exit %.0f ms (rc=%d)" % ((t1 - t0) * 1e3, (time.time() - t0) * 1e3, p.returncode))
-PY
-)"
-    done
+    # with the warm-up pass, three times each, with qasr's stage times
+    RUNS=${COLD_RUNS:-3} BINS= TOKENS=$tokens timeout 300 bash "$(dirname "$0")/cuda_cold_start.sh" "$b" "$p" "$audio"
     for v in bf16 $(for b in ${QBITS:-8 6 4}; do echo q$b; done); do
         timeout 120 "$q" bench -m "$m/$v" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" --runs ${RUNS:-20} --warmup 0 \
             --api-warmup --json > "$out/bench_${p}_$v.json" 2>> "$out/errors.log"
