@@ -26,6 +26,6 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
         f="$out/binab_${p}_${w}_${r}_$(basename "$b").json"
         timeout 90 "$b" bench -m "$m/$w" --device cuda --audio "$audio" --ignore-eos --max-new-tokens "$tokens" \
             --runs "${RUNS:-10}" --warmup 0 --api-warmup --json > "$f" 2>> "$out/errors.log"
-        log "$p $w round $r $(basename "$b") rc=$? $(python3 -c "import json; j=json.load(open('$f')); print('total %.2f ms (first %.2f) enc %.2f prefill %.2f decode %.2f = %.3f ms/tok' % (j['total_ms'], j['first_total_ms'], j['encode_ms'], j['prefill_ms'], j['decode_ms'], j['ms_per_token']))" 2>&1 | tail -1)"
+        log "$p $w round $r $(basename "$b") rc=$? $(python3 -c "import json; j=json.load(open('$f')); print('total %.2f ms (first %.2f) mel %.2f enc %.2f prefill %.2f decode %.2f = %.3f ms/tok' % (j['total_ms'], j['first_total_ms'], j['mel_ms'], j['encode_ms'], j['prefill_ms'], j['decode_ms'], j['ms_per_token']))" 2>&1 | tail -1)"
     done
 done
