@@ -5,8 +5,6 @@
 #include "audio/mel.hpp"
 #include "model/encoder.hpp"
 
-#include <cstring>
-
 namespace qasr::cuda::detail {
 
 namespace {
@@ -32,8 +30,7 @@ void CudaSession::queue_front(const std::vector<float>& audio, size_t min_sample
     if (N <= 200) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
     const int T = int(MelFrontend::n_frames(N)), n_mels = m_.hp.audio.n_mels;
     maudio_.ensure(std::max<size_t>(audio.size(), 1) * 4);
-    QASR_CUDA(cudaMemcpyAsync(maudio_.get(), stage_audio(audio), audio.size() * 4, cudaMemcpyHostToDevice, s_));
-    if (audio_h_) QASR_CUDA(cudaEventRecord(audio_ev_, s_));
+    QASR_CUDA(cudaMemcpyAsync(maudio_.get(), audio.data(), audio.size() * 4, cudaMemcpyHostToDevice, s_));
     mwork_.ensure(log_mel_work_bytes(T, n_mels));
     emel_.ensure(size_t(T) * n_mels * 4);
     log_mel(blas_, maudio_.as<float>(), int64_t(audio.size()), int64_t(N), T, n_mels, w_.mel_window, w_.mel_dft,
@@ -43,28 +40,6 @@ void CudaSession::queue_front(const std::vector<float>& audio, size_t min_sample
         *mel_ms = sw.ms();
     }
     *T_out = T;
-}
-
-const float* CudaSession::stage_audio(const std::vector<float>& audio) {
-    if (audio.size() > audio_cap_) {
-        if (audio_h_) {
-            QASR_CUDA(cudaEventSynchronize(audio_ev_));
-            QASR_CUDA(cudaFreeHost(audio_h_));
-            audio_h_ = nullptr;
-            audio_cap_ = 0;
-        }
-        const size_t cap = std::max(audio.size(), size_t(30) * 16000);
-        if (cudaHostAlloc(reinterpret_cast<void**>(&audio_h_), cap * 4, cudaHostAllocDefault) != cudaSuccess) {
-            cudaGetLastError(); // page-locked memory refused: the copy goes the driver's (blocking) way
-            audio_h_ = nullptr;
-            return audio.data();
-        }
-        audio_cap_ = cap;
-    } else {
-        QASR_CUDA(cudaEventSynchronize(audio_ev_)); // the previous request's copy has left the buffer
-    }
-    std::memcpy(audio_h_, audio.data(), audio.size() * 4);
-    return audio_h_;
 }
 
 Tensor CudaSession::encode_audio(const std::vector<float>& audio, size_t min_samples, double* mel_ms) {

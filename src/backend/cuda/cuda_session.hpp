@@ -44,7 +44,6 @@ public:
         QASR_CUBLAS(cublasSetStream(blas_, s_));
         gemm_ = std::make_unique<GemmPlans>(blas_, s_);
         for (auto& e : ev_) QASR_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        QASR_CUDA(cudaEventCreateWithFlags(&audio_ev_, cudaEventDisableTiming));
         QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring_h_), sizeof(int2) * kRing, cudaHostAllocMapped));
         QASR_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ring_d_), ring_h_, 0));
         QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&tok_h_), sizeof(int), cudaHostAllocDefault));
@@ -163,8 +162,6 @@ public:
         for (auto& [n, g] : graphs_) cudaGraphExecDestroy(g);
         for (auto& [k, g] : pass_graphs_) cudaGraphExecDestroy(g);
         for (auto& e : ev_) cudaEventDestroy(e);
-        cudaEventDestroy(audio_ev_);
-        if (audio_h_) cudaFreeHost(audio_h_);
         cudaFreeHost(ring_h_);
         cudaFreeHost(tok_h_);
         gemm_.reset();
@@ -376,12 +373,6 @@ private:
     int npev_ = 0, prof_steps_ = 0;
     std::map<std::string, double> prof_;
     Buffer argpart_, mwork_, maudio_;
-    // The audio's way to the device: a page-locked copy, so that the front end's upload is queued without the host
-    // waiting for it (a pageable 11 s clip held the host ~0.1–0.2 ms); audio_ev_ marks the copy's end.
-    const float* stage_audio(const std::vector<float>& audio);
-    float* audio_h_ = nullptr;
-    size_t audio_cap_ = 0;
-    cudaEvent_t audio_ev_ = nullptr;
 
     const Model& m_;
     const DeviceWeights& w_;
