@@ -19,6 +19,9 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -50,10 +53,60 @@ options:
   --device D             cpu (default), cuda or cuda:N: run the model on a GPU (no DRAM probe then)
   --bw-mb N              size of the bandwidth probe buffer in MiB (default 1024; 0 skips the probe)
   --api-warmup           run Transcriber::warmup() (as load_with_warmup does) before the runs
+  --clients N            then RUNS rounds of N concurrent requests (a server's load): per-request latency, the
+                         rounds' throughput, the first round apart (it opens the extra sessions), tokens vs one client
   --json                 print only the JSON object
   -v, --verbose          diagnostics on stderr (load and warm-up stage times)
   --stream               streaming benchmark instead (finalization latency; see qasr stream --help)
 )";
+
+// N requests at once on one model, each on its own thread and Session, started together; per request its
+// wall time from the common start, and its tokens.
+struct ClientRound {
+    double wall_ms = 0;
+    std::vector<double> request_ms;
+    std::vector<std::vector<int>> tokens;
+    std::string error;
+};
+
+ClientRound client_round(const std::shared_ptr<const Model>& model, const std::vector<float>& audio,
+                         const TranscribeOptions& opts, int n) {
+    ClientRound r;
+    r.request_ms.assign(size_t(n), 0.0);
+    r.tokens.resize(size_t(n));
+    std::vector<std::string> errors(static_cast<size_t>(n));
+    std::vector<std::thread> th;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool go = false;
+    Stopwatch sw;
+    for (int k = 0; k < n; ++k)
+        th.emplace_back([&, k] {
+            {
+                std::unique_lock<std::mutex> lk(mu);
+                cv.wait(lk, [&] { return go; });
+            }
+            try {
+                Session s(model);
+                const TranscriptionResult t = s.run(audio, opts);
+                for (const TokenInfo& ti : t.tokens) r.tokens[size_t(k)].push_back(ti.id);
+            } catch (const std::exception& e) {
+                errors[size_t(k)] = e.what();
+            }
+            r.request_ms[size_t(k)] = sw.ms();
+        });
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        sw.reset();
+        go = true;
+    }
+    cv.notify_all();
+    for (auto& t : th) t.join();
+    r.wall_ms = sw.ms();
+    for (const auto& e : errors)
+        if (!e.empty()) r.error = e;
+    return r;
+}
 
 double median(std::vector<double> v) {
     if (v.empty()) return 0;
@@ -145,7 +198,7 @@ int cmd_bench(int argc, char** argv) {
     Args a(argc, argv, 2);
     std::string model_dir, audio_path, v, isa, device = "cpu";
     double seconds = 11.0;
-    int runs = 3, warmup = 1, threads = 0;
+    int runs = 3, warmup = 1, threads = 0, clients = 1;
     size_t bw_mb = 1024;
     bool json_only = false, api_warmup = false;
     TranscribeOptions opts;
@@ -178,6 +231,8 @@ int cmd_bench(int argc, char** argv) {
             bw_mb = size_t(to_long("--bw-mb", v, 0, 1 << 20));
         } else if (a.flag("--api-warmup")) {
             api_warmup = true;
+        } else if (a.option("--clients", v)) {
+            clients = int(to_long("--clients", v, 1, 256));
         } else if (a.flag("--json")) {
             json_only = true;
         } else if (a.flag("-v") || a.flag("--verbose")) {
@@ -220,9 +275,12 @@ int cmd_bench(int argc, char** argv) {
 
     std::vector<double> mel, enc, pre, dec, tot, rtf;
     int n_tokens = 0, n_prompt = 0;
+    std::vector<int> one_client_tokens;
     for (int i = 0; i < warmup + runs; ++i) {
         Session s(model);
         const TranscriptionResult r = s.run(audio, opts);
+        one_client_tokens.clear();
+        for (const TokenInfo& ti : r.tokens) one_client_tokens.push_back(ti.id);
         n_tokens = int(r.tokens.size());
         n_prompt = r.n_prompt_tokens;
         if (i < warmup) continue;
@@ -232,6 +290,36 @@ int cmd_bench(int argc, char** argv) {
         dec.push_back(r.timings.decode_ms);
         tot.push_back(r.timings.total_ms());
         rtf.push_back(r.rtf);
+    }
+    // Concurrent clients (a server's load): the first round opens the sessions the pool lacks.
+    nlohmann::json cj;
+    if (clients > 1) {
+        std::vector<double> req, walls;
+        ClientRound first;
+        int same = 0, all = 0;
+        for (int i = 0; i < runs + 1; ++i) {
+            ClientRound c = client_round(model, audio, opts, clients);
+            if (!c.error.empty()) throw std::runtime_error("bench: a concurrent request failed: " + c.error);
+            for (const auto& t : c.tokens) same += t == one_client_tokens, ++all;
+            if (i == 0) {
+                first = c;
+                continue;
+            }
+            req.insert(req.end(), c.request_ms.begin(), c.request_ms.end());
+            walls.push_back(c.wall_ms);
+        }
+        const double audio_s = double(audio.size()) / 16000.0;
+        cj = {{"n", clients},
+              {"rounds", runs},
+              {"request_ms_median", median(req)},
+              {"request_ms_max", req.empty() ? 0.0 : *std::max_element(req.begin(), req.end())},
+              {"round_ms_median", median(walls)},
+              {"throughput_x_realtime", clients * audio_s / (median(walls) / 1000.0)},
+              {"one_client_throughput_x_realtime", audio_s / (median(tot) / 1000.0)},
+              {"first_round_ms", first.wall_ms},
+              {"first_round_request_ms_max", *std::max_element(first.request_ms.begin(), first.request_ms.end())},
+              {"requests_with_one_clients_tokens", same},
+              {"requests", all}};
     }
     // The first token comes from the prefill's logits; each further token is one decoder step.
     const int steps = std::max(1, n_tokens - 1);
@@ -280,6 +368,7 @@ int cmd_bench(int argc, char** argv) {
                         {"matvec_ms_per_token", mv_ms},
                         {"matvec_GBps", mv_ms > 0 ? double(bytes_tok) / (mv_ms / 1000.0) / 1e9 : 0.0},
                         {"peak_rss_MB", rss_mb}};
+    if (clients > 1) j["clients"] = cj;
     if (!json_only)
         std::printf("bench dec=%s head=%s enc=%s isa=%s threads=%d audio=%.2fs runs=%d | load %.0f ms | mel %.1f "
                     "encode %.1f prefill %.1f decode %.1f ms (%d tok) | %.2f ms/tok %.1f tok/s | RTF %.3f | decode "
@@ -288,6 +377,13 @@ int cmd_bench(int argc, char** argv) {
                     double(audio.size()) / 16000.0, runs, load_ms, median(mel), median(enc), median(pre), dec_ms,
                     n_tokens, ms_tok, 1000.0 / ms_tok, median(rtf), dec_gbps, dram,
                     dram > 0 ? 100.0 * dec_gbps / dram : 0.0, rss_mb);
+    if (!json_only && clients > 1)
+        std::printf("clients %d: request median %.2f ms (max %.2f), round %.2f ms, %.1fx real time (one client %.1fx); "
+                    "first round %.2f ms; %d/%d requests with the one-client tokens\n",
+                    clients, cj["request_ms_median"].get<double>(), cj["request_ms_max"].get<double>(),
+                    cj["round_ms_median"].get<double>(), cj["throughput_x_realtime"].get<double>(),
+                    cj["one_client_throughput_x_realtime"].get<double>(), cj["first_round_ms"].get<double>(),
+                    cj["requests_with_one_clients_tokens"].get<int>(), cj["requests"].get<int>());
     std::printf("%s\n", j.dump().c_str());
     return 0;
 }

@@ -106,6 +106,24 @@ TEST(Cli, TranscribesWithTinyModel) {
     EXPECT_EQ(nlohmann::json::parse(w.out)["tokens"], j["tokens"]);
 }
 
+// `qasr bench --clients N`: concurrent requests on one model (a server's load) give the one-client tokens, and the
+// report counts every request of every round (the first round apart).
+TEST(Cli, BenchClientsRunsConcurrentRequestsAlike) {
+    NEED_TOKENIZER();
+    CliRun r = run("bench -m " + tiny() + " --audio " + kWav + " --ignore-eos --max-new-tokens 6 --runs 2 --warmup 0 "
+                   "--bw-mb 0 --clients 3 --json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j.contains("clients")) << r.out;
+    const auto& c = j["clients"];
+    EXPECT_EQ(c["n"], 3);
+    EXPECT_EQ(c["requests"], 9); // (2 rounds + the first) × 3
+    EXPECT_EQ(c["requests_with_one_clients_tokens"], 9);
+    EXPECT_GT(c["throughput_x_realtime"].get<double>(), 0.0);
+    EXPECT_GE(c["request_ms_max"].get<double>(), c["request_ms_median"].get<double>());
+    EXPECT_NE(run("bench -m " + tiny() + " --clients 0").status, 0);
+}
+
 // `qasr dev logits` (what scripts/cuda_reference.py compares with transformers): per prompt position the argmax,
 // the top-2 margin, the top 4 logits and the argmax of the logits rounded to bf16 (lowest id among equal values).
 TEST(Cli, DevLogitsGivesArgmaxMarginsTopAndBf16Argmax) {
