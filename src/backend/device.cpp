@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 
 #include <cstdlib>
+#include <future>
 #include <thread>
 
 namespace qasr {
@@ -13,6 +14,7 @@ namespace cuda {
 std::shared_ptr<const DeviceContext> open_context(const Model& model, int ordinal);
 int device_count();
 void init_context(int ordinal) noexcept;
+void prime_kernels(int ordinal) noexcept;
 } // namespace cuda
 bool built_with_cuda() { return true; }
 int cuda_device_count() { return cuda::device_count(); }
@@ -23,6 +25,8 @@ int cuda_device_count() { return 0; }
 
 struct DeviceWarmer::Impl {
     std::thread t;
+    std::promise<void> ready;
+    std::future<void> ready_f = ready.get_future();
 };
 
 DeviceWarmer::DeviceWarmer(const std::string& device) {
@@ -30,15 +34,24 @@ DeviceWarmer::DeviceWarmer(const std::string& device) {
     if (device.rfind("cuda", 0) != 0) return;
     const int ordinal = device.size() > 5 && device[4] == ':' ? std::atoi(device.c_str() + 5) : 0;
     impl_ = std::make_unique<Impl>();
-    impl_->t = std::thread([ordinal] { cuda::init_context(ordinal); }); // errors surface later in open_device
+    // errors surface later in open_device; the priming runs beside the weights' upload (join() returns before it)
+    impl_->t = std::thread([ordinal, impl = impl_.get()] {
+        cuda::init_context(ordinal);
+        impl->ready.set_value();
+        cuda::prime_kernels(ordinal);
+    });
 #else
     (void)device;
 #endif
 }
 
-DeviceWarmer::~DeviceWarmer() { join(); }
+DeviceWarmer::~DeviceWarmer() { finish(); }
 
 void DeviceWarmer::join() {
+    if (impl_ && impl_->ready_f.valid()) impl_->ready_f.wait();
+}
+
+void DeviceWarmer::finish() {
     if (impl_ && impl_->t.joinable()) impl_->t.join();
 }
 

@@ -74,12 +74,15 @@ public:
 std::shared_ptr<const DeviceContext> open_device(const Model& model, const std::string& device);
 
 // Starts creating the device's runtime context on another thread (it takes a few hundred ms) so that it overlaps
-// with reading the checkpoint; the returned handle joins it. No-op for "cpu" and in builds without CUDA.
+// with reading the checkpoint; join() waits for the context. The thread then loads kernels the first request
+// would otherwise load on its path (beside the weights' upload); finish() and the destructor wait for that too.
+// No-op for "cpu" and in builds without CUDA.
 class DeviceWarmer {
 public:
     explicit DeviceWarmer(const std::string& device);
     ~DeviceWarmer();
     void join();
+    void finish();
     DeviceWarmer(const DeviceWarmer&) = delete;
     DeviceWarmer& operator=(const DeviceWarmer&) = delete;
 
