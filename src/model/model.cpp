@@ -30,8 +30,9 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     Stopwatch sw;
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("loader", dir + ": not a model directory");
-    // Three things at once: the accelerator's context is created and the tokenizer (~0.3 s for Qwen's 151k
-    // entries) is read on threads of their own while this one reads the weight table and uploads the weights.
+    // Three things at once: the accelerator's context is created (then the first request's front-end kernels are
+    // loaded) and the tokenizer (~0.3 s for Qwen's 151k entries) is read on threads of their own, while this one
+    // reads the weight table and uploads the weights.
     DeviceWarmer warm(device);
     auto tok = std::async(std::launch::async, [dir, &sw] {
         Tokenizer t = Tokenizer::load_dir(dir);
@@ -66,6 +67,7 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     if (m->eos_ids.empty()) m->eos_ids = {sp.endoftext, sp.im_end};
     for (int id : {sp.endoftext, sp.im_end})
         if (!m->is_eos(id)) m->eos_ids.push_back(id);
+    warm.finish(); // the kernels the context thread loads beside the upload (normally done by now)
     m->load_ms = sw.ms();
     char msg[256];
     std::snprintf(msg, sizeof msg,
