@@ -80,27 +80,36 @@ ClientRound client_round(const std::shared_ptr<const Model>& model, const std::v
     std::condition_variable cv;
     bool go = false;
     Stopwatch sw;
-    for (int k = 0; k < n; ++k)
-        th.emplace_back([&, k] {
-            {
-                std::unique_lock<std::mutex> lk(mu);
-                cv.wait(lk, [&] { return go; });
-            }
-            try {
-                Session s(model);
-                const TranscriptionResult t = s.run(audio, opts);
-                for (const TokenInfo& ti : t.tokens) r.tokens[size_t(k)].push_back(ti.id);
-            } catch (const std::exception& e) {
-                errors[size_t(k)] = e.what();
-            }
-            r.request_ms[size_t(k)] = sw.ms();
-        });
-    {
-        std::lock_guard<std::mutex> lk(mu);
-        sw.reset();
-        go = true;
+    const auto start = [&] {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            sw.reset();
+            go = true;
+        }
+        cv.notify_all();
+    };
+    try {
+        for (int k = 0; k < n; ++k)
+            th.emplace_back([&, k] {
+                {
+                    std::unique_lock<std::mutex> lk(mu);
+                    cv.wait(lk, [&] { return go; });
+                }
+                try {
+                    Session s(model);
+                    const TranscriptionResult t = s.run(audio, opts);
+                    for (const TokenInfo& ti : t.tokens) r.tokens[size_t(k)].push_back(ti.id);
+                } catch (const std::exception& e) {
+                    errors[size_t(k)] = e.what();
+                }
+                r.request_ms[size_t(k)] = sw.ms();
+            });
+    } catch (...) { // a thread could not be started: release the ones waiting, then report
+        start();
+        for (auto& t : th) t.join();
+        throw;
     }
-    cv.notify_all();
+    start();
     for (auto& t : th) t.join();
     r.wall_ms = sw.ms();
     for (const auto& e : errors)

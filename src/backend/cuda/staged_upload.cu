@@ -52,13 +52,16 @@ void StagedUpload::fill(char* to, const char* from, size_t n) const {
     }
     const unsigned t = unsigned(std::min<size_t>(threads_, n / kMin));
     const size_t part = (n / t + 4095) & ~size_t(4095);
-    std::vector<std::thread> helpers;
+    std::vector<std::thread> helpers; // helper i copies [i·part, (i+1)·part), this thread the first part
     helpers.reserve(t - 1);
-    for (unsigned i = 1; i < t; ++i) {
-        const size_t b = std::min(n, i * part), e = std::min(n, b + part);
-        if (b < e) helpers.emplace_back([=] { std::memcpy(to + b, from + b, e - b); });
+    try {
+        for (unsigned i = 1; i < t && i * part < n; ++i)
+            helpers.emplace_back([=] { std::memcpy(to + i * part, from + i * part, std::min(n, (i + 1) * part) - i * part); });
+    } catch (...) { // no thread to be had: what no helper took is copied here
     }
     std::memcpy(to, from, std::min(n, part));
+    const size_t handed = (helpers.size() + 1) * part;
+    if (handed < n) std::memcpy(to + handed, from + handed, n - handed);
     for (auto& h : helpers) h.join();
 }
 
