@@ -7,6 +7,16 @@ import subprocess
 import numpy as np
 
 
+def load_reference(path, dtype, attn, dev="cuda"):
+    """transformers' Qwen3-ASR from `path` in `dtype` with attention `attn`, on `dev`, in eval mode; TF32 off (fp32
+    products must be fp32)."""
+    import torch
+    from transformers import Qwen3ASRForConditionalGeneration
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return Qwen3ASRForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(dev).eval()
+
+
 def feature_extractor():
     try:
         from transformers import Qwen3ASRFeatureExtractor

@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import read_wav  # noqa: E402
-from bf16_common import argmax_ties, feature_extractor, features, prefill  # noqa: E402
+from bf16_common import argmax_ties, feature_extractor, features, load_reference, prefill  # noqa: E402
 
 
 def main():
@@ -29,9 +29,6 @@ def main():
     a = ap.parse_args()
 
     import torch
-    from transformers import Qwen3ASRForConditionalGeneration
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
     q = json.load(open(a.ids))
     ids = q["prompt_ids"]
@@ -44,8 +41,7 @@ def main():
         return arg, sum(tie)
 
     def load(attn):
-        return Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.bfloat16,
-                                                                attn_implementation=attn).to(dev).eval()
+        return load_reference(a.model, torch.bfloat16, attn, dev)
 
     sdpa = load("sdpa")
     base, base_ties = run(sdpa)

@@ -20,7 +20,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import read_wav  # noqa: E402
-from bf16_common import argmax_ties, feature_extractor, features, forced_greedy, prefill, qasr_logits, resolved  # noqa: E402
+from bf16_common import (argmax_ties, feature_extractor, features, forced_greedy, load_reference, prefill,  # noqa: E402
+                         qasr_logits, resolved)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EOS = (151643, 151645)
@@ -36,14 +37,9 @@ def main():
     a = ap.parse_args()
 
     import torch
-    from transformers import Qwen3ASRForConditionalGeneration
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
-    m16 = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.bfloat16,
-                                                           attn_implementation="sdpa").to(dev).eval()
-    m32 = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.float32,
-                                                           attn_implementation="eager").to(dev).eval()
+    m16 = load_reference(a.model, torch.bfloat16, "sdpa", dev)
+    m32 = load_reference(a.model, torch.float32, "eager", dev)
     fe = feature_extractor()
     with open(a.tsv, encoding="utf-8") as f:
         clips = [r["path"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]

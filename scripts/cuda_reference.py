@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import read_wav  # noqa: E402  (16 kHz mono 16-bit PCM, as the parity dumps read it)
-from bf16_common import argmax_ties, feature_extractor, forced_greedy, prefill, qasr_logits, resolved  # noqa: E402
+from bf16_common import argmax_ties, feature_extractor, forced_greedy, load_reference, prefill, qasr_logits, resolved  # noqa: E402
 from bf16_common import features as clip_features  # noqa: E402
 
 
@@ -42,14 +42,10 @@ def main():
     a = ap.parse_args()
 
     import torch
-    from transformers import Qwen3ASRForConditionalGeneration
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
     res = {"model": a.model, "audio": a.audio, "attn": a.attn}
     t0 = time.perf_counter()
-    model = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.bfloat16,
-                                                             attn_implementation=a.attn).to(dev).eval()
+    model = load_reference(a.model, torch.bfloat16, a.attn, dev)
     res["reference_load_s"] = time.perf_counter() - t0
     fe = feature_extractor()
     pcm = read_wav(a.audio)
@@ -122,8 +118,7 @@ def main():
               flush=True)
 
     if a.fp32_check and not a.skip_accuracy:
-        m32 = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.float32,
-                                                               attn_implementation="eager").to(dev).eval()
+        m32 = load_reference(a.model, torch.float32, "eager", dev)
         x32, m32mask = clip_features(fe, pcm, dev, torch.float32)
         o32 = prefill(m32, ids, x32, m32mask)
         a32 = o32.logits[0].float().argmax(-1).tolist()
@@ -136,8 +131,7 @@ def main():
         # The bf16 noise floor: the same reference in bf16 with the other attention implementation (eager vs the
         # default), i.e. how often two bf16 runs of transformers itself agree on these near-tie logits.
         other = "eager" if a.attn != "eager" else "sdpa"
-        mo = Qwen3ASRForConditionalGeneration.from_pretrained(a.model, dtype=torch.bfloat16,
-                                                              attn_implementation=other).to(dev).eval()
+        mo = load_reference(a.model, torch.bfloat16, other, dev)
         oo = prefill(mo, ids, *features())
         ao, otie = argmax_ties(oo.logits[0].float())
         res["bf16_other_top2_ties"] = sum(otie)
