@@ -381,17 +381,26 @@ void CudaSession::enqueue_step(bool screened) {
     mark("argmax");
 }
 
+// QASR_CUDA_SCREEN_BOUND_X (measurement only): the screen's bounds multiplied by this factor, to count the rows a
+// looser proxy (a lower bit width) would make the screen rescore. Still exact: the bound only widens.
+static const float g_bound_x = [] {
+    const char* e = std::getenv("QASR_CUDA_SCREEN_BOUND_X");
+    const float v = e ? std::strtof(e, nullptr) : 1.0f;
+    return v >= 1.0f && v < 1e6f ? v : 1.0f;
+}();
+
 bool CudaSession::screened_choice(const float* x, bool advance) {
     if (!w_.head_screen) return false;
     const float eps = m_.hp.text.rms_eps;
     float* emb_out = x1_.as<float>(); // the next step's input
     if (screened_head_choose(w_.head, w_.head_screen, x, w_.norm, eps, plog_screen_.as<float>(), hrec_.as<float>(), kArgParts,
                              hcounter_.as<unsigned>(), d_tok(), d_pos(), d_count(), ring_d_, kRing, advance, fold_emb(),
-                             emb_out, screen_stats_.as<unsigned>(), s_))
+                             emb_out, screen_stats_.as<unsigned>(), s_, 1.01f * g_bound_x))
         return true;
     int parts = 0;
     const int nx = screened_head_argmax(w_.head, w_.head_screen, x, w_.norm, eps, plog_screen_.as<float>(), argpart_.as<float>(),
-                                        kArgParts, &parts, xpart_.as<float>(), kArgParts, screen_stats_.as<unsigned>(), s_);
+                                        kArgParts, &parts, xpart_.as<float>(), kArgParts, screen_stats_.as<unsigned>(), s_,
+                                        1.01f * g_bound_x);
     if (!nx || !parts) return false;
     argmax_merge(plog_screen_.as<float>(), argpart_.as<float>(), parts, d_tok(), d_pos(), d_count(), ring_d_, kRing, advance,
                  s_, fold_emb(), emb_out, xpart_.as<float>(), nx);
