@@ -1,5 +1,5 @@
 # Finds qasr's dependencies (all from the distribution's packages). Required: nlohmann_json, PCRE2, utf8proc,
-# libsoxr, OpenMP. Optional: FFmpeg (compressed audio), OpenBLAS (fp32 GEMM).
+# libsoxr, OpenMP. Optional: FFmpeg (compressed audio), OpenBLAS (fp32 GEMM), cpp-httplib (`qasr serve`).
 find_package(PkgConfig REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
@@ -34,4 +34,11 @@ if(OPENBLAS_FOUND)
   message(STATUS "qasr: OpenBLAS found: used for fp32 matrix products")
 else()
   message(STATUS "qasr: OpenBLAS not used (install libopenblas-dev): portable GEMM")
+endif()
+
+qasr_optional_pkg(HTTPLIB ${QASR_SERVER} cpp-httplib)
+if(HTTPLIB_FOUND)
+  message(STATUS "qasr: cpp-httplib found: `qasr serve` (HTTP server) enabled")
+else()
+  message(STATUS "qasr: cpp-httplib not used (install libcpp-httplib-dev): no `qasr serve`")
 endif()

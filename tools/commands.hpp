@@ -8,6 +8,7 @@ int cmd_dev(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_stream(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 // -v / --verbose: diagnostics from Info up (load and warm-up stage times) on stderr.
 void log_verbose();

@@ -21,6 +21,7 @@ const char* kUsage = R"(usage: qasr COMMAND [options]
 commands:
   transcribe   transcribe audio files            (qasr transcribe --help)
   stream       live transcription from stdin or a replayed file (qasr stream --help)
+  serve        HTTP server: OpenAI-compatible transcription API (qasr serve --help)
   itn          inverse text normalization of stdin lines (qasr itn --help)
   quantize     MLX affine 4/6/8-bit quantization (qasr quantize --help)
   bench        speed and memory benchmark      (qasr bench --help)
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
         if (cmd == "bench") return qasr::cli::cmd_bench(argc, argv);
         if (cmd == "itn") return qasr::cli::cmd_itn(argc, argv);
         if (cmd == "stream") return qasr::cli::cmd_stream(argc, argv);
+        if (cmd == "serve") return qasr::cli::cmd_serve(argc, argv);
         std::fprintf(stderr, "qasr: error: unknown command '%s' (see qasr help)\n", cmd.c_str());
         return 2;
     } catch (const std::invalid_argument& e) {

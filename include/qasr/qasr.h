@@ -56,6 +56,9 @@ void qasr_model_free(qasr_model* model);
 
 qasr_status qasr_transcribe_file(const qasr_model* model, const char* path, const qasr_transcribe_params* params,
                                  qasr_result** out);
+/* An encoded audio file held in memory (WAV; mp3, flac, ogg/opus, m4a ... with FFmpeg). */
+qasr_status qasr_transcribe_memory(const qasr_model* model, const void* data, size_t size,
+                                   const qasr_transcribe_params* params, qasr_result** out);
 /* samples: mono float32 at 16 kHz in [-1, 1]. */
 qasr_status qasr_transcribe_pcm(const qasr_model* model, const float* samples, size_t n_samples,
                                 const qasr_transcribe_params* params, qasr_result** out);

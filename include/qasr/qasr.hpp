@@ -140,6 +140,9 @@ public:
     static Transcriber load_with_warmup(const std::string& model_dir, const LoadOptions& opts = {});
 
     TranscriptionResult transcribe_file(const std::string& path, const TranscribeOptions& opts = {}) const;
+    // An encoded audio file held in memory (any format transcribe_file accepts: WAV, and with FFmpeg mp3, flac,
+    // ogg/opus, m4a, webm ...), e.g. an upload.
+    TranscriptionResult transcribe_memory(const void* data, size_t size, const TranscribeOptions& opts = {}) const;
     // 16 kHz mono float samples in [-1, 1].
     TranscriptionResult transcribe(const std::vector<float>& samples, const TranscribeOptions& opts = {}) const;
     void warmup() const;

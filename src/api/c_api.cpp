@@ -98,6 +98,13 @@ qasr_status qasr_transcribe_file(const qasr_model* m, const char* path, const qa
     return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{m->t.transcribe_file(path, to_options(params))}; });
 }
 
+qasr_status qasr_transcribe_memory(const qasr_model* m, const void* data, size_t size, const qasr_transcribe_params* params,
+                                   qasr_result** out) {
+    if (!m || !out || (!data && size)) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model, data and out must not be NULL");
+    *out = nullptr;
+    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{m->t.transcribe_memory(data, size, to_options(params))}; });
+}
+
 qasr_status qasr_transcribe_pcm(const qasr_model* m, const float* samples, size_t n, const qasr_transcribe_params* params,
                                 qasr_result** out) {
     if (!m || !out || (!samples && n)) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model, samples and out must not be NULL");

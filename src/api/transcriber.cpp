@@ -106,6 +106,11 @@ TranscriptionResult Transcriber::transcribe_file(const std::string& path, const 
     return transcribe(load_audio_file(path), opts);
 }
 
+TranscriptionResult Transcriber::transcribe_memory(const void* data, size_t size, const TranscribeOptions& opts) const {
+    if (!data && size) throw std::invalid_argument("transcribe_memory: null data");
+    return transcribe(load_audio_bytes(static_cast<const uint8_t*>(data), size, "audio in memory"), opts);
+}
+
 TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
     if (!(opts.max_piece_seconds >= 10.0)) fail("options", "max_piece_seconds must be at least 10");
     Session s(impl_->model);

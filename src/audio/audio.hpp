@@ -26,11 +26,17 @@ void condition_range(std::vector<float>& x);
 
 // Loads a file (WAV natively; other formats through FFmpeg when built with it) → mono 16 kHz float.
 std::vector<float> load_audio_file(const std::string& path);
+// The same for an encoded file held in memory (an upload); `what` names it in errors. max_seconds > 0: audio
+// longer than that is an error, raised while decoding (a small compressed file cannot expand without bound).
+std::vector<float> load_audio_bytes(const uint8_t* data, size_t size, const std::string& what, double max_seconds = 0);
 // Raw signed 16-bit little-endian mono PCM at 16 kHz (e.g. from stdin).
 std::vector<float> pcm_s16le_to_float(const uint8_t* data, size_t size);
 
 bool ffmpeg_available();
-// Implemented in ffmpeg_decode.cpp (or the stub without FFmpeg).
-DecodedAudio decode_with_ffmpeg(const std::string& path);
+// "12.5 s": a duration for messages.
+std::string seconds_text(double s);
+// Implemented in ffmpeg_decode.cpp (or the stub without FFmpeg): decodes from memory (custom I/O, seekable), so
+// files and uploads take one path. max_seconds > 0: stops with an error once more audio than that is decoded.
+DecodedAudio decode_with_ffmpeg(const uint8_t* data, size_t size, const std::string& what, double max_seconds = 0);
 
 } // namespace qasr

@@ -1,6 +1,8 @@
 // Compressed audio (mp3, flac, ogg/opus, m4a/aac, mp4/webm audio tracks...) through FFmpeg's libraries:
 // demux the best audio stream, decode, convert to interleaved float with libswresample at the source rate
-// (resampling to 16 kHz is done by libsoxr in load.cpp), average channels to mono.
+// (resampling to 16 kHz is done by libsoxr in load.cpp), average channels to mono. The bytes are read from memory
+// through a custom, seekable AVIOContext: a file read by load_audio_file and an upload to `qasr serve` take the
+// same path, and FFmpeg never opens a path or a protocol named by untrusted input.
 #include "audio/audio.hpp"
 #include "core/error.hpp"
 
@@ -12,6 +14,10 @@ extern "C" {
 #include <libswresample/swresample.h>
 }
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 
 namespace qasr {
@@ -38,18 +44,64 @@ struct PacketFree {
 struct SwrFree {
     void operator()(SwrContext* s) const { swr_free(&s); }
 };
+struct IoFree { // the buffer may have been replaced by FFmpeg: free the one the context holds now
+    void operator()(AVIOContext* c) const {
+        av_freep(&c->buffer);
+        avio_context_free(&c);
+    }
+};
+
+struct MemReader {
+    const uint8_t* data;
+    size_t size;
+    size_t pos = 0;
+};
+
+int mem_read(void* opaque, uint8_t* buf, int n) {
+    auto* m = static_cast<MemReader*>(opaque);
+    if (n <= 0) return 0;
+    if (m->pos >= m->size) return AVERROR_EOF;
+    const size_t k = std::min(size_t(n), m->size - m->pos);
+    std::memcpy(buf, m->data + m->pos, k);
+    m->pos += k;
+    return int(k);
+}
+
+int64_t mem_seek(void* opaque, int64_t off, int whence) {
+    auto* m = static_cast<MemReader*>(opaque);
+    if (whence & AVSEEK_SIZE) return int64_t(m->size);
+    whence &= ~AVSEEK_FORCE;
+    const int64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? int64_t(m->pos) : whence == SEEK_END ? int64_t(m->size) : -1;
+    if (base < 0 || off > int64_t(m->size) || off < -int64_t(m->size)) return AVERROR(EINVAL);
+    const int64_t p = base + off;
+    if (p < 0 || p > int64_t(m->size)) return AVERROR(EINVAL);
+    m->pos = size_t(p);
+    return p;
+}
 
 } // namespace
 
 bool ffmpeg_available() { return true; }
 
-DecodedAudio decode_with_ffmpeg(const std::string& path) {
+DecodedAudio decode_with_ffmpeg(const uint8_t* data, size_t size, const std::string& path, double max_seconds) {
     const std::string C = "audio";
     av_log_set_level(AV_LOG_QUIET);
-    AVFormatContext* raw = nullptr;
-    int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+    MemReader mem{data, size};
+    constexpr int kIoBuf = 64 * 1024;
+    auto* iobuf = static_cast<unsigned char*>(av_malloc(kIoBuf));
+    if (!iobuf) fail(C, "out of memory");
+    std::unique_ptr<AVIOContext, IoFree> io(avio_alloc_context(iobuf, kIoBuf, 0, &mem, mem_read, nullptr, mem_seek));
+    if (!io) {
+        av_free(iobuf);
+        fail(C, "out of memory");
+    }
+    AVFormatContext* raw = avformat_alloc_context();
+    if (!raw) fail(C, "out of memory");
+    raw->pb = io.get();
+    raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+    int rc = avformat_open_input(&raw, nullptr, nullptr, nullptr); // frees raw on failure
     if (rc < 0) fail(C, path + ": not a recognised audio file (" + av_err(rc) + ")");
-    std::unique_ptr<AVFormatContext, FormatCloser> fmt(raw);
+    std::unique_ptr<AVFormatContext, FormatCloser> fmt(raw); // closed before io (declared after it)
     if ((rc = avformat_find_stream_info(fmt.get(), nullptr)) < 0) fail(C, path + ": " + av_err(rc));
     const AVCodec* codec = nullptr;
     const int stream = av_find_best_stream(fmt.get(), AVMEDIA_TYPE_AUDIO, -1, -1, &codec, 0);
@@ -74,6 +126,7 @@ DecodedAudio decode_with_ffmpeg(const std::string& path) {
     out.sample_rate = rate;
     out.channels = channels;
     std::vector<float> buf;
+    const double cap = max_seconds > 0 ? max_seconds * double(rate) : 0;
     auto drain = [&]() {
         while (avcodec_receive_frame(dec.get(), frame.get()) == 0) {
             buf.resize(size_t(frame->nb_samples) * size_t(channels));
@@ -86,6 +139,8 @@ DecodedAudio decode_with_ffmpeg(const std::string& path) {
                 out.samples.push_back(acc / float(channels));
             }
             av_frame_unref(frame.get());
+            if (cap > 0 && double(out.samples.size()) > cap)
+                fail(C, path + ": longer than the limit of " + seconds_text(max_seconds));
         }
     };
     while (av_read_frame(fmt.get(), pkt.get()) >= 0) {

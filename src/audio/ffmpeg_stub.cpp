@@ -6,8 +6,8 @@ namespace qasr {
 
 bool ffmpeg_available() { return false; }
 
-DecodedAudio decode_with_ffmpeg(const std::string& path) {
-    fail("audio", path + ": this build has no FFmpeg support (rebuild with -DQASR_FFMPEG=ON)");
+DecodedAudio decode_with_ffmpeg(const uint8_t*, size_t, const std::string& what, double) {
+    fail("audio", what + ": this build has no FFmpeg support (rebuild with -DQASR_FFMPEG=ON)");
 }
 
 } // namespace qasr

@@ -6,6 +6,7 @@
 #include <soxr.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 
@@ -33,22 +34,34 @@ void condition_range(std::vector<float>& x) {
     for (float& v : x) v = std::min(1.0f, std::max(-1.0f, v));
 }
 
+std::string seconds_text(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g s", s);
+    return b;
+}
+
+std::vector<float> load_audio_bytes(const uint8_t* data, size_t size, const std::string& what, double max_seconds) {
+    if (size == 0) fail("audio", what + ": empty file");
+    DecodedAudio a;
+    if (looks_like_wav(data, size)) {
+        a = parse_wav(data, size, what);
+    } else if (ffmpeg_available()) {
+        a = decode_with_ffmpeg(data, size, what, max_seconds);
+    } else {
+        fail("audio", what + ": not a WAV file (this build has no FFmpeg support for other formats)");
+    }
+    if (max_seconds > 0 && a.sample_rate > 0 && double(a.samples.size()) > max_seconds * double(a.sample_rate))
+        fail("audio", what + ": longer than the limit of " + seconds_text(max_seconds));
+    std::vector<float> out = resample(a.samples, a.sample_rate, kSampleRate);
+    condition_range(out);
+    return out;
+}
+
 std::vector<float> load_audio_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     if (!f) fail("audio", path + ": cannot open");
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    if (bytes.empty()) fail("audio", path + ": empty file");
-    DecodedAudio a;
-    if (looks_like_wav(bytes.data(), bytes.size())) {
-        a = parse_wav(bytes.data(), bytes.size(), path);
-    } else if (ffmpeg_available()) {
-        a = decode_with_ffmpeg(path);
-    } else {
-        fail("audio", path + ": not a WAV file (this build has no FFmpeg support for other formats)");
-    }
-    std::vector<float> out = resample(a.samples, a.sample_rate, kSampleRate);
-    condition_range(out);
-    return out;
+    return load_audio_bytes(bytes.data(), bytes.size(), path);
 }
 
 } // namespace qasr

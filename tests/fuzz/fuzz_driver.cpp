@@ -38,6 +38,12 @@ std::vector<std::vector<uint8_t>> seeds() {
     out.push_back(bytes(5, R"({"added_tokens":[{"id":9,"content":"<|x|>","special":true}],"model":{"type":"BPE",)"
                            R"("vocab":{"h":0,"e":1,"l":2,"o":3,"he":4,"ll":5,"llo":6,"hello":7,"\u0120":8},)"
                            R"("merges":["h e",["l","l"],"ll o",["he","llo"]]}})"));
+    out.push_back(bytes(6, wav)); // encoded audio from memory: the WAV path ...
+    // ... and FFmpeg's probes: a FLAC stream header (STREAMINFO, 16 kHz mono 16-bit) and an Ogg page header
+    out.push_back(bytes(6, std::string("fLaC\x80\x00\x00\x22\x10\x00\x10\x00\x00\x00\x00\x00\x00\x00\x03\xe8\x00\xf0"
+                                       "\x00\x00\x3e\x80", 26) + std::string(16, '\0') + "\xff\xf8\x69\x08\x00\x00"));
+    out.push_back(bytes(6, std::string("OggS\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00"
+                                       "\x00\x00\x00\x00\x01\x13OpusHead\x01\x01\x38\x01\x80\x3e\x00\x00\x00\x00\x00", 47)));
     return out;
 }
 

@@ -1,5 +1,5 @@
 // Fuzz targets for the parsers of untrusted bytes: safetensors headers, WAV files, config.json, tokenizer input,
-// tokenizer.json files.
+// tokenizer.json files, and encoded audio from memory (the `qasr serve` upload path: WAV or FFmpeg).
 // Built as libFuzzer binaries with -DQASR_FUZZ=ON (clang), and in every build as a deterministic mutation
 // driver (fuzz_driver.cpp) that ctest runs.
 #include "audio/audio.hpp"
@@ -33,7 +33,7 @@ const qasr::Tokenizer* tokenizer() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
-    const uint8_t which = data[0] % 6;
+    const uint8_t which = data[0] % 7;
     ++data;
     --size;
     try {
@@ -68,6 +68,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 qasr::Tokenizer::from_tokenizer_json(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
             const std::string back = t.decode(t.encode("hello <|x|> world"), false);
             if (qasr::utf8::sanitize(back) != back) __builtin_trap();
+            break;
+        }
+        case 6: {
+            const auto a = qasr::load_audio_bytes(data, size, "fuzz", 600);
+            for (float v : a)
+                if (!(v >= -1.0f && v <= 1.0f)) __builtin_trap(); // conditioned to [-1, 1], never NaN
             break;
         }
         }

@@ -103,6 +103,31 @@ TEST(Wav, HostileBytesAreErrorsNotCrashes) {
     }
 }
 
+TEST(AudioBytes, LengthLimitAndHostileBytes) { // the upload path of `qasr serve`
+    const auto two_s = make_wav(1, 1, 16000, 16, std::vector<uint8_t>(64000, 0));
+    EXPECT_EQ(load_audio_bytes(two_s.data(), two_s.size(), "t").size(), 32000u);
+    EXPECT_EQ(load_audio_bytes(two_s.data(), two_s.size(), "t", 2.5).size(), 32000u);
+    try {
+        load_audio_bytes(two_s.data(), two_s.size(), "clip.wav", 1.5);
+        ADD_FAILURE() << "2 s of audio passed a 1.5 s limit";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("clip.wav: longer than the limit of 1.5 s"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(load_audio_bytes(two_s.data(), 0, "t"), Error);
+    std::mt19937 rng(5); // random bytes: WAV parser or FFmpeg from memory, an error or audio, never a crash
+    for (int trial = 0; trial < 200; ++trial) {
+        std::vector<uint8_t> b(size_t(rng() % 2000) + 1);
+        for (auto& x : b) x = uint8_t(rng());
+        if (trial % 4 == 0) std::memcpy(b.data(), "ID3\x03", std::min<size_t>(4, b.size()));   // mp3-like
+        if (trial % 4 == 1) std::memcpy(b.data(), "OggS", std::min<size_t>(4, b.size()));      // ogg-like
+        if (trial % 4 == 2) std::memcpy(b.data(), "fLaC", std::min<size_t>(4, b.size()));      // flac-like
+        try {
+            load_audio_bytes(b.data(), b.size(), "t", 60);
+        } catch (const Error&) {
+        }
+    }
+}
+
 TEST(Resample, PreservesToneAndLength) {
     std::vector<float> x(44100);
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * std::sin(2 * M_PI * 440.0 * double(i) / 44100.0);

@@ -1,0 +1,187 @@
+// `qasr serve -m DIR`: the HTTP server's command line — options, model loading with warm-up, and a signal watcher
+// that turns SIGINT/SIGTERM into a graceful stop (requests in progress finish, then the process exits 0).
+#include "args.hpp"
+#include "commands.hpp"
+
+#include "qasr/qasr.hpp"
+#include "text/output.hpp"
+
+#ifdef QASR_HAVE_SERVER
+#include "serve.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <unistd.h>
+#include <thread>
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace qasr::cli {
+
+#ifdef QASR_HAVE_SERVER
+namespace {
+
+const char* kHelp = R"(usage: qasr serve -m MODEL_DIR [options]
+
+Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish first).
+
+  POST /v1/audio/transcriptions   OpenAI's API: multipart/form-data with `file` (WAV; mp3, flac, ogg/opus, m4a,
+                                  webm with FFmpeg) and optional `language` (en, English, auto), `prompt`
+                                  (context: names, terms), `response_format` (json | text | verbose_json),
+                                  `temperature`, and qasr's `itn` (true|false), `max_new_tokens`, `top_p`, `seed`.
+                                  The audio may also be the raw request body, the fields then query parameters.
+  POST /inference                 the same (whisper.cpp's server path)
+  GET  /health                    {"status": "ok", "running", "waiting", ...}
+  GET  /v1/models                 the loaded model
+
+  curl -F file=@samples/demo_en.wav http://127.0.0.1:8080/v1/audio/transcriptions
+  curl --data-binary @a.wav -H 'Content-Type: audio/wav' 'http://127.0.0.1:8080/inference?response_format=text'
+
+options:
+  -m, --model DIR          model directory
+  --host ADDR              address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)
+  --port N                 port (default 8080; 0: any free port — the line "listening on ..." names it)
+  --device D               cpu (default), cuda or cuda:N
+  --threads N              CPU threads per transcription (default: all cores)
+  --parallel N             transcriptions at once (default 1 on the CPU, 4 on a GPU); each has its own session
+  --max-queue N            requests that may wait for a slot (default 16); more are answered 503 at once
+  --max-body-mb N          largest request body in MiB (default 100); larger is answered 413
+  --max-audio-seconds S    longest audio (default 3600); longer is answered 413, checked while decoding
+  --api-key KEY            require "Authorization: Bearer KEY" (default: $QASR_API_KEY if set)
+  --language L             default language for requests without one (default: detect)
+  --context TEXT           default context
+  --no-itn                 no inverse text normalization unless a request asks for it (itn=true)
+  --no-warmup              skip the warm-up transcription after loading
+  -q, --quiet              no per-request log lines
+  -v, --verbose            diagnostics on stderr (load and warm-up stage times)
+  -h, --help               this help
+)";
+
+// SIGINT/SIGTERM: a handler writes the signal number to a pipe (all it may do in a signal handler, on whichever
+// thread the kernel picks — libraries such as OpenBLAS start threads before main, so blocking the signals everywhere
+// for sigwait is not possible); this watcher thread reads it. Before the server listens a signal ends the process
+// at once; after, it stops the server gracefully.
+int g_sig_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+    const unsigned char b = static_cast<unsigned char>(sig);
+    [[maybe_unused]] const ssize_t n = write(g_sig_pipe[1], &b, 1);
+}
+
+class SignalWatcher {
+public:
+    SignalWatcher() {
+        if (pipe(g_sig_pipe) != 0) throw std::runtime_error("cannot create the signal pipe");
+        struct sigaction sa {};
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, nullptr);
+        sigaction(SIGTERM, &sa, nullptr);
+        th_ = std::thread([this] {
+            unsigned char sig = 0;
+            if (read(g_sig_pipe[0], &sig, 1) != 1 || sig == 0 || done_.load()) return;
+            if (!serving_.load()) {
+                std::fprintf(stderr, "qasr serve: interrupted while loading\n");
+                std::_Exit(128 + sig);
+            }
+            std::fprintf(stderr, "qasr serve: stopping (requests in progress finish first)\n");
+            while (!done_.load()) { // repeated: a stop made just before the server listens is not lost
+                ctl_.stop();
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+        });
+    }
+    ~SignalWatcher() {
+        done_ = true;
+        const unsigned char zero = 0; // wakes the watcher if no signal came
+        [[maybe_unused]] const ssize_t n = write(g_sig_pipe[1], &zero, 1);
+        th_.join();
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+    }
+    ServerControl& control() { return ctl_; }
+    void serving() { serving_ = true; }
+
+private:
+    ServerControl ctl_;
+    std::atomic<bool> serving_{false}, done_{false};
+    std::thread th_;
+};
+
+} // namespace
+
+int cmd_serve(int argc, char** argv) {
+    Args a(argc, argv, 2);
+    std::string model, v;
+    ServeOptions o;
+    LoadOptions lo;
+    int parallel = 0;
+    bool warm = true;
+    if (const char* k = std::getenv("QASR_API_KEY")) o.api_key = k;
+    while (!a.done()) {
+        if (a.flag("-h") || a.flag("--help")) {
+            std::fputs(kHelp, stdout);
+            return 0;
+        } else if (a.option("-m", model) || a.option("--model", model)) {
+        } else if (a.option("--host", o.host)) {
+        } else if (a.option("--port", v)) {
+            o.port = int(to_long("--port", v, 0, 65535));
+        } else if (a.option("--device", v)) {
+            lo.device = v;
+        } else if (a.option("--threads", v)) {
+            lo.threads = int(to_long("--threads", v, 1, 1024));
+        } else if (a.option("--parallel", v)) {
+            parallel = int(to_long("--parallel", v, 1, 256));
+        } else if (a.option("--max-queue", v)) {
+            o.max_queue = int(to_long("--max-queue", v, 0, 100000));
+        } else if (a.option("--max-body-mb", v)) {
+            o.max_body_bytes = size_t(to_long("--max-body-mb", v, 1, 1 << 20)) << 20;
+        } else if (a.option("--max-audio-seconds", v)) {
+            o.max_audio_seconds = to_double("--max-audio-seconds", v, 1, 1e7);
+        } else if (a.option("--api-key", o.api_key)) {
+        } else if (a.option("--language", v)) {
+            o.defaults.language = canonical_language(v);
+        } else if (a.option("--context", o.defaults.context)) {
+        } else if (a.flag("--no-itn")) {
+            o.defaults.itn = false;
+        } else if (a.flag("--no-warmup")) {
+            warm = false;
+        } else if (a.flag("-q") || a.flag("--quiet")) {
+            o.log_requests = false;
+        } else if (a.flag("-v") || a.flag("--verbose")) {
+            log_verbose();
+        } else {
+            throw std::invalid_argument("unknown option " + a.peek() + " (see qasr serve --help)");
+        }
+    }
+    if (model.empty()) throw std::invalid_argument("no model directory (-m DIR)");
+    o.parallel = parallel ? parallel : (lo.device.rfind("cuda", 0) == 0 ? 4 : 1);
+    o.device = lo.device;
+    o.model_name = model;
+    while (o.model_name.size() > 1 && o.model_name.back() == '/') o.model_name.pop_back();
+    if (const auto p = o.model_name.find_last_of('/'); p != std::string::npos) o.model_name = o.model_name.substr(p + 1);
+    SignalWatcher sig;
+    const Transcriber t = warm ? Transcriber::load_with_warmup(model, lo) : Transcriber::load(model, lo);
+    std::fprintf(stderr, "qasr serve: %s on %s, %d at once, %d may wait\n", t.model_summary().c_str(), o.device.c_str(),
+                 o.parallel, o.max_queue);
+    sig.serving();
+    run_server(t, o, sig.control());
+    std::fprintf(stderr, "qasr serve: stopped\n");
+    return 0;
+}
+
+#else
+
+int cmd_serve(int, char**) {
+    throw std::invalid_argument("this qasr was built without the HTTP server: install libcpp-httplib-dev and "
+                                "rebuild (-DQASR_SERVER=ON)");
+}
+
+#endif
+
+} // namespace qasr::cli

@@ -1,0 +1,45 @@
+// `qasr serve`: transcription over HTTP for many clients — the routes, request parsing, admission control and
+// responses (serve.cpp); the command line and signal handling are in cmd_serve.cpp.
+#pragma once
+#include "qasr/qasr.hpp"
+
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <string>
+
+namespace qasr::cli {
+
+struct ServeOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;                 // 0: any free port (the one chosen is printed)
+    int parallel = 1;                // transcriptions running at once
+    int max_queue = 16;              // requests waiting for a slot beyond those; more are answered 503
+    size_t max_body_bytes = 100u << 20; // larger requests are answered 413
+    double max_audio_seconds = 3600; // longer audio is answered 413 (checked while decoding)
+    std::string api_key;             // non-empty: /v1/* and /inference need "Authorization: Bearer KEY"
+    TranscribeOptions defaults;      // language, context, ITN for requests that do not set them
+    std::string model_name;          // the id /v1/models reports
+    std::string device;              // for /health
+    bool log_requests = true;        // one line per request on stderr
+};
+
+// Stops a running server from another thread (the signal watcher). stop() may be called again and again; a call
+// made before the server listens is seen when it starts (the watcher repeats it until run_server returns).
+class ServerControl {
+public:
+    void stop();
+    bool stopped() const;
+    void set_stopper(std::function<void()> f); // run_server's: stops the HTTP server
+
+private:
+    mutable std::mutex m_;
+    bool stop_ = false;
+    std::function<void()> stopper_;
+};
+
+// Binds, prints "qasr serve: listening on http://HOST:PORT" on stdout, serves until ctl.stop(); requests in
+// progress finish first. Throws qasr::Error when the address cannot be bound.
+void run_server(const Transcriber& t, const ServeOptions& o, ServerControl& ctl);
+
+} // namespace qasr::cli
