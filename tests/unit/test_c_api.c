@@ -91,6 +91,12 @@ int main(void) {
     unsigned char* bytes = malloc(1 << 20);
     size_t n = f ? fread(bytes, 1, 1 << 20, f) : 0;
     if (f) fclose(f);
+    /* The same file from memory (an upload): the same transcript; bytes that are not audio: an error. */
+    CHECK(qasr_transcribe_memory(m, bytes, n, NULL, &r) == QASR_OK);
+    CHECK(r && want && strcmp(qasr_result_text(r), want) == 0);
+    qasr_result_free(r);
+    CHECK(qasr_transcribe_memory(m, "not audio", 9, NULL, &r) != QASR_OK && r == NULL);
+    CHECK(qasr_transcribe_memory(m, NULL, 5, NULL, &r) == QASR_ERR_INVALID_ARGUMENT);
     qasr_stream* s = NULL;
     qasr_stream_params sp = qasr_default_stream_params();
     sp.exact_final = 1;
