@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
             httplib::Client cl(host, port);
             cl.set_read_timeout(600, 0);
             cl.set_keep_alive(true);
+            cl.set_tcp_nodelay(true); // else the body waits for the ACK of the headers (Nagle + delayed ACK)
             for (int i = 0; i < per; ++i) {
                 const auto a = std::chrono::steady_clock::now();
                 auto r = cl.Post("/v1/audio/transcriptions", fields);

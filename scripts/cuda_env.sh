@@ -6,6 +6,8 @@ out=${OUT:-/tmp/qasr_out}
 mkdir -p "$out"
 cub=$(find /usr/local/cuda*/ /opt/torch -name 'libcublas.so.13*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$PWD/build-carry/lib:${cub:+$(dirname "$cub"):}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# `qasr serve`'s libraries (cpp-httplib, OpenSSL, brotli) last: only what the machine lacks is taken from there
+LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$PWD/build-carry/srvlib"
 export PYTHONUNBUFFERED=1 GOMP_SPINCOUNT=10000 QASR_TOKENIZER_DIR=$PWD/.cache/qasr/tokenizer QASR_DEMO_DIR=$PWD/models/demo
 log() { echo "[$(date +%T)] $*" | tee -a "$out/summary.txt"; }
 cp .cache/qasr/tokenizer/* models/demo/ 2>/dev/null # the demo model's tokenizer (GPU stream test, check_qasr.py)

@@ -33,7 +33,8 @@ Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish
   POST /v1/audio/transcriptions   OpenAI's API: multipart/form-data with `file` (WAV; mp3, flac, ogg/opus, m4a,
                                   webm with FFmpeg) and optional `language` (en, English, auto), `prompt`
                                   (context: names, terms), `response_format` (json | text | verbose_json),
-                                  `temperature`, and qasr's `itn` (true|false), `max_new_tokens`, `top_p`, `seed`.
+                                  `temperature`, and qasr's `itn` (true|false), `max_new_tokens`, `top_p`, `seed`,
+                                  `ignore_eos` (with max_new_tokens: benchmarks on random weights).
                                   The audio may also be the raw request body, the fields then query parameters.
   POST /inference                 the same (whisper.cpp's server path)
   GET  /health                    {"status": "ok", "running", "waiting", ...}

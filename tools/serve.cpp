@@ -178,6 +178,11 @@ Request parse_fields(const std::map<std::string, std::string>& f, const Transcri
     if (const auto* v = get("max_new_tokens"))
         r.opts.decode.max_new_tokens = int(to_number("max_new_tokens", *v, 1, 100000));
     if (const auto* v = get("itn")) r.opts.itn = to_bool("itn", *v);
+    if (const auto* v = get("ignore_eos")) { // benchmarks with random weights: exactly max_new_tokens tokens
+        r.opts.decode.ignore_eos = to_bool("ignore_eos", *v);
+        if (r.opts.decode.ignore_eos && !get("max_new_tokens"))
+            throw HttpError(400, "field 'ignore_eos' needs 'max_new_tokens'");
+    }
     if (const auto* v = get("stream"); v && to_bool("stream", *v))
         throw HttpError(400, "streamed responses are not supported: send stream=false (or leave it out)");
     return r;
@@ -233,6 +238,9 @@ public:
         svr.set_read_timeout(60, 0);
         svr.set_write_timeout(60, 0);
         svr.set_keep_alive_timeout(5);
+        // Responses go out as a header write and a body write: with Nagle's algorithm the body waits for the client's
+        // delayed ACK of the header (40 ms on Linux) — measured: 72 ms per request instead of 31 on the demo model
+        svr.set_tcp_nodelay(true);
         svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             if (o_.api_key.empty() || !(req.path.rfind("/v1/", 0) == 0 || req.path == "/inference"))
                 return httplib::Server::HandlerResponse::Unhandled;

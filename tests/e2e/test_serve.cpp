@@ -191,6 +191,12 @@ TEST_F(Serve, RawBodyWithQueryFieldsAndWhisperCppPath) {
     const json j = json::parse(r->body);
     EXPECT_EQ(j["language"], "german");
     EXPECT_FALSE(j["text"].get<std::string>().empty());
+    // ignore_eos + max_new_tokens: exactly that many tokens (benchmarks with random weights)
+    r = c.Post("/inference?response_format=verbose_json&ignore_eos=true&max_new_tokens=30", en_, "audio/wav");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["tokens"].size(), 30u);
+    EXPECT_EQ(json::parse(r->body)["finish_reason"], "token_cap");
 }
 
 TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
@@ -209,6 +215,7 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     cases.push_back({post_file(c, en_, {{"temperature", "hot", "", ""}}), 400, "temperature"});
     cases.push_back({post_file(c, en_, {{"stream", "true", "", ""}}), 400, "not supported"});
     cases.push_back({post_file(c, en_, {{"itn", "maybe", "", ""}}), 400, "true or false"});
+    cases.push_back({post_file(c, en_, {{"ignore_eos", "true", "", ""}}), 400, "needs 'max_new_tokens'"});
     cases.push_back({c.Post("/v1/audio/transcriptions", "a=b", "application/x-www-form-urlencoded"), 415, "multipart"});
     cases.push_back({c.Get("/v1/audio/translations"), 404, "no route"});
     cases.push_back({post_file(c, std::string(3u << 20, 'x')), 413, "larger than"});
