@@ -313,11 +313,14 @@ private:
                 const bool too_long = std::string(e.what()).find("longer than the limit") != std::string::npos;
                 throw HttpError(too_long ? 413 : 400, e.what());
             }
+            const double decode_ms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             const TranscriptionResult tr = t_.transcribe(pcm, r.opts);
             respond(res, tr, r.format);
-            char b[160];
-            std::snprintf(b, sizeof b, "%.2f s audio, %s, %zu tokens, RTF %.3f", tr.audio_seconds,
-                          tr.language.empty() ? "-" : tr.language.c_str(), tr.tokens.size(), tr.rtf);
+            char b[200];
+            std::snprintf(b, sizeof b, "%.2f s audio (decoded in %.1f ms), %s, %zu tokens, transcribed in %.1f ms (RTF %.4f)",
+                          tr.audio_seconds, decode_ms, tr.language.empty() ? "-" : tr.language.c_str(), tr.tokens.size(),
+                          tr.timings.total_ms(), tr.rtf);
             what = b;
         } catch (const HttpError& e) {
             send_error(res, e.status, e.what(), e.type);

@@ -18,8 +18,8 @@ struct DecodedAudio {
 DecodedAudio parse_wav(const uint8_t* data, size_t size, const std::string& what);
 bool looks_like_wav(const uint8_t* data, size_t size);
 
-// Resamples mono audio with libsoxr (high quality). Identity when the rates match.
-std::vector<float> resample(const std::vector<float>& in, int from_rate, int to_rate);
+// Resamples mono audio with libsoxr (high quality). Identity when the rates match (the input is moved through).
+std::vector<float> resample(std::vector<float> in, int from_rate, int to_rate);
 
 // Peak-normalizes when |x| > 1 and clips to [-1, 1] (spec §3.1 step 3).
 void condition_range(std::vector<float>& x);

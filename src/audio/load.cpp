@@ -9,10 +9,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 namespace qasr {
 
-std::vector<float> resample(const std::vector<float>& in, int from_rate, int to_rate) {
+std::vector<float> resample(std::vector<float> in, int from_rate, int to_rate) {
     if (from_rate == to_rate || in.empty()) return in;
     const double ratio = double(to_rate) / double(from_rate);
     std::vector<float> out(size_t(std::ceil(double(in.size()) * ratio)) + 16);
@@ -52,7 +53,7 @@ std::vector<float> load_audio_bytes(const uint8_t* data, size_t size, const std:
     }
     if (max_seconds > 0 && a.sample_rate > 0 && double(a.samples.size()) > max_seconds * double(a.sample_rate))
         fail("audio", what + ": longer than the limit of " + seconds_text(max_seconds));
-    std::vector<float> out = resample(a.samples, a.sample_rate, kSampleRate);
+    std::vector<float> out = resample(std::move(a.samples), a.sample_rate, kSampleRate);
     condition_range(out);
     return out;
 }
