@@ -7,6 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <unistd.h>
+#include <iterator>
+#include <fstream>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -125,6 +130,24 @@ TEST(AudioBytes, LengthLimitAndHostileBytes) { // the upload path of `qasr serve
             load_audio_bytes(b.data(), b.size(), "t", 60);
         } catch (const Error&) {
         }
+    }
+}
+
+TEST(AudioBytes, CompressedLengthLimitHoldsWhileDecoding) { // a small FLAC of 25 s against a 20 s limit
+    if (!ffmpeg_available()) GTEST_SKIP() << "built without FFmpeg";
+    if (std::system("command -v sox >/dev/null 2>&1") != 0) GTEST_SKIP() << "sox not installed";
+    const std::string f = testing::TempDir() + "/qasr_limit_" + std::to_string(::getpid()) + ".flac";
+    ASSERT_EQ(std::system(("sox -n -r 16000 -c 1 -b 16 " + f + " synth 25 sine 440 vol 0.1").c_str()), 0);
+    std::ifstream in(f, std::ios::binary);
+    const std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(f.c_str());
+    ASSERT_GT(b.size(), 100u);
+    EXPECT_EQ(load_audio_bytes(b.data(), b.size(), "t.flac", 30).size(), 25u * 16000u);
+    try {
+        load_audio_bytes(b.data(), b.size(), "t.flac", 20);
+        ADD_FAILURE() << "25 s of FLAC passed a 20 s limit";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("t.flac: longer than the limit of 20 s"), std::string::npos) << e.what();
     }
 }
 
