@@ -54,6 +54,7 @@ options:
   --max-body-mb N          largest request body in MiB (default 100); larger is answered 413
   --max-audio-seconds S    longest audio (default 3600); longer is answered 413, checked while decoding
   --api-key KEY            require "Authorization: Bearer KEY" (default: $QASR_API_KEY if set)
+  --cors ORIGIN            allow browser pages from ORIGIN ("*": any) to call the server (CORS headers, preflights)
   --language L             default language for requests without one (default: detect)
   --context TEXT           default context
   --no-itn                 no inverse text normalization unless a request asks for it (itn=true)
@@ -145,6 +146,7 @@ int cmd_serve(int argc, char** argv) {
         } else if (a.option("--max-audio-seconds", v)) {
             o.max_audio_seconds = to_double("--max-audio-seconds", v, 1, 1e7);
         } else if (a.option("--api-key", o.api_key)) {
+        } else if (a.option("--cors", o.cors_origin)) {
         } else if (a.option("--language", v)) {
             o.defaults.language = canonical_language(v);
         } else if (a.option("--context", o.defaults.context)) {

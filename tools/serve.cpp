@@ -241,7 +241,16 @@ public:
         // Responses go out as a header write and a body write: with Nagle's algorithm the body waits for the client's
         // delayed ACK of the header (40 ms on Linux) — measured: 72 ms per request instead of 31 on the demo model
         svr.set_tcp_nodelay(true);
+        if (!o_.cors_origin.empty()) // browser clients (a web page doing dictation against a local server)
+            svr.set_default_headers({{"Access-Control-Allow-Origin", o_.cors_origin},
+                                     {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                                     {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                                     {"Access-Control-Max-Age", "600"}});
         svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            if (req.method == "OPTIONS" && !o_.cors_origin.empty()) { // a CORS preflight: no key needed
+                res.status = 204;
+                return httplib::Server::HandlerResponse::Handled;
+            }
             if (o_.api_key.empty() || !(req.path.rfind("/v1/", 0) == 0 || req.path == "/inference"))
                 return httplib::Server::HandlerResponse::Unhandled;
             if (req.get_header_value("Authorization") == "Bearer " + o_.api_key)

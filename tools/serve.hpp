@@ -17,6 +17,7 @@ struct ServeOptions {
     int max_queue = 16;              // requests waiting for a slot beyond those; more are answered 503
     size_t max_body_bytes = 100u << 20; // larger requests are answered 413
     double max_audio_seconds = 3600; // longer audio is answered 413 (checked while decoding)
+    std::string cors_origin;         // non-empty: CORS headers for this origin ("*" for any), preflights answered
     std::string api_key;             // non-empty: /v1/* and /inference need "Authorization: Bearer KEY"
     TranscribeOptions defaults;      // language, context, ITN for requests that do not set them
     std::string model_name;          // the id /v1/models reports

@@ -247,6 +247,7 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
     EXPECT_EQ(json::parse(r->body)["status"], "ok");
+    EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin")) << "no CORS unless --cors";
     r = c.Get("/v1/models");
     ASSERT_TRUE(r);
     EXPECT_EQ(json::parse(r->body)["data"][0]["id"], "demo");
@@ -272,17 +273,23 @@ TEST_F(Serve, ConcurrentClientsGetTheSameTranscripts) {
 
 TEST(ServeLimits, FullQueueIsAnswered503AndApiKeyIsRequired) {
     NEED_DEMO();
-    ServerProcess s({"--parallel", "1", "--max-queue", "0", "--api-key", "sesame", "-q"});
+    ServerProcess s({"--parallel", "1", "--max-queue", "0", "--api-key", "sesame", "-q", "--cors", "http://localhost:3000"});
     ASSERT_GT(s.port(), 0) << s.log();
     const std::string wav = slurp(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
     auto c = s.client();
-    auto r = post_file(c, wav);
+    auto r = c.Options("/v1/audio/transcriptions"); // a browser's preflight: answered without the key
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 204);
+    EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000");
+    EXPECT_NE(r->get_header_value("Access-Control-Allow-Headers").find("Authorization"), std::string::npos);
+    r = post_file(c, wav);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 401);
     c.set_bearer_token_auth("wrong");
     r = post_file(c, wav);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 401);
+    EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000"); // on errors too
     r = c.Get("/health"); // open without the key
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
