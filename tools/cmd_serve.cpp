@@ -37,7 +37,13 @@ Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish
                                   `ignore_eos` (with max_new_tokens: benchmarks on random weights).
                                   The audio may also be the raw request body, the fields then query parameters.
   POST /inference                 the same (whisper.cpp's server path)
-  GET  /health                    {"status": "ok", "running", "waiting", ...}
+  POST /v1/streams                live dictation: opens a stream (fields language, prompt, itn, chunk_seconds,
+                                  pause_seconds) → {"id": ID}
+  POST /v1/streams/ID/audio       raw 16 kHz mono s16le PCM as it is recorded → the partial text so far
+                                  {"stable", "unstable", "text", ...}
+  POST /v1/streams/ID/finish      the final transcript (response_format as above); push-to-talk: on key release
+  GET, DELETE /v1/streams/ID      the partial text; drop the stream
+  GET  /health                    {"status": "ok", "running", "waiting", "streams", ...}
   GET  /v1/models                 the loaded model
 
   curl -F file=@samples/demo_en.wav http://127.0.0.1:8080/v1/audio/transcriptions
@@ -53,6 +59,8 @@ options:
   --max-queue N            requests that may wait for a slot (default 16); more are answered 503 at once
   --max-body-mb N          largest request body in MiB (default 100); larger is answered 413
   --max-audio-seconds S    longest audio (default 3600); longer is answered 413, checked while decoding
+  --max-streams N          live streams open at once (default 16); more are answered 503
+  --stream-idle-seconds S  a stream without a request for this long is dropped (default 60)
   --api-key KEY            require "Authorization: Bearer KEY" (default: $QASR_API_KEY if set)
   --cors ORIGIN            allow browser pages from ORIGIN ("*": any) to call the server (CORS headers, preflights)
   --language L             default language for requests without one (default: detect)
@@ -145,6 +153,10 @@ int cmd_serve(int argc, char** argv) {
             o.max_body_bytes = size_t(to_long("--max-body-mb", v, 1, 1 << 20)) << 20;
         } else if (a.option("--max-audio-seconds", v)) {
             o.max_audio_seconds = to_double("--max-audio-seconds", v, 1, 1e7);
+        } else if (a.option("--max-streams", v)) {
+            o.max_streams = int(to_long("--max-streams", v, 0, 100000));
+        } else if (a.option("--stream-idle-seconds", v)) {
+            o.stream_idle_seconds = to_double("--stream-idle-seconds", v, 1, 86400);
         } else if (a.option("--api-key", o.api_key)) {
         } else if (a.option("--cors", o.cors_origin)) {
         } else if (a.option("--language", v)) {

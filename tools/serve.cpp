@@ -10,6 +10,8 @@
 // on a GPU each takes a pooled device session), `max_queue` more wait, the rest are refused at once with 503
 // and Retry-After rather than piling up.
 #include "serve.hpp"
+#include "serve_http.hpp"
+#include "serve_streams.hpp"
 
 #include "audio/audio.hpp"
 #include "core/error.hpp"
@@ -20,11 +22,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <new>
 #include <stdexcept>
 
 namespace qasr::cli {
@@ -46,183 +45,14 @@ void ServerControl::set_stopper(std::function<void()> f) {
 namespace {
 
 using nlohmann::json;
-
-// A request the client got wrong: status and message go back as they are.
-struct HttpError : std::runtime_error {
-    HttpError(int s, const std::string& m, const char* t = "invalid_request_error") : std::runtime_error(m), status(s), type(t) {}
-    int status;
-    const char* type;
-};
-
-class Admission {
-public:
-    Admission(int parallel, int max_queue) : parallel_(parallel), max_queue_(max_queue) {}
-    bool enter() {
-        std::unique_lock<std::mutex> lk(m_);
-        if (running_ < parallel_ && waiting_ == 0) {
-            ++running_;
-            return true;
-        }
-        if (waiting_ >= max_queue_) return false;
-        ++waiting_;
-        cv_.wait(lk, [&] { return running_ < parallel_; });
-        --waiting_;
-        ++running_;
-        return true;
-    }
-    void leave() {
-        {
-            std::lock_guard<std::mutex> lk(m_);
-            --running_;
-        }
-        cv_.notify_one();
-    }
-    json state() const {
-        std::lock_guard<std::mutex> lk(m_);
-        return {{"running", running_}, {"waiting", waiting_}, {"parallel", parallel_}, {"max_queue", max_queue_}};
-    }
-
-private:
-    mutable std::mutex m_;
-    std::condition_variable cv_;
-    int running_ = 0, waiting_ = 0;
-    const int parallel_, max_queue_;
-};
-
-void send_error(httplib::Response& res, int status, const std::string& msg, const char* type) {
-    res.status = status;
-    res.set_content(json{{"error", {{"message", msg}, {"type", type}, {"code", status}}}}.dump() + "\n",
-                    "application/json");
-}
-
-// The request's audio and fields: multipart/form-data (field `file` is the audio, the other parts are fields), or
-// the raw body with the fields as query parameters.
-struct Upload {
-    const std::string* audio = nullptr;
-    std::string name = "upload";
-    std::map<std::string, std::string> fields;
-};
-
-Upload read_upload(const httplib::Request& req) {
-    Upload u;
-    const std::string ct = req.get_header_value("Content-Type");
-    if (ct.rfind("application/x-www-form-urlencoded", 0) == 0)
-        throw HttpError(415, "send the audio as multipart/form-data (field 'file') or as the raw request body");
-    if (req.is_multipart_form_data()) {
-        for (const auto& [name, part] : req.files) {
-            if (name == "file") {
-                u.audio = &part.content;
-                if (!part.filename.empty()) u.name = part.filename;
-            } else {
-                u.fields[name] = part.content;
-            }
-        }
-    } else {
-        if (!req.body.empty()) u.audio = &req.body;
-    }
-    for (const auto& [k, v] : req.params) u.fields.emplace(k, v); // form fields win over query parameters
-    if (!u.audio || u.audio->empty())
-        throw HttpError(400, "no audio: send a multipart/form-data field 'file', or the audio as the request body");
-    return u;
-}
-
-bool to_bool(const std::string& field, const std::string& v) {
-    if (v == "true" || v == "1" || v == "on" || v == "yes") return true;
-    if (v == "false" || v == "0" || v == "off" || v == "no") return false;
-    throw HttpError(400, "field '" + field + "' must be true or false, got '" + v + "'");
-}
-double to_number(const std::string& field, const std::string& v, double lo, double hi) {
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end || !(x >= lo && x <= hi))
-        throw HttpError(400, "field '" + field + "' must be a number in [" + json(lo).dump() + ", " + json(hi).dump() +
-                                 "], got '" + v + "'");
-    return x;
-}
-
-enum class Format { Json, Text, VerboseJson };
-
-struct Request {
-    TranscribeOptions opts;
-    Format format = Format::Json;
-};
-
-Request parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults) {
-    Request r;
-    r.opts = defaults;
-    auto get = [&](const char* k) -> const std::string* {
-        const auto it = f.find(k);
-        return it == f.end() ? nullptr : &it->second;
-    };
-    if (const auto* v = get("language")) {
-        try {
-            r.opts.language = v->empty() || *v == "auto" ? "" : canonical_language(*v);
-        } catch (const Error& e) {
-            throw HttpError(400, e.what());
-        }
-    }
-    if (const auto* v = get("prompt")) r.opts.context = *v;
-    if (const auto* v = get("context")) r.opts.context = *v;
-    if (const auto* v = get("response_format")) {
-        if (*v == "json" || v->empty()) r.format = Format::Json;
-        else if (*v == "text") r.format = Format::Text;
-        else if (*v == "verbose_json") r.format = Format::VerboseJson;
-        else if (*v == "srt" || *v == "vtt")
-            throw HttpError(400, "response_format '" + *v + "' needs timestamps, which Qwen3-ASR does not produce: use "
-                                 "json, text or verbose_json");
-        else throw HttpError(400, "response_format must be json, text or verbose_json, got '" + *v + "'");
-    }
-    if (const auto* v = get("temperature")) r.opts.decode.temperature = float(to_number("temperature", *v, 0, 100));
-    if (const auto* v = get("top_p")) r.opts.decode.top_p = float(to_number("top_p", *v, 1e-6, 1));
-    if (const auto* v = get("seed")) r.opts.decode.seed = uint64_t(to_number("seed", *v, 0, 9007199254740992.0));
-    if (const auto* v = get("max_new_tokens"))
-        r.opts.decode.max_new_tokens = int(to_number("max_new_tokens", *v, 1, 100000));
-    if (const auto* v = get("itn")) r.opts.itn = to_bool("itn", *v);
-    if (const auto* v = get("ignore_eos")) { // benchmarks with random weights: exactly max_new_tokens tokens
-        r.opts.decode.ignore_eos = to_bool("ignore_eos", *v);
-        if (r.opts.decode.ignore_eos && !get("max_new_tokens"))
-            throw HttpError(400, "field 'ignore_eos' needs 'max_new_tokens'");
-    }
-    if (const auto* v = get("stream"); v && to_bool("stream", *v))
-        throw HttpError(400, "streamed responses are not supported: send stream=false (or leave it out)");
-    return r;
-}
-
-std::string lower(std::string s) {
-    for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
-void respond(httplib::Response& res, const TranscriptionResult& r, Format f) {
-    res.status = 200;
-    if (f == Format::Text) {
-        res.set_content(r.text + "\n", "text/plain; charset=utf-8");
-        return;
-    }
-    json j;
-    if (f == Format::Json) {
-        j = {{"text", r.text}};
-    } else {
-        json toks = json::array();
-        for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
-        j = {{"task", "transcribe"},
-             {"language", lower(r.language)},
-             {"duration", r.audio_seconds},
-             {"text", r.text},
-             {"raw_text", r.raw_text},
-             {"finish_reason", finish_reason_name(r.finish)},
-             {"tokens", toks},
-             {"rtf", r.rtf},
-             {"timings_ms",
-              {{"mel", r.timings.mel_ms}, {"encode", r.timings.encode_ms}, {"prefill", r.timings.prefill_ms},
-               {"decode", r.timings.decode_ms}}}};
-    }
-    res.set_content(j.dump() + "\n", "application/json");
-}
+using namespace http;
 
 class Server {
 public:
-    Server(const Transcriber& t, const ServeOptions& o) : t_(t), o_(o), adm_(o.parallel, o.max_queue) {}
+    Server(const Transcriber& t, const ServeOptions& o)
+        : t_(t), o_(o), adm_(o.parallel, o.max_queue),
+          streams_(t, o, adm_, [this](const httplib::Request& q, httplib::Response& r, std::chrono::steady_clock::time_point t0,
+                                      const std::string& w) { log(q, r, t0, w); }) {}
 
     void run(ServerControl& ctl) {
         httplib::Server svr;
@@ -261,8 +91,10 @@ public:
         auto transcribe = [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); };
         svr.Post("/v1/audio/transcriptions", transcribe);
         svr.Post("/inference", transcribe);
+        streams_.install(svr);
         svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
             json j = adm_.state();
+            j["streams"] = streams_.open_streams();
             j["status"] = "ok";
             j["model"] = o_.model_name;
             j["device"] = o_.device;
@@ -276,10 +108,12 @@ public:
             if (!res.body.empty()) return; // the handler's own error body
             const int s = res.status;
             const std::string msg = s == 404   ? "no route " + req.method + " " + req.path +
-                                                   " (POST /v1/audio/transcriptions, POST /inference, GET /health, "
-                                                   "GET /v1/models)"
+                                                   " (POST /v1/audio/transcriptions, POST /inference, POST /v1/streams, "
+                                                   "GET /health, GET /v1/models)"
                                     : s == 413 ? "request body larger than the server's limit (--max-body-mb)"
                                     : s == 405 ? "method not allowed on " + req.path
+                                    : s == 400 ? "malformed HTTP request (a POST needs a Content-Length, 0 for none: "
+                                                 "curl -d '')"
                                                : "request failed (HTTP " + std::to_string(s) + ")";
             send_error(res, s, msg, s >= 500 ? "server_error" : "invalid_request_error");
         });
@@ -300,20 +134,11 @@ public:
 private:
     void handle(const httplib::Request& req, httplib::Response& res) {
         const auto t0 = std::chrono::steady_clock::now();
-        std::string what = "-";
-        try {
+        std::string what;
+        const std::string err = guarded(res, [&] {
             const Upload u = read_upload(req);
-            const Request r = parse_fields(u.fields, o_.defaults);
-            if (!adm_.enter()) {
-                res.set_header("Retry-After", "1");
-                throw HttpError(503, "server busy: " + std::to_string(o_.parallel) + " transcriptions running and " +
-                                         std::to_string(o_.max_queue) + " waiting; retry later",
-                                "server_busy");
-            }
-            struct Leave {
-                Admission& a;
-                ~Leave() { a.leave(); }
-            } leave{adm_};
+            const Fields r = parse_fields(u.fields, o_.defaults);
+            const AdmissionSlot slot(adm_, o_.parallel, o_.max_queue);
             std::vector<float> pcm;
             try {
                 pcm = load_audio_bytes(reinterpret_cast<const uint8_t*>(u.audio->data()), u.audio->size(), u.name,
@@ -331,24 +156,12 @@ private:
                           tr.audio_seconds, decode_ms, tr.language.empty() ? "-" : tr.language.c_str(), tr.tokens.size(),
                           tr.timings.total_ms(), tr.rtf);
             what = b;
-        } catch (const HttpError& e) {
-            send_error(res, e.status, e.what(), e.type);
-            what = e.what();
-        } catch (const OutOfMemory& e) {
-            res.set_header("Retry-After", "1");
-            send_error(res, 503, e.what(), "server_busy");
-            what = e.what();
-        } catch (const Error& e) { // options the library refused are the client's; anything else is ours
-            const bool client = std::string(e.what()).rfind("[options]", 0) == 0;
-            send_error(res, client ? 400 : 500, e.what(), client ? "invalid_request_error" : "server_error");
-            what = e.what();
-        } catch (const std::bad_alloc&) {
-            send_error(res, 503, "out of memory", "server_busy");
-            what = "out of memory";
-        } catch (const std::exception& e) {
-            send_error(res, 500, e.what(), "server_error");
-            what = e.what();
-        }
+        });
+        log(req, res, t0, err.empty() ? what : err);
+    }
+
+    void log(const httplib::Request& req, httplib::Response& res, std::chrono::steady_clock::time_point t0,
+             const std::string& what) const {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         res.set_header("X-Processing-Ms", std::to_string(int64_t(ms)));
         if (o_.log_requests)
@@ -359,6 +172,7 @@ private:
     const Transcriber& t_;
     const ServeOptions& o_;
     Admission adm_;
+    StreamRoutes streams_;
 };
 
 } // namespace

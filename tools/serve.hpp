@@ -17,6 +17,8 @@ struct ServeOptions {
     int max_queue = 16;              // requests waiting for a slot beyond those; more are answered 503
     size_t max_body_bytes = 100u << 20; // larger requests are answered 413
     double max_audio_seconds = 3600; // longer audio is answered 413 (checked while decoding)
+    int max_streams = 16;            // live streams open at once (POST /v1/streams); more are answered 503
+    double stream_idle_seconds = 60; // a stream without a request for this long is dropped
     std::string cors_origin;         // non-empty: CORS headers for this origin ("*" for any), preflights answered
     std::string api_key;             // non-empty: /v1/* and /inference need "Authorization: Bearer KEY"
     TranscribeOptions defaults;      // language, context, ITN for requests that do not set them

@@ -349,3 +349,74 @@ TEST(ServeLimits, SigtermStopsGracefullyAndBadStartsFailClearly) {
     EXPECT_EQ(WEXITSTATUS(pclose(p)), 2) << out;
     EXPECT_NE(out.find("--parallel expects an integer"), std::string::npos) << out;
 }
+
+namespace {
+std::string stream_id(const httplib::Result& r) {
+    if (!r || r->status != 201) return "";
+    return json::parse(r->body).value("id", "");
+}
+} // namespace
+
+TEST_F(Serve, LiveStreamGivesPartialsAndTheOfflineFinal) {
+    auto c = server_->client();
+    const std::string id = stream_id(c.Post("/v1/streams", "", "application/octet-stream"));
+    ASSERT_EQ(id.size(), 32u);
+    const std::string pcm = en_.substr(44); // the sample's 16 kHz mono s16le data
+    double last_seconds = 0;
+    std::string last_text;
+    for (size_t i = 0; i < pcm.size(); i += 8000) { // 0.25 s per request, as a recorder would send it
+        auto r = c.Post(("/v1/streams/" + id + "/audio").c_str(), pcm.substr(i, 8000), "application/octet-stream");
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const json j = json::parse(r->body);
+        EXPECT_GE(j["audio_seconds"].get<double>(), last_seconds);
+        last_seconds = j["audio_seconds"].get<double>();
+        last_text = j["text"];
+        EXPECT_EQ(j["text"], j["stable"].get<std::string>() + j["unstable"].get<std::string>());
+    }
+    EXPECT_GE(last_seconds, 2.0);
+    EXPECT_FALSE(last_text.empty()) << "no partial text after 3 s of speech";
+    auto r = c.Get(("/v1/streams/" + id).c_str());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(json::parse(r->body)["text"], last_text);
+    r = c.Post(("/v1/streams/" + id + "/audio").c_str(), std::string("abc"), "application/octet-stream");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body; // odd byte count
+    r = c.Post(("/v1/streams/" + id + "/finish?response_format=verbose_json").c_str(), "", "application/octet-stream");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json f = json::parse(r->body);
+    EXPECT_EQ(f["text"], en_text_); // the final decodes like offline
+    EXPECT_EQ(f["language"], "english");
+    r = c.Post(("/v1/streams/" + id + "/audio").c_str(), pcm.substr(0, 320), "application/octet-stream");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404) << r->body; // finished streams are gone
+    EXPECT_NE(error_message(r).find("no stream"), std::string::npos);
+}
+
+TEST(ServeLimits, StreamsAreBoundedDeletableAndExpire) {
+    NEED_DEMO();
+    ServerProcess s({"--no-warmup", "-q", "--max-streams", "1", "--stream-idle-seconds", "1"});
+    ASSERT_GT(s.port(), 0) << s.log();
+    auto c = s.client();
+    const std::string a = stream_id(c.Post("/v1/streams", "language=en", "application/x-www-form-urlencoded"));
+    ASSERT_FALSE(a.empty());
+    auto r = c.Post("/v1/streams", "", "application/octet-stream");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503) << r->body; // one open at most
+    r = c.Delete(("/v1/streams/" + a).c_str());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 204);
+    const std::string b = stream_id(c.Post("/v1/streams", "", "application/octet-stream"));
+    ASSERT_FALSE(b.empty());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500)); // idle past the limit: swept by the next open
+    const std::string d = stream_id(c.Post("/v1/streams", "", "application/octet-stream"));
+    EXPECT_FALSE(d.empty()) << "the idle stream should have been dropped";
+    r = c.Get(("/v1/streams/" + b).c_str());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404);
+    r = c.Post("/v1/streams", "language=klingon", "application/x-www-form-urlencoded");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+}

@@ -1,0 +1,193 @@
+// `qasr serve`'s shared HTTP pieces (serve_http.hpp).
+#include "serve_http.hpp"
+
+#include "core/error.hpp"
+#include "text/output.hpp"
+
+#include <cstdlib>
+#include <new>
+
+namespace qasr::cli::http {
+
+using nlohmann::json;
+
+bool Admission::enter() {
+    std::unique_lock<std::mutex> lk(m_);
+    if (running_ < parallel_ && waiting_ == 0) {
+        ++running_;
+        return true;
+    }
+    if (waiting_ >= max_queue_) return false;
+    ++waiting_;
+    cv_.wait(lk, [&] { return running_ < parallel_; });
+    --waiting_;
+    ++running_;
+    return true;
+}
+
+void Admission::leave() {
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        --running_;
+    }
+    cv_.notify_one();
+}
+
+json Admission::state() const {
+    std::lock_guard<std::mutex> lk(m_);
+    return {{"running", running_}, {"waiting", waiting_}, {"parallel", parallel_}, {"max_queue", max_queue_}};
+}
+
+AdmissionSlot::AdmissionSlot(Admission& a, int parallel, int max_queue) : a_(a) {
+    if (!a_.enter())
+        throw HttpError(503, "server busy: " + std::to_string(parallel) + " transcriptions running and " +
+                                 std::to_string(max_queue) + " waiting; retry later",
+                        "server_busy");
+}
+
+std::string guarded(httplib::Response& res, const std::function<void()>& body) {
+    try {
+        body();
+        return "";
+    } catch (const HttpError& e) {
+        if (e.status == 503) res.set_header("Retry-After", "1");
+        send_error(res, e.status, e.what(), e.type);
+        return e.what();
+    } catch (const OutOfMemory& e) {
+        res.set_header("Retry-After", "1");
+        send_error(res, 503, e.what(), "server_busy");
+        return e.what();
+    } catch (const Error& e) { // options the library refused are the client's; anything else is ours
+        const bool client = std::string(e.what()).rfind("[options]", 0) == 0 || std::string(e.what()).rfind("[stream]", 0) == 0;
+        send_error(res, client ? 400 : 500, e.what(), client ? "invalid_request_error" : "server_error");
+        return e.what();
+    } catch (const std::bad_alloc&) {
+        res.set_header("Retry-After", "1");
+        send_error(res, 503, "out of memory", "server_busy");
+        return "out of memory";
+    } catch (const std::exception& e) {
+        send_error(res, 500, e.what(), "server_error");
+        return e.what();
+    }
+}
+
+using nlohmann::json;
+
+void send_error(httplib::Response& res, int status, const std::string& msg, const char* type) {
+    res.status = status;
+    res.set_content(json{{"error", {{"message", msg}, {"type", type}, {"code", status}}}}.dump() + "\n",
+                    "application/json");
+}
+
+Upload read_upload(const httplib::Request& req, bool need_audio) {
+    Upload u;
+    const std::string ct = req.get_header_value("Content-Type");
+    if (need_audio && ct.rfind("application/x-www-form-urlencoded", 0) == 0) // (its fields arrive as params)
+        throw HttpError(415, "send the audio as multipart/form-data (field 'file') or as the raw request body");
+    if (req.is_multipart_form_data()) {
+        for (const auto& [name, part] : req.files) {
+            if (name == "file") {
+                u.audio = &part.content;
+                if (!part.filename.empty()) u.name = part.filename;
+            } else {
+                u.fields[name] = part.content;
+            }
+        }
+    } else {
+        if (!req.body.empty()) u.audio = &req.body;
+    }
+    for (const auto& [k, v] : req.params) u.fields.emplace(k, v); // form fields win over query parameters
+    if (need_audio && (!u.audio || u.audio->empty()))
+        throw HttpError(400, "no audio: send a multipart/form-data field 'file', or the audio as the request body");
+    return u;
+}
+
+bool to_bool(const std::string& field, const std::string& v) {
+    if (v == "true" || v == "1" || v == "on" || v == "yes") return true;
+    if (v == "false" || v == "0" || v == "off" || v == "no") return false;
+    throw HttpError(400, "field '" + field + "' must be true or false, got '" + v + "'");
+}
+double to_number(const std::string& field, const std::string& v, double lo, double hi) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !(x >= lo && x <= hi))
+        throw HttpError(400, "field '" + field + "' must be a number in [" + json(lo).dump() + ", " + json(hi).dump() +
+                                 "], got '" + v + "'");
+    return x;
+}
+
+
+Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults) {
+    Fields r;
+    r.opts = defaults;
+    auto get = [&](const char* k) -> const std::string* {
+        const auto it = f.find(k);
+        return it == f.end() ? nullptr : &it->second;
+    };
+    if (const auto* v = get("language")) {
+        try {
+            r.opts.language = v->empty() || *v == "auto" ? "" : canonical_language(*v);
+        } catch (const Error& e) {
+            throw HttpError(400, e.what());
+        }
+    }
+    if (const auto* v = get("prompt")) r.opts.context = *v;
+    if (const auto* v = get("context")) r.opts.context = *v;
+    if (const auto* v = get("response_format")) {
+        if (*v == "json" || v->empty()) r.format = Format::Json;
+        else if (*v == "text") r.format = Format::Text;
+        else if (*v == "verbose_json") r.format = Format::VerboseJson;
+        else if (*v == "srt" || *v == "vtt")
+            throw HttpError(400, "response_format '" + *v + "' needs timestamps, which Qwen3-ASR does not produce: use "
+                                 "json, text or verbose_json");
+        else throw HttpError(400, "response_format must be json, text or verbose_json, got '" + *v + "'");
+    }
+    if (const auto* v = get("temperature")) r.opts.decode.temperature = float(to_number("temperature", *v, 0, 100));
+    if (const auto* v = get("top_p")) r.opts.decode.top_p = float(to_number("top_p", *v, 1e-6, 1));
+    if (const auto* v = get("seed")) r.opts.decode.seed = uint64_t(to_number("seed", *v, 0, 9007199254740992.0));
+    if (const auto* v = get("max_new_tokens"))
+        r.opts.decode.max_new_tokens = int(to_number("max_new_tokens", *v, 1, 100000));
+    if (const auto* v = get("itn")) r.opts.itn = to_bool("itn", *v);
+    if (const auto* v = get("ignore_eos")) { // benchmarks with random weights: exactly max_new_tokens tokens
+        r.opts.decode.ignore_eos = to_bool("ignore_eos", *v);
+        if (r.opts.decode.ignore_eos && !get("max_new_tokens"))
+            throw HttpError(400, "field 'ignore_eos' needs 'max_new_tokens'");
+    }
+    if (const auto* v = get("stream"); v && to_bool("stream", *v))
+        throw HttpError(400, "streamed responses are not supported: send stream=false (or leave it out)");
+    return r;
+}
+
+static std::string lower(std::string s) {
+    for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+void respond(httplib::Response& res, const TranscriptionResult& r, Format f) {
+    res.status = 200;
+    if (f == Format::Text) {
+        res.set_content(r.text + "\n", "text/plain; charset=utf-8");
+        return;
+    }
+    json j;
+    if (f == Format::Json) {
+        j = {{"text", r.text}};
+    } else {
+        json toks = json::array();
+        for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
+        j = {{"task", "transcribe"},
+             {"language", lower(r.language)},
+             {"duration", r.audio_seconds},
+             {"text", r.text},
+             {"raw_text", r.raw_text},
+             {"finish_reason", finish_reason_name(r.finish)},
+             {"tokens", toks},
+             {"rtf", r.rtf},
+             {"timings_ms",
+              {{"mel", r.timings.mel_ms}, {"encode", r.timings.encode_ms}, {"prefill", r.timings.prefill_ms},
+               {"decode", r.timings.decode_ms}}}};
+    }
+    res.set_content(j.dump() + "\n", "application/json");
+}
+
+} // namespace qasr::cli::http

@@ -1,0 +1,81 @@
+// `qasr serve`'s HTTP vocabulary shared by its routes (serve.cpp: transcriptions; serve_streams.cpp: live streams):
+// client errors as exceptions with their status, the admission gate, request fields → options, result → response.
+#pragma once
+#include "qasr/qasr.hpp"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace qasr::cli::http {
+
+// A request the client got wrong (or a refusal): status and message go back as they are.
+struct HttpError : std::runtime_error {
+    HttpError(int s, const std::string& m, const char* t = "invalid_request_error") : std::runtime_error(m), status(s), type(t) {}
+    int status;
+    const char* type;
+};
+
+// At most `parallel` holders at once; up to `max_queue` more wait; enter() refuses beyond that (→ 503).
+class Admission {
+public:
+    Admission(int parallel, int max_queue) : parallel_(parallel), max_queue_(max_queue) {}
+    bool enter();
+    void leave();
+    nlohmann::json state() const;
+
+private:
+    mutable std::mutex m_;
+    std::condition_variable cv_;
+    int running_ = 0, waiting_ = 0;
+    const int parallel_, max_queue_;
+};
+
+// enter() or a 503 HttpError; leave() when destroyed.
+class AdmissionSlot {
+public:
+    AdmissionSlot(Admission& a, int parallel, int max_queue);
+    ~AdmissionSlot() { a_.leave(); }
+    AdmissionSlot(const AdmissionSlot&) = delete;
+    AdmissionSlot& operator=(const AdmissionSlot&) = delete;
+
+private:
+    Admission& a_;
+};
+
+// {"error": {"message", "type", "code"}} with the status.
+void send_error(httplib::Response& res, int status, const std::string& msg, const char* type);
+
+// The request's audio and fields: multipart/form-data (part `file` is the audio, the others are fields), or the raw
+// body with the fields as query parameters (form fields win).
+struct Upload {
+    const std::string* audio = nullptr;
+    std::string name = "upload";
+    std::map<std::string, std::string> fields;
+};
+Upload read_upload(const httplib::Request& req, bool need_audio = true);
+
+enum class Format { Json, Text, VerboseJson };
+
+struct Fields {
+    TranscribeOptions opts;
+    Format format = Format::Json;
+};
+// OpenAI's fields (language, prompt, response_format, temperature) and qasr's (itn, max_new_tokens, top_p, seed,
+// ignore_eos, context); unknown fields are ignored (e.g. `model`).
+Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults);
+bool to_bool(const std::string& field, const std::string& v);
+double to_number(const std::string& field, const std::string& v, double lo, double hi);
+
+void respond(httplib::Response& res, const TranscriptionResult& r, Format f);
+
+// Runs `body`, turning every exception into its status and JSON error (HttpError: its own; qasr::OutOfMemory and
+// std::bad_alloc: 503; qasr::Error from "[options]": 400; anything else: 500). Returns the message, or "" on success.
+std::string guarded(httplib::Response& res, const std::function<void()>& body);
+
+} // namespace qasr::cli::http
