@@ -24,13 +24,17 @@ struct StreamRoutes::Entry {
 
 namespace {
 
-std::string new_id() {
+std::string new_id() { // 128 bits from the system's random source: ids are the streams' only credential
     static std::mutex m;
-    static std::mt19937_64 rng{std::random_device{}()};
+    static std::random_device rd;
     std::lock_guard<std::mutex> lk(m);
-    char b[33];
-    std::snprintf(b, sizeof b, "%016llx%016llx", static_cast<unsigned long long>(rng()), static_cast<unsigned long long>(rng()));
-    return b;
+    std::string id;
+    for (int i = 0; i < 4; ++i) {
+        char b[9];
+        std::snprintf(b, sizeof b, "%08x", static_cast<unsigned>(rd()));
+        id += b;
+    }
+    return id;
 }
 
 const char* kId = "([0-9a-f]{32})";
@@ -48,6 +52,14 @@ std::shared_ptr<StreamRoutes::Entry> StreamRoutes::find(const std::string& id, b
     if (it == streams_.end()) throw HttpError(404, "no stream " + id + " (finished, deleted, or expired after " +
                                                        std::to_string(int(o_.stream_idle_seconds)) + " s idle)");
     auto e = it->second;
+    const auto limit = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(o_.stream_idle_seconds));
+    if (std::unique_lock<std::mutex> idle(e->m, std::try_to_lock); idle && e->last < limit) {
+        idle.unlock();
+        streams_.erase(it);
+        throw HttpError(404, "no stream " + id + " (expired after " + std::to_string(int(o_.stream_idle_seconds)) +
+                                 " s idle)");
+    }
     if (remove) streams_.erase(it);
     return e;
 }

@@ -409,12 +409,16 @@ TEST(ServeLimits, StreamsAreBoundedDeletableAndExpire) {
     EXPECT_EQ(r->status, 204);
     const std::string b = stream_id(c.Post("/v1/streams", "", "application/octet-stream"));
     ASSERT_FALSE(b.empty());
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500)); // idle past the limit: swept by the next open
-    const std::string d = stream_id(c.Post("/v1/streams", "", "application/octet-stream"));
-    EXPECT_FALSE(d.empty()) << "the idle stream should have been dropped";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500)); // idle past the limit
     r = c.Get(("/v1/streams/" + b).c_str());
     ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 404);
+    EXPECT_EQ(r->status, 404) << r->body; // expired, also when asked for directly
+    EXPECT_NE(error_message(r).find("expired"), std::string::npos) << r->body;
+    const std::string d = stream_id(c.Post("/v1/streams", "", "application/octet-stream"));
+    EXPECT_FALSE(d.empty()) << "the idle stream should have been dropped";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const std::string e = stream_id(c.Post("/v1/streams", "", "application/octet-stream"));
+    EXPECT_FALSE(e.empty()) << "an idle stream is swept when another is opened";
     r = c.Post("/v1/streams", "language=klingon", "application/x-www-form-urlencoded");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400);
