@@ -3,7 +3,7 @@
 // Routes: POST /v1/audio/transcriptions (OpenAI's request and response shapes: multipart field `file`, `language`,
 // `prompt`, `response_format` json|text|verbose_json, `temperature`) and POST /inference (whisper.cpp's server
 // path, the same handler); the audio may also be the raw request body with the fields as query parameters.
-// GET /health and GET /v1/models. Every error is a JSON body {"error": {"message", "type", "code"}} with a
+// GET /health and GET /v1/models; live streams under /v1/streams (serve_streams.cpp). Every error is a JSON body {"error": {"message", "type", "code"}} with a
 // status that says whose fault it is: 400 bad request or audio, 401 key, 404/405 route, 413 too large or too long,
 // 415 form encoding, 503 queue full or device out of memory, 500 anything else; the server keeps serving.
 // Admission: at most `parallel` transcriptions run at once (each on its own Session of the one immutable model;
