@@ -116,7 +116,6 @@ double to_number(const std::string& field, const std::string& v, double lo, doub
     return x;
 }
 
-
 Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults) {
     Fields r;
     r.opts = defaults;

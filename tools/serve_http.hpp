@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
