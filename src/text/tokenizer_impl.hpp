@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
+#include <memory>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -131,7 +133,11 @@ struct Tokenizer::Impl {
         if (n < 0) fail("tokenizer", "cannot normalize text");
         std::string text(reinterpret_cast<char*>(nfc), size_t(n));
         std::free(nfc);
-        pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
+        // owned: bpe() throws on a tokenizer whose merges reach an id-less piece (a hostile tokenizer.json)
+        const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> owner(
+            pcre2_match_data_create_from_pattern(re, nullptr), &pcre2_match_data_free);
+        if (!owner) throw std::bad_alloc();
+        pcre2_match_data* md = owner.get();
         PCRE2_SIZE start = 0;
         const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
         while (start < text.size()) {
@@ -147,7 +153,6 @@ struct Tokenizer::Impl {
             bpe(mapped, out);
             start = ov[1];
         }
-        pcre2_match_data_free(md);
     }
 };
 
