@@ -45,6 +45,7 @@ Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish
   GET, DELETE /v1/streams/ID      the partial text; drop the stream
   GET  /health                    {"status": "ok", "running", "waiting", "streams", ...}
   GET  /v1/models                 the loaded model
+  GET  /metrics                   Prometheus counters: requests by route and status, latency, audio seconds
 
   curl -F file=@samples/demo_en.wav http://127.0.0.1:8080/v1/audio/transcriptions
   curl --data-binary @a.wav -H 'Content-Type: audio/wav' 'http://127.0.0.1:8080/inference?response_format=text'

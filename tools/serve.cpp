@@ -3,7 +3,7 @@
 // Routes: POST /v1/audio/transcriptions (OpenAI's request and response shapes: multipart field `file`, `language`,
 // `prompt`, `response_format` json|text|verbose_json, `temperature`) and POST /inference (whisper.cpp's server
 // path, the same handler); the audio may also be the raw request body with the fields as query parameters.
-// GET /health and GET /v1/models; live streams under /v1/streams (serve_streams.cpp). Every error is a JSON body {"error": {"message", "type", "code"}} with a
+// GET /health, GET /metrics (Prometheus) and GET /v1/models; live streams under /v1/streams (serve_streams.cpp). Every error is a JSON body {"error": {"message", "type", "code"}} with a
 // status that says whose fault it is: 400 bad request or audio, 401 key, 404/405 route, 413 too large or too long,
 // 415 form encoding, 503 queue full or device out of memory, 500 anything else; the server keeps serving.
 // Admission: at most `parallel` transcriptions run at once (each on its own Session of the one immutable model;
@@ -100,6 +100,11 @@ public:
             j["device"] = o_.device;
             res.set_content(j.dump() + "\n", "application/json");
         });
+        svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+            json g = adm_.state();
+            g["streams"] = streams_.open_streams();
+            res.set_content(metrics_.text(g), "text/plain; version=0.0.4");
+        });
         svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             const json m = {{"id", o_.model_name}, {"object", "model"}, {"owned_by", "qasr"}};
             res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump() + "\n", "application/json");
@@ -135,6 +140,7 @@ private:
     void handle(const httplib::Request& req, httplib::Response& res) {
         const auto t0 = std::chrono::steady_clock::now();
         std::string what;
+        double audio_s = 0;
         const std::string err = guarded(res, [&] {
             const Upload u = read_upload(req);
             const Fields r = parse_fields(u.fields, o_.defaults);
@@ -156,13 +162,20 @@ private:
                           tr.audio_seconds, decode_ms, tr.language.empty() ? "-" : tr.language.c_str(), tr.tokens.size(),
                           tr.timings.total_ms(), tr.rtf);
             what = b;
+            audio_s = tr.audio_seconds;
         });
-        log(req, res, t0, err.empty() ? what : err);
+        log(req, res, t0, err.empty() ? what : err, audio_s);
     }
 
     void log(const httplib::Request& req, httplib::Response& res, std::chrono::steady_clock::time_point t0,
-             const std::string& what) const {
+             const std::string& what, double audio_seconds = 0) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const std::string& p = req.path;
+        const char* route = p.rfind("/v1/streams", 0) != 0         ? "transcriptions"
+                            : p.size() > 6 && p.ends_with("/audio")  ? "stream_audio"
+                            : p.size() > 7 && p.ends_with("/finish") ? "stream_finish"
+                                                                     : "stream_open";
+        metrics_.request(route, res.status, ms / 1000.0, audio_seconds);
         res.set_header("X-Processing-Ms", std::to_string(int64_t(ms)));
         if (o_.log_requests)
             std::fprintf(stderr, "qasr serve: %s %s %s %d %.1f ms: %s\n", req.remote_addr.c_str(), req.method.c_str(),
@@ -172,6 +185,7 @@ private:
     const Transcriber& t_;
     const ServeOptions& o_;
     Admission adm_;
+    Metrics metrics_;
     StreamRoutes streams_;
 };
 

@@ -4,7 +4,9 @@
 #include "core/error.hpp"
 #include "text/output.hpp"
 
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <new>
 
 namespace qasr::cli::http {
@@ -187,6 +189,51 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f) {
                {"decode", r.timings.decode_ms}}}};
     }
     res.set_content(j.dump() + "\n", "application/json");
+}
+
+void Metrics::request(const std::string& route, int status, double seconds, double audio_seconds) {
+    std::lock_guard<std::mutex> lk(m_);
+    ++count_[{route, status}];
+    if (route != "transcriptions" || status != 200) return;
+    ++n_;
+    sum_ += seconds;
+    audio_ += audio_seconds;
+    for (size_t i = 0; i < std::size(kBuckets); ++i)
+        if (seconds <= kBuckets[i]) ++hist_[i];
+}
+
+std::string Metrics::text(const json& gauges) const {
+    std::lock_guard<std::mutex> lk(m_);
+    std::string o = "# HELP qasr_requests_total Requests answered, by route and HTTP status.\n"
+                    "# TYPE qasr_requests_total counter\n";
+    char b[256];
+    for (const auto& [k, v] : count_) {
+        std::snprintf(b, sizeof b, "qasr_requests_total{route=\"%s\",status=\"%d\"} %llu\n", k.first.c_str(), k.second,
+                      static_cast<unsigned long long>(v));
+        o += b;
+    }
+    o += "# HELP qasr_transcription_seconds Time to answer a successful transcription request.\n"
+         "# TYPE qasr_transcription_seconds histogram\n";
+    for (size_t i = 0; i < std::size(kBuckets); ++i) {
+        std::snprintf(b, sizeof b, "qasr_transcription_seconds_bucket{le=\"%g\"} %llu\n", kBuckets[i],
+                      static_cast<unsigned long long>(hist_[i]));
+        o += b;
+    }
+    std::snprintf(b, sizeof b,
+                  "qasr_transcription_seconds_bucket{le=\"+Inf\"} %llu\nqasr_transcription_seconds_sum %.6f\n"
+                  "qasr_transcription_seconds_count %llu\n",
+                  static_cast<unsigned long long>(n_), sum_, static_cast<unsigned long long>(n_));
+    o += b;
+    std::snprintf(b, sizeof b,
+                  "# HELP qasr_audio_seconds_total Audio transcribed by successful requests.\n"
+                  "# TYPE qasr_audio_seconds_total counter\nqasr_audio_seconds_total %.3f\n",
+                  audio_);
+    o += b;
+    for (const auto& [k, v] : gauges.items()) {
+        if (!v.is_number()) continue;
+        o += "# TYPE qasr_" + k + " gauge\nqasr_" + k + " " + v.dump() + "\n";
+    }
+    return o;
 }
 
 } // namespace qasr::cli::http

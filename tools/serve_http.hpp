@@ -79,4 +79,20 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f);
 // std::bad_alloc: 503; qasr::Error from "[options]": 400; anything else: 500). Returns the message, or "" on success.
 std::string guarded(httplib::Response& res, const std::function<void()>& body);
 
+// GET /metrics in Prometheus's text format: requests by route and status, the transcriptions' latency histogram and
+// audio seconds, and the gauges the caller passes (running, waiting, open streams).
+class Metrics {
+public:
+    void request(const std::string& route, int status, double seconds, double audio_seconds);
+    std::string text(const nlohmann::json& gauges) const;
+
+private:
+    static constexpr double kBuckets[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    mutable std::mutex m_;
+    std::map<std::pair<std::string, int>, uint64_t> count_;
+    uint64_t hist_[sizeof(kBuckets) / sizeof(kBuckets[0])] = {};
+    uint64_t n_ = 0;
+    double sum_ = 0, audio_ = 0;
+};
+
 } // namespace qasr::cli::http

@@ -251,6 +251,21 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     r = c.Get("/v1/models");
     ASSERT_TRUE(r);
     EXPECT_EQ(json::parse(r->body)["data"][0]["id"], "demo");
+    // Prometheus metrics: the refusals above by status, the successful transcription in the histogram
+    r = c.Get("/metrics");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    const std::string& m = r->body;
+    auto value = [&](const std::string& series) {
+        const auto at = m.find("\n" + series + " "); // a sample line, not the HELP line naming the series
+        return at == std::string::npos ? -1.0 : std::atof(m.c_str() + at + series.size() + 2);
+    };
+    EXPECT_GE(value("qasr_requests_total{route=\"transcriptions\",status=\"400\"}"), 9.0) << m;
+    EXPECT_GE(value("qasr_requests_total{route=\"transcriptions\",status=\"200\"}"), 1.0) << m;
+    EXPECT_GE(value("qasr_transcription_seconds_count"), 1.0) << m;
+    EXPECT_GE(value("qasr_audio_seconds_total"), 3.0) << m;
+    EXPECT_EQ(value("qasr_running"), 0.0) << m;
+    EXPECT_EQ(value("qasr_parallel"), 1.0) << m;
 }
 
 TEST_F(Serve, ConcurrentClientsGetTheSameTranscripts) {
