@@ -3,8 +3,8 @@
 // Routes: POST /v1/audio/transcriptions (OpenAI's request and response shapes: multipart field `file`, `language`,
 // `prompt`, `response_format` json|text|verbose_json, `temperature`) and POST /inference (whisper.cpp's server
 // path, the same handler); the audio may also be the raw request body with the fields as query parameters.
-// GET /health, GET /metrics (Prometheus) and GET /v1/models; live streams under /v1/streams (serve_streams.cpp). Every error is a JSON body {"error": {"message", "type", "code"}} with a
-// status that says whose fault it is: 400 bad request or audio, 401 key, 404/405 route, 413 too large or too long,
+// GET /health, GET /metrics (Prometheus) and GET /v1/models; live streams under /v1/streams (serve_streams.cpp).
+// Every error is a JSON body {"error": {"message", "type", "code"}} with a status that says whose fault it is: 400 bad request or audio, 401 key, 404/405 route, 413 too large or too long,
 // 415 form encoding, 503 queue full or device out of memory, 500 anything else; the server keeps serving.
 // Admission: at most `parallel` transcriptions run at once (each on its own Session of the one immutable model;
 // on a GPU each takes a pooled device session), `max_queue` more wait, the rest are refused at once with 503
@@ -15,16 +15,12 @@
 
 #include "audio/audio.hpp"
 #include "core/error.hpp"
-#include "text/output.hpp"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <stdexcept>
 
 namespace qasr::cli {
 
@@ -149,9 +145,10 @@ private:
             try {
                 pcm = load_audio_bytes(reinterpret_cast<const uint8_t*>(u.audio->data()), u.audio->size(), u.name,
                                        o_.max_audio_seconds);
-            } catch (const Error& e) {
-                const bool too_long = std::string(e.what()).find("longer than the limit") != std::string::npos;
-                throw HttpError(too_long ? 413 : 400, e.what());
+            } catch (const TooLong& e) {
+                throw HttpError(413, e.what());
+            } catch (const Error& e) { // not audio, or malformed
+                throw HttpError(400, e.what());
             }
             const double decode_ms =
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

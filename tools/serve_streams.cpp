@@ -11,7 +11,6 @@ namespace qasr::cli {
 
 using nlohmann::json;
 using namespace http;
-using Clock = std::chrono::steady_clock;
 
 struct StreamRoutes::Entry {
     explicit Entry(Stream s) : st(std::move(s)) {}
@@ -41,6 +40,10 @@ const char* kId = "([0-9a-f]{32})";
 
 } // namespace
 
+StreamRoutes::Clock::time_point StreamRoutes::idle_since() const { // a stream last used before this has expired
+    return Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.stream_idle_seconds));
+}
+
 size_t StreamRoutes::open_streams() const {
     std::lock_guard<std::mutex> lk(m_);
     return streams_.size();
@@ -52,9 +55,7 @@ std::shared_ptr<StreamRoutes::Entry> StreamRoutes::find(const std::string& id, b
     if (it == streams_.end()) throw HttpError(404, "no stream " + id + " (finished, deleted, or expired after " +
                                                        std::to_string(int(o_.stream_idle_seconds)) + " s idle)");
     auto e = it->second;
-    const auto limit = Clock::now() - std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(o_.stream_idle_seconds));
-    if (std::unique_lock<std::mutex> idle(e->m, std::try_to_lock); idle && e->last < limit) {
+    if (std::unique_lock<std::mutex> idle(e->m, std::try_to_lock); idle && e->last < idle_since()) {
         idle.unlock();
         streams_.erase(it);
         throw HttpError(404, "no stream " + id + " (expired after " + std::to_string(int(o_.stream_idle_seconds)) +
@@ -66,8 +67,7 @@ std::shared_ptr<StreamRoutes::Entry> StreamRoutes::find(const std::string& id, b
 
 void StreamRoutes::sweep() { // streams idle for longer than the limit (and not in a request) are dropped
     std::lock_guard<std::mutex> lk(m_);
-    const auto limit = Clock::now() - std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(o_.stream_idle_seconds));
+    const auto limit = idle_since();
     for (auto it = streams_.begin(); it != streams_.end();) {
         std::unique_lock<std::mutex> busy(it->second->m, std::try_to_lock);
         if (busy && it->second->last < limit) {

@@ -27,6 +27,8 @@ public:
 
 private:
     struct Entry;
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point idle_since() const;
     std::shared_ptr<Entry> find(const std::string& id, bool remove);
     void sweep();
     void create(const httplib::Request& req, httplib::Response& res);

@@ -27,7 +27,7 @@ void condition_range(std::vector<float>& x);
 // Loads a file (WAV natively; other formats through FFmpeg when built with it) → mono 16 kHz float.
 std::vector<float> load_audio_file(const std::string& path);
 // The same for an encoded file held in memory (an upload); `what` names it in errors. max_seconds > 0: audio
-// longer than that is an error, raised while decoding (a small compressed file cannot expand without bound).
+// longer than that is a qasr::TooLong error, raised while decoding (a small compressed file cannot expand without bound).
 std::vector<float> load_audio_bytes(const uint8_t* data, size_t size, const std::string& what, double max_seconds = 0);
 // Raw signed 16-bit little-endian mono PCM at 16 kHz (e.g. from stdin).
 std::vector<float> pcm_s16le_to_float(const uint8_t* data, size_t size);

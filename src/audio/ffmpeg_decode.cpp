@@ -140,7 +140,7 @@ DecodedAudio decode_with_ffmpeg(const uint8_t* data, size_t size, const std::str
             }
             av_frame_unref(frame.get());
             if (cap > 0 && double(out.samples.size()) > cap)
-                fail(C, path + ": longer than the limit of " + seconds_text(max_seconds));
+                throw TooLong(C, path + ": longer than the limit of " + seconds_text(max_seconds));
         }
     };
     while (av_read_frame(fmt.get(), pkt.get()) >= 0) {

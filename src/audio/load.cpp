@@ -52,7 +52,7 @@ std::vector<float> load_audio_bytes(const uint8_t* data, size_t size, const std:
         fail("audio", what + ": not a WAV file (this build has no FFmpeg support for other formats)");
     }
     if (max_seconds > 0 && a.sample_rate > 0 && double(a.samples.size()) > max_seconds * double(a.sample_rate))
-        fail("audio", what + ": longer than the limit of " + seconds_text(max_seconds));
+        throw TooLong("audio", what + ": longer than the limit of " + seconds_text(max_seconds));
     std::vector<float> out = resample(std::move(a.samples), a.sample_rate, kSampleRate);
     condition_range(out);
     return out;

@@ -29,6 +29,12 @@ public:
     using Error::Error;
 };
 
+// Input longer than a limit the caller set (an upload's duration): the caller's to refuse, not a malformed file.
+class TooLong : public Error {
+public:
+    using Error::Error;
+};
+
 [[noreturn]] inline void fail(std::string_view component, const std::string& message) {
     throw Error(component, message);
 }
