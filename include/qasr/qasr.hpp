@@ -39,6 +39,10 @@ struct TranscribeOptions {
 struct LoadOptions {
     int threads = 0;           // 0: all cores
     std::string device = "cpu"; // "cpu", "cuda" or "cuda:N" (the CUDA backend, when built with it)
+    // CPU: > 1 makes concurrent transcribe* calls decode together, up to this many requests per step (one engine
+    // thread runs them all; each step streams the weights once for the whole batch). A transcript is the same
+    // either way. 1: every call runs on its own thread. Ignored on a GPU.
+    int max_batch = 1;
 };
 
 struct TokenInfo {

@@ -45,7 +45,9 @@ Transcriber Transcriber::load(const std::string& model_dir, const LoadOptions& o
     if (opts.threads < 0 || opts.threads > 1024) fail("options", "threads must be in [0, 1024]");
     ops::set_num_threads(opts.threads);
     auto impl = std::make_unique<Impl>();
+    if (opts.max_batch < 1 || opts.max_batch > 1024) fail("options", "max_batch must be in [1, 1024]");
     impl->model = Model::load(model_dir, opts.device);
+    if (opts.max_batch > 1 && !impl->model->device) impl->engine = std::make_unique<BatchEngine>(impl->model, opts.max_batch);
     return Transcriber(std::move(impl));
 }
 
@@ -113,15 +115,20 @@ TranscriptionResult Transcriber::transcribe_memory(const void* data, size_t size
 
 TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
     if (!(opts.max_piece_seconds >= 10.0)) fail("options", "max_piece_seconds must be at least 10");
-    Session s(impl_->model);
+    std::unique_ptr<Session> own;
+    const auto run = [&](const std::vector<float>& a) {
+        if (impl_->engine) return impl_->engine->run(a, opts);
+        if (!own) own = std::make_unique<Session>(impl_->model);
+        return own->run(a, opts);
+    };
     const auto pieces = split_long_audio(samples, opts.max_piece_seconds);
-    if (pieces.size() == 1) return s.run(samples, opts);
+    if (pieces.size() == 1) return run(samples);
     // Long audio: independent requests per piece (spec §8.1), texts joined without a separator (§7.5).
     TranscriptionResult all;
     std::vector<std::string> langs;
     for (const auto& [b, e] : pieces) {
         const std::vector<float> piece(samples.begin() + long(b), samples.begin() + long(e));
-        TranscriptionResult r = s.run(piece, opts);
+        TranscriptionResult r = run(piece);
         all.text += r.text;
         all.raw_text += r.raw_text;
         langs.push_back(r.language);

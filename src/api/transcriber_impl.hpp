@@ -1,6 +1,7 @@
 // The Transcriber's private state, visible to in-tree tools (bench, streaming) but not to API users.
 #pragma once
 #include "model/model.hpp"
+#include "pipeline/batch_engine.hpp"
 #include "qasr/qasr.hpp"
 
 #include <memory>
@@ -9,6 +10,7 @@ namespace qasr {
 
 struct Transcriber::Impl {
     std::shared_ptr<const Model> model;
+    std::unique_ptr<BatchEngine> engine; // LoadOptions::max_batch > 1 on the CPU
 };
 
 } // namespace qasr

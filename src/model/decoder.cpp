@@ -219,6 +219,20 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const std::f
     return x;
 }
 
+Tensor Decoder::forward_batch(Tensor x, KvCache* const* caches) const {
+    if (x.rows() == 1) return forward(std::move(x), *caches[0]);
+    ops::decode_step_batch(w_, hp_, inv_freq_.data(), x.ptr(), x.rows(), caches);
+    return x;
+}
+
+Tensor Decoder::logits_batch(const Tensor& h) const {
+    const WeightMatrix& W = head();
+    if (h.cols() != W.cols) fail("decoder", "hidden width " + std::to_string(h.cols()) + " != LM head " + shape_str(W.shape()));
+    Tensor y({h.rows(), W.rows});
+    ops::gemv_batch(h.ptr(), h.rows(), W, y.ptr());
+    return y;
+}
+
 Tensor Decoder::logits(const Tensor& h) const {
     const WeightMatrix& head = w_.lm_head.empty() ? w_.embed : w_.lm_head;
     return ops::linear(h, head);

@@ -54,8 +54,14 @@ public:
     // counted) and an empty tensor is returned.
     Tensor forward(Tensor x, KvCache& cache, const TapFn* tap = nullptr,
                    const std::function<bool()>* stop = nullptr) const;
+    // One decode step of B independent sequences: x [B, D] (row b embedded at position caches[b]->len), each
+    // appended to its own cache; returns the final-normed hidden states [B, D], row b bit for bit what forward()
+    // gives that sequence alone (ops::decode_step_batch).
+    Tensor forward_batch(Tensor x, KvCache* const* caches) const;
     // logits [n, V] for hidden rows h [n, D].
     Tensor logits(const Tensor& h) const;
+    // logits [B, V] of B independent rows, each as logits() computes a single row (ops::gemv_batch).
+    Tensor logits_batch(const Tensor& h) const;
     const WeightMatrix& head() const { return w_.lm_head.empty() ? w_.embed : w_.lm_head; } // [V, D]
     // Embeds token ids → [n, D].
     Tensor embed(const std::vector<int>& ids) const;

@@ -13,4 +13,11 @@ namespace qasr::ops {
 // kernels, attention the single-query kernels (inv_freq [hd/2]: RoPE frequencies). Independent of the thread count.
 void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq, float* x, KvCache& cache);
 
+// B independent sequences one step each (a batch of requests decoding together): x [B, D], row b the input of the
+// sequence whose cache is caches[b] (B distinct caches of any lengths). Each block of weights is multiplied with
+// every row while it is in the CPU's cache, with the single-row kernels, so row b's result and cache are bit for bit
+// what decode_step gives it alone; the weights stream from memory once per step instead of B times.
+void decode_step_batch(const DecoderW& w, const TextHParams& hp, const float* inv_freq, float* x, int64_t B,
+                       KvCache* const* caches);
+
 } // namespace qasr::ops

@@ -23,6 +23,10 @@ void linear(const float* x, int64_t M, const WeightMatrix& W, const float* bias,
 Tensor linear(const Tensor& x, const WeightMatrix& W, const Tensor* bias = nullptr);
 // *ys[i] = x · Ws[i]ᵀ for several matrices sharing x (no bias); one parallel region when x is one row.
 void linear_multi(const Tensor& x, const std::vector<const WeightMatrix*>& Ws, const std::vector<Tensor*>& ys);
+// y [B, N] = x [B, K] · Wᵀ for B independent rows (a batched decode step's LM head), each row bit for bit what
+// linear() gives it alone (the matrix-vector kernels; linear() with M > 1 takes the matrix-matrix path), the
+// weights streamed once for all rows.
+void gemv_batch(const float* x, int64_t B, const WeightMatrix& W, float* y);
 // The portable kernel (no BLAS, no bias), kept as the reference for kernel tests.
 void linear_portable(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y);
 void linear_portable_serial(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y); // 1 thread

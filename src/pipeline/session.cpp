@@ -126,26 +126,29 @@ bool Session::accept(int tok, float lp, const DecodeOptions& d, std::vector<int>
     return true;
 }
 
-TranscriptionResult Session::run(const std::vector<float>& audio, const TranscribeOptions& opts) {
-    TranscriptionResult r;
+bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& opts) {
+    st_ = Pending();
+    TranscriptionResult& r = st_.r;
     r.audio_seconds = double(audio.size()) / 16000.0;
     r.timings.load_ms = model_->load_ms;
-    const DecodeOptions& d = opts.decode;
+    const DecodeOptions& d = st_.d = opts.decode;
     if (d.max_new_tokens < 0) fail("options", "max_new_tokens must be ≥ 0");
     if (d.ignore_eos && d.max_new_tokens <= 0) fail("options", "ignore_eos needs an explicit max_new_tokens");
     if (!(d.temperature >= 0.0f && d.temperature <= 100.0f)) fail("options", "temperature must be in [0, 100]");
     if (!(d.top_p > 0.0f && d.top_p <= 1.0f)) fail("options", "top_p must be in (0, 1]");
-    const std::string forced = opts.language.empty() ? "" : canonical_language(opts.language);
+    st_.forced = opts.language.empty() ? "" : canonical_language(opts.language);
+    st_.itn = opts.itn;
     if (audio.size() < 400) {
         r.finish = FinishReason::Empty;
-        r.language = forced;
-        return r;
+        r.language = st_.forced;
+        st_.empty = true;
+        return false;
     }
     rng_.seed(d.seed);
     // Greedy decoding on an accelerator: the argmax runs there, one step ahead of the host's stop checks, and the
     // encoder's rows stay on the device for the prefill (queued while the encoder runs: mel_ms and encode_ms are then
     // the times to queue them, and their remaining device time counts in prefill_ms; the sum is the wall time).
-    const bool device_greedy = accel_ && (d.temperature <= 0.0f || d.ignore_eos);
+    const bool device_greedy = st_.device_greedy = accel_ && (d.temperature <= 0.0f || d.ignore_eos);
     Stopwatch sw;
     Tensor rows;
     int64_t n_rows = 0;
@@ -168,35 +171,58 @@ TranscriptionResult Session::run(const std::vector<float>& audio, const Transcri
     r.n_prompt_tokens = int(p.ids.size());
     r.n_audio_tokens = int(p.n_audio);
     sw.reset();
-    Tensor logits;
     if (device_greedy) accel_->prefill_resident(p.ids, p.audio_begin);
-    else logits = prefill(p, rows);
+    else st_.logits = prefill(p, rows);
     r.timings.prefill_ms = sw.ms();
-    sw.reset();
-    const int cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
-    std::vector<int> out;
-    int run_len = 0;
+    st_.sw.reset();
+    st_.cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
+    st_.V = st_.logits.cols();
+    st_.plain = d;
+    if (d.ignore_eos) st_.plain.temperature = 0.0f;
     r.finish = FinishReason::TokenCap;
-    if (device_greedy) {
-        accel_->greedy(cap, [&](int tok, float lp) { return accept(tok, lp, d, out, run_len, r); });
-    } else {
-        const int64_t V = logits.cols();
-        DecodeOptions greedy_plain = d;
-        if (d.ignore_eos) greedy_plain.temperature = 0.0f;
-        for (int n = 0; n < cap; ++n) {
-            float lp = 0;
-            const int tok = choose(logits.ptr(), V, greedy_plain, lp);
-            if (!accept(tok, lp, d, out, run_len, r)) break;
-            if (n + 1 < cap) logits = step(tok);
-        }
-    }
-    r.timings.decode_ms = sw.ms();
-    r.raw_text = model_->tokenizer.decode(out, true);
-    ParsedOutput parsed = parse_asr_output(r.raw_text, forced);
+    return true;
+}
+
+int Session::next(const float* logits) {
+    float lp = 0;
+    const int tok = choose(logits, st_.V, st_.plain, lp);
+    if (!accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r)) return -1;
+    return ++st_.n < st_.cap ? tok : -1;
+}
+
+TranscriptionResult Session::finish() {
+    TranscriptionResult r = std::move(st_.r);
+    if (st_.empty) return r;
+    r.timings.decode_ms = st_.sw.ms();
+    r.raw_text = model_->tokenizer.decode(st_.out, true);
+    ParsedOutput parsed = parse_asr_output(r.raw_text, st_.forced);
     r.language = parsed.language;
-    r.text = opts.itn ? postprocess_text(parsed.text, parsed.language) : parsed.text;
+    r.text = st_.itn ? postprocess_text(parsed.text, parsed.language) : parsed.text;
     r.rtf = r.timings.total_ms() / 1000.0 / r.audio_seconds;
     return r;
+}
+
+TranscriptionResult Session::run(const std::vector<float>& audio, const TranscribeOptions& opts) {
+    if (!begin(audio, opts)) return finish();
+    if (st_.device_greedy) {
+        accel_->greedy(st_.cap, [&](int tok, float lp) { return accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r); });
+    } else {
+        for (int tok; (tok = next(st_.logits.ptr())) >= 0;) st_.logits = step(tok);
+    }
+    return finish();
+}
+
+Tensor Session::step_batch(Session* const* s, const int* tokens, size_t B) {
+    if (B == 0) return Tensor();
+    std::vector<KvCache*> caches(B);
+    for (size_t b = 0; b < B; ++b) {
+        if (s[b]->model_ != s[0]->model_ || s[b]->accel_)
+            fail("session", "a batched decode step needs CPU sessions of one model");
+        caches[b] = &s[b]->cache_;
+    }
+    const Decoder& dec = s[0]->decoder_;
+    Tensor h = dec.forward_batch(dec.embed(std::vector<int>(tokens, tokens + B)), caches.data());
+    return dec.logits_batch(h);
 }
 
 } // namespace qasr

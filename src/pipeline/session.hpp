@@ -4,6 +4,7 @@
 #pragma once
 #include "model/decoder.hpp"
 #include "model/encoder.hpp"
+#include "core/timer.hpp"
 #include "model/model.hpp"
 #include "qasr/qasr.hpp"
 
@@ -26,6 +27,19 @@ public:
     int64_t cache_len() const { return cache_.len; }
 
     TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts);
+
+    // run() in phases, for an engine that steps several sessions together (pipeline/batch_engine.hpp). begin()
+    // checks the options and runs everything up to the first token's logits; false: the result is complete already
+    // (audio too short). next() chooses a token from the logits of the next position and applies the stop rules:
+    // it returns the token to feed to the next step, or −1 when the transcript is complete. finish() returns it.
+    // On an accelerator with greedy decoding, run() keeps the device's own loop (begin()/next() are for host steps).
+    bool begin(const std::vector<float>& audio, const TranscribeOptions& opts);
+    int next(const float* logits);
+    const Tensor& first_logits() const { return st_.logits; }
+    TranscriptionResult finish();
+    // One decode step of B sessions of one model on the CPU, session b fed tokens[b]: logits [B, V], row b bit for
+    // bit what s[b]->step(tokens[b]) returns (ops::decode_step_batch; the weights stream once for all B).
+    static Tensor step_batch(Session* const* s, const int* tokens, size_t B);
     // DeviceSession::record_passes for this session's requests (the warm-up's are not worth recording).
     void record_device_passes(bool on) {
         if (accel_) accel_->record_passes(on);
@@ -34,7 +48,19 @@ public:
 private:
     int choose(const float* logits, int64_t V, const DecodeOptions& d, float& logprob);
     bool accept(int tok, float lp, const DecodeOptions& d, std::vector<int>& out, int& run_len, TranscriptionResult& r) const;
+    struct Pending { // the request between begin() and finish()
+        TranscriptionResult r;
+        DecodeOptions d, plain; // plain: d with ignore_eos decoding by plain argmax
+        std::string forced;
+        std::vector<int> out;
+        int run_len = 0, cap = 0, n = 0;
+        int64_t V = 0;
+        bool empty = false, device_greedy = false, itn = true;
+        Tensor logits;
+        Stopwatch sw;
+    };
     std::shared_ptr<const Model> model_;
+    Pending st_;
     std::unique_ptr<DeviceSession> accel_; // the model's accelerator session (null: CPU ops)
     Decoder decoder_;
     KvCache cache_;

@@ -1,12 +1,15 @@
 // The bundled demo model (models/demo, a trained Qwen3-ASR checkpoint): qasr's greedy fp32 transcripts of the
 // bundled samples and the committed held-out clips must equal the transformers transcripts in expected.tsv.
+#include "api/transcriber_impl.hpp"
 #include "audio/audio.hpp"
 #include "core/error.hpp"
 #include "qasr/qasr.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -102,4 +105,69 @@ TEST(DemoModel, CompressedAndResampledInput) { // FFmpeg decoding + libsoxr resa
         EXPECT_NEAR(r.audio_seconds, 3.037, 0.01) << c.file;
     }
     fs::remove_all(tmp);
+}
+
+// LoadOptions::max_batch: concurrent requests decode together on one engine thread (pipeline/batch_engine.hpp).
+// Every transcript equals transformers' as when the requests run alone; a sampled request equals its unbatched
+// self (its own seed); audio too short, bad options and a missing file fail or finish alone without disturbing the
+// others; the engine really ran batches.
+TEST(DemoModel, ConcurrentRequestsDecodeTogether) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const auto all = expected();
+    const std::vector<Row> rows(all.begin(), all.begin() + std::min<size_t>(all.size(), 24));
+    qasr::LoadOptions lo;
+    lo.max_batch = 6;
+    const qasr::Transcriber t = qasr::Transcriber::load(dir, lo);
+    qasr::TranscribeOptions o;
+    o.itn = false;
+    qasr::TranscribeOptions sampled = o;
+    sampled.decode.temperature = 0.8f;
+    sampled.decode.seed = 42;
+    const std::string sample = std::string(QASR_SOURCE_DIR) + "/" + rows[0].path;
+    const std::string alone_sampled = qasr::Transcriber::load(dir).transcribe_file(sample, sampled).raw_text;
+
+    const int kThreads = 8;
+    std::vector<std::string> got(rows.size()), sampled_got(kThreads);
+    std::vector<int> short_finish(kThreads, -1), bad_options(kThreads, 0), missing(kThreads, 0);
+    std::vector<std::thread> th;
+    for (int k = 0; k < kThreads; ++k)
+        th.emplace_back([&, k] {
+            for (size_t i = size_t(k); i < rows.size(); i += kThreads)
+                got[i] = t.transcribe_file(std::string(QASR_SOURCE_DIR) + "/" + rows[i].path, o).raw_text;
+            sampled_got[size_t(k)] = t.transcribe_file(sample, sampled).raw_text;
+            short_finish[size_t(k)] = int(t.transcribe(std::vector<float>(100, 0.1f), o).finish);
+            qasr::TranscribeOptions bad = o;
+            bad.decode.top_p = 0.0f;
+            try {
+                t.transcribe(std::vector<float>(16000, 0.0f), bad);
+            } catch (const qasr::Error&) {
+                bad_options[size_t(k)] = 1;
+            }
+            try {
+                t.transcribe_file("/nonexistent/clip.wav", o);
+            } catch (const qasr::Error&) {
+                missing[size_t(k)] = 1;
+            }
+        });
+    for (auto& x : th) x.join();
+    for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(got[i], rows[i].raw) << rows[i].path;
+    for (int k = 0; k < kThreads; ++k) {
+        EXPECT_EQ(sampled_got[size_t(k)], alone_sampled) << "client " << k;
+        EXPECT_EQ(short_finish[size_t(k)], int(qasr::FinishReason::Empty)) << "client " << k;
+        EXPECT_EQ(bad_options[size_t(k)], 1) << "client " << k;
+        EXPECT_EQ(missing[size_t(k)], 1) << "client " << k;
+    }
+    const qasr::BatchEngine::Stats st = t.impl().engine->stats();
+    std::printf("engine: %ld steps, %.2f rows per step, largest batch %d\n", st.steps,
+                st.steps ? double(st.rows) / double(st.steps) : 0.0, st.max_batch_seen);
+    EXPECT_GE(st.max_batch_seen, 2);
+    EXPECT_LE(st.max_batch_seen, 6);
+    EXPECT_THROW(
+        {
+            qasr::LoadOptions wrong;
+            wrong.max_batch = 0;
+            qasr::Transcriber::load(dir, wrong);
+        },
+        qasr::Error);
 }

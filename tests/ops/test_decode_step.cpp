@@ -8,6 +8,7 @@
 #include "model/model.hpp"
 #include "model/quantize_checkpoint.hpp"
 #include "model/random_checkpoint.hpp"
+#include "core/error.hpp"
 #include "ops/ops.hpp"
 
 #include <gtest/gtest.h>
@@ -40,18 +41,24 @@ std::vector<uint8_t> cache_bytes(const KvCache& c) {
     return out;
 }
 
+// A tiny random checkpoint in bf16 and quantized to each width in `bits`, under a fresh temporary folder.
+std::string make_checkpoints(const std::string& tag, std::initializer_list<int> bits) {
+    const std::string base = testing::TempDir() + "/qasr_" + tag + "_" + std::to_string(::getpid());
+    fs::remove_all(base);
+    write_random_checkpoint(base + "/bf16", "tiny", "hf", 5, QASR_TOKENIZER_DIR);
+    for (const int b : bits) {
+        QuantizeOptions o;
+        o.bits = b;
+        quantize_checkpoint(base + "/bf16", base + "/q" + std::to_string(b), o);
+    }
+    return base;
+}
+
 } // namespace
 
 TEST(Kernels, DecodeStepMatchesPerOpForward) {
     if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
-    const std::string base = testing::TempDir() + "/qasr_decode_step_" + std::to_string(::getpid());
-    fs::remove_all(base);
-    write_random_checkpoint(base + "/bf16", "tiny", "hf", 5, QASR_TOKENIZER_DIR);
-    for (const int bits : {8, 4}) {
-        QuantizeOptions o;
-        o.bits = bits;
-        quantize_checkpoint(base + "/bf16", base + "/q" + std::to_string(bits), o);
-    }
+    const std::string base = make_checkpoints("decode_step", {8, 4});
     for (const char* name : {"bf16", "q8", "q4"}) {
         const auto m = Model::load(base + "/" + name);
         const bool quantized = std::string(name) != "bf16";
@@ -107,6 +114,61 @@ TEST(Kernels, DecodeStepMatchesPerOpForward) {
             }
         }
         std::printf("[decode-step] %s: worst relative difference to the per-op path %.2e\n", name, worst);
+    }
+    ops::set_num_threads(0);
+    fs::remove_all(base);
+}
+
+// A batched decode step (ops::decode_step_batch + the batched LM head: several requests decoding together) gives
+// every row bit for bit what its sequence's single step gives, hidden state, logits and KV cache: three sequences of
+// different lengths (one leaves the batch halfway, so the batch shrinks), each checkpoint format, 1–3 threads, 40
+// steps.
+TEST(Kernels, DecodeStepBatchRowsEqualSingleSteps) {
+    if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
+    const std::string base = make_checkpoints("decode_batch", {8, 6, 4});
+    for (const char* name : {"bf16", "q8", "q6", "q4"}) {
+        const auto m = Model::load(base + "/" + name);
+        const Decoder dec(m->weights.dec, m->hp.text);
+        const int64_t D = m->hp.text.hidden;
+        std::mt19937 rng(21);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (const int threads : {1, 2, 3}) {
+            ops::set_num_threads(threads);
+            KvCache alone[3], batched[3];
+            const int64_t lens[3] = {5, 131, 2};
+            for (int s = 0; s < 3; ++s) {
+                Tensor prompt({lens[s], D});
+                for (float& f : prompt.data) f = nd(rng);
+                dec.forward(prompt, alone[s]);
+                dec.forward(prompt, batched[s]);
+            }
+            std::mt19937 tokens(5);
+            for (int step = 0; step < 40; ++step) {
+                const int B = step < 20 ? 3 : 2; // sequence 2 leaves the batch
+                std::vector<int> ids;
+                for (int s = 0; s < B; ++s) ids.push_back(int(tokens() % 1000));
+                std::vector<KvCache*> caches;
+                for (int s = 0; s < B; ++s) caches.push_back(&batched[s]);
+                const Tensor h = dec.forward_batch(dec.embed(ids), caches.data());
+                const Tensor lg = dec.logits_batch(h);
+                ASSERT_EQ(h.rows(), B);
+                ASSERT_EQ(lg.rows(), B);
+                for (int s = 0; s < B; ++s) {
+                    const Tensor h1 = dec.forward(dec.embed({ids[size_t(s)]}), alone[s]);
+                    const Tensor l1 = dec.logits(h1);
+                    const std::string what = std::string(name) + " threads " + std::to_string(threads) + " step " +
+                                             std::to_string(step) + " row " + std::to_string(s);
+                    ASSERT_EQ(0, std::memcmp(h1.ptr(), h.row(s), size_t(D) * 4)) << what;
+                    ASSERT_EQ(0, std::memcmp(l1.ptr(), lg.row(s), size_t(l1.cols()) * 4)) << what;
+                }
+            }
+            for (int s = 0; s < 3; ++s) {
+                ASSERT_EQ(alone[s].len, batched[s].len) << name;
+                EXPECT_EQ(cache_bytes(alone[s]), cache_bytes(batched[s])) << name << " threads " << threads << " sequence " << s;
+            }
+            KvCache* twice[2] = {&batched[0], &batched[0]};
+            EXPECT_THROW(dec.forward_batch(dec.embed({1, 2}), twice), Error);
+        }
     }
     ops::set_num_threads(0);
     fs::remove_all(base);

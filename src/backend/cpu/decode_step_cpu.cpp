@@ -27,6 +27,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -108,28 +109,43 @@ struct Shared {
 } // namespace
 
 void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq, float* x, KvCache& cache) {
+    KvCache* c = &cache;
+    decode_step_batch(w, hp, inv_freq, x, 1, &c);
+}
+
+void decode_step_batch(const DecoderW& w, const TextHParams& hp, const float* inv_freq, float* x, int64_t B,
+                       KvCache* const* caches) {
     const int64_t D = hp.hidden, hd = hp.head_dim, Hq = hp.n_heads, Hkv = hp.n_kv_heads, group = Hq / Hkv;
     const size_t L = w.layers.size();
-    const int64_t past = cache.len;
-    if (cache.k.size() != L) cache.reset(L);
-    cache.reserve(past + 1, Hkv, hd, kv_cache_bf16(w.bf16_compute));
+    if (B < 1) fail("decoder", "a decode step needs at least one row");
     const int64_t Nq = Hq * hd, Nkv = Hkv * hd, I = L ? w.layers[0].gate.w.rows : 0;
     for (const DecoderLayerW& l : w.layers)
         if (l.q.w.rows != Nq || l.k.w.rows != Nkv || l.v.w.rows != Nkv || l.o.w.rows != D || l.o.w.cols != Nq ||
             l.q.w.cols != D || l.gate.w.rows != I || l.up.w.rows != I || l.down.w.rows != D || l.down.w.cols != I)
             fail("decoder", "layer matrices of different shapes");
+    std::vector<int64_t> past(static_cast<size_t>(B));
+    int64_t longest = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        KvCache& cache = *caches[b];
+        for (int64_t e = 0; e < b; ++e)
+            if (caches[e] == caches[b]) fail("decoder", "a batched decode step got one KV cache twice");
+        past[size_t(b)] = cache.len;
+        longest = std::max(longest, cache.len + 1);
+        if (cache.k.size() != L) cache.reset(L);
+        cache.reserve(cache.len + 1, Hkv, hd, kv_cache_bf16(w.bf16_compute));
+    }
 
     thread_local Shared store; // the caller's; the team sees it through `sh`
     Shared& sh = store;
-    sh.q.resize(size_t(Nq));
-    sh.k.resize(size_t(Nkv));
-    sh.v.resize(size_t(Nkv));
-    sh.o.resize(size_t(Nq));
-    sh.a.resize(size_t(D));
-    sh.g.resize(size_t(I));
-    sh.up.resize(size_t(I));
-    sh.cs.resize(size_t(hd));
-    rope_table(1, hd, past, inv_freq, sh.cs.data());
+    sh.q.resize(size_t(B * Nq));
+    sh.k.resize(size_t(B * Nkv));
+    sh.v.resize(size_t(B * Nkv));
+    sh.o.resize(size_t(B * Nq));
+    sh.a.resize(size_t(B * D));
+    sh.g.resize(size_t(B * I));
+    sh.up.resize(size_t(B * I));
+    sh.cs.resize(size_t(B * hd));
+    for (int64_t b = 0; b < B; ++b) rope_table(1, hd, past[size_t(b)], inv_freq, sh.cs.data() + b * hd);
     if (sh.n_shares < 4 * L) {
         sh.shares.reset(new cpu::RowShares[4 * L]);
         sh.n_shares = 4 * L;
@@ -150,10 +166,6 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
     if (w.bf16_compute && K.isa == cpu::Isa::Avx512) silu = cpu::silu_mul_avx512;
 #endif
     const float scale = 1.0f / std::sqrt(float(hd)), eps = hp.rms_eps;
-    KvView kv;
-    kv.head_stride = cache.cap * hd;
-    kv.pos_stride = hd;
-    kv.bf16 = cache.bf16;
 
 #pragma omp parallel num_threads(nt)
     {
@@ -162,56 +174,77 @@ void decode_step(const DecoderW& w, const TextHParams& hp, const float* inv_freq
         sh.barrier.init(T);
         const int64_t c0 = Hkv * t / T, c1 = Hkv * (t + 1) / T; // this thread's KV heads
         const int64_t e0 = I * t / T, e1 = I * (t + 1) / T;     // and its share of SiLU·up
-        thread_local cpu::GemvInput in;
+        thread_local std::vector<cpu::GemvInput> in;
         thread_local std::vector<float> xt, u, s;
-        xt.assign(x, x + D); // the residual stream, one copy per thread
-        u.resize(size_t(D));
-        s.resize(size_t((c1 - c0) * group * (past + 1)));
+        if (in.size() < size_t(B)) in.resize(size_t(B));
+        xt.assign(x, x + B * D); // the residual streams, one copy per thread
+        u.resize(size_t(B * D));
+        s.resize(size_t((c1 - c0) * group * longest));
         float *q = sh.q.data(), *k = sh.k.data(), *v = sh.v.data(), *o = sh.o.data(), *a = sh.a.data();
         float *g = sh.g.data(), *up = sh.up.data();
-        const auto product = [&](cpu::RowShares& rows, const float* xin, std::initializer_list<const WeightMatrix*> Ws,
-                                 std::initializer_list<float*> ys) {
-            in.prepare(K, xin, Ws.begin(), Ws.size());
+        // The rows of the batch share each block of weights while it is in the cache: a block (≥ 16 rows, a few
+        // tens of KB) is multiplied with every row's x in turn, with the kernel of a single row, so each row's
+        // result is bit for bit what it would be alone.
+        const auto product = [&](cpu::RowShares& rows, const float* xin, int64_t ldx,
+                                 std::initializer_list<const WeightMatrix*> Ws, std::initializer_list<float*> ys) {
+            const size_t n = Ws.size();
+            const WeightMatrix* const* W = Ws.begin();
+            float* const* Y = ys.begin();
+            float* yb[3];
+            for (int64_t b = 0; b < B; ++b) in[size_t(b)].prepare(K, xin + b * ldx, W, n);
             rows.run(t, [&](int64_t r0, int64_t r1) {
-                cpu::gemv_multi_rows(K, in, Ws.begin(), ys.begin(), Ws.size(), r0, r1);
+                for (int64_t b = 0; b < B; ++b) {
+                    for (size_t i = 0; i < n; ++i) yb[i] = Y[i] + b * W[i]->rows; // row b of each output
+                    cpu::gemv_multi_rows(K, in[size_t(b)], W, yb, n, r0, r1);
+                }
             });
         };
         for (size_t li = 0; li < L; ++li) {
             const DecoderLayerW& l = w.layers[li];
-            std::memcpy(u.data(), xt.data(), size_t(D) * 4);
-            cpu::rms_norm_serial(u.data(), 1, D, l.in_norm.ptr(), eps);
-            product(sh.shares[4 * li], u.data(), {&l.q.w, &l.k.w, &l.v.w}, {q, k, v});
+            std::memcpy(u.data(), xt.data(), size_t(B * D) * 4);
+            for (int64_t b = 0; b < B; ++b) cpu::rms_norm_serial(u.data() + b * D, 1, D, l.in_norm.ptr(), eps);
+            product(sh.shares[4 * li], u.data(), D, {&l.q.w, &l.k.w, &l.v.w}, {q, k, v});
             sh.barrier.wait();
-            if (c0 < c1) {
-                float* qh = q + c0 * group * hd;
-                cpu::rms_norm_serial(qh, (c1 - c0) * group, hd, l.q_norm.ptr(), eps);
-                cpu::rms_norm_serial(k + c0 * hd, c1 - c0, hd, l.k_norm.ptr(), eps);
-                rope_cs(qh, 1, (c1 - c0) * group, hd, sh.cs.data());
-                rope_cs(k + c0 * hd, 1, c1 - c0, hd, sh.cs.data());
-                write_heads(cache, li, k, v, past, c0, c1);
-                KvView lkv = kv;
-                lkv.k = cache.k[li];
-                lkv.v = cache.v[li];
-                cpu::attend_one(K, q, lkv, o, past + 1, c0, c1, group, hd, scale, s.data());
+            if (c0 < c1)
+                for (int64_t b = 0; b < B; ++b) {
+                    KvCache& cache = *caches[b];
+                    float *qb = q + b * Nq, *kb = k + b * Nkv, *vb = v + b * Nkv;
+                    const float* cs = sh.cs.data() + b * hd;
+                    float* qh = qb + c0 * group * hd;
+                    cpu::rms_norm_serial(qh, (c1 - c0) * group, hd, l.q_norm.ptr(), eps);
+                    cpu::rms_norm_serial(kb + c0 * hd, c1 - c0, hd, l.k_norm.ptr(), eps);
+                    rope_cs(qh, 1, (c1 - c0) * group, hd, cs);
+                    rope_cs(kb + c0 * hd, 1, c1 - c0, hd, cs);
+                    write_heads(cache, li, kb, vb, past[size_t(b)], c0, c1);
+                    KvView kv;
+                    kv.head_stride = cache.cap * hd;
+                    kv.pos_stride = hd;
+                    kv.bf16 = cache.bf16;
+                    kv.k = cache.k[li];
+                    kv.v = cache.v[li];
+                    cpu::attend_one(K, qb, kv, o + b * Nq, past[size_t(b)] + 1, c0, c1, group, hd, scale, s.data());
+                }
+            sh.barrier.wait();
+            product(sh.shares[4 * li + 1], o, Nq, {&l.o.w}, {a});
+            sh.barrier.wait();
+            for (int64_t b = 0; b < B; ++b) {
+                float *xb = xt.data() + b * D, *ub = u.data() + b * D;
+                add(xb, a + b * D, size_t(D));
+                std::memcpy(ub, xb, size_t(D) * 4);
+                cpu::rms_norm_serial(ub, 1, D, l.post_norm.ptr(), eps);
             }
+            product(sh.shares[4 * li + 2], u.data(), D, {&l.gate.w, &l.up.w}, {g, up});
             sh.barrier.wait();
-            product(sh.shares[4 * li + 1], o, {&l.o.w}, {a});
+            for (int64_t b = 0; b < B; ++b) silu(g + b * I + e0, up + b * I + e0, size_t(e1 - e0));
             sh.barrier.wait();
-            add(xt.data(), a, size_t(D));
-            std::memcpy(u.data(), xt.data(), size_t(D) * 4);
-            cpu::rms_norm_serial(u.data(), 1, D, l.post_norm.ptr(), eps);
-            product(sh.shares[4 * li + 2], u.data(), {&l.gate.w, &l.up.w}, {g, up});
+            product(sh.shares[4 * li + 3], g, I, {&l.down.w}, {a});
             sh.barrier.wait();
-            silu(g + e0, up + e0, size_t(e1 - e0));
-            sh.barrier.wait();
-            product(sh.shares[4 * li + 3], g, {&l.down.w}, {a});
-            sh.barrier.wait();
-            add(xt.data(), a, size_t(D));
+            for (int64_t b = 0; b < B; ++b) add(xt.data() + b * D, a + b * D, size_t(D));
         }
-        if (t == 0) std::memcpy(x, xt.data(), size_t(D) * 4);
+        if (t == 0) std::memcpy(x, xt.data(), size_t(B * D) * 4);
     }
-    cache.len = past + 1;
-    rms_norm(x, 1, D, w.norm.ptr(), hp.rms_eps);
+    for (int64_t b = 0; b < B; ++b) caches[b]->len = past[size_t(b)] + 1;
+    rms_norm(x, B, D, w.norm.ptr(), hp.rms_eps);
 }
 
 } // namespace qasr::ops

@@ -209,6 +209,31 @@ void gemv_multi(const float* x, const std::vector<std::pair<const WeightMatrix*,
 
 void gemv(const float* x, const WeightMatrix& W, float* y) { gemv_multi(x, {{&W, y}}); }
 
+} // namespace
+
+void gemv_batch(const float* x, int64_t B, const WeightMatrix& W, float* y) {
+    if (B <= 0 || W.rows <= 0) return;
+    if (B == 1) return gemv(x, W, y);
+    const cpu::KernelTable& k = cpu::kernels();
+    const WeightMatrix* Ws[1] = {&W};
+    thread_local std::vector<cpu::GemvInput> input_store; // the caller's; workers see it through `in`
+    std::vector<cpu::GemvInput>& in = input_store;
+    if (in.size() < size_t(B)) in.resize(size_t(B));
+    for (int64_t b = 0; b < B; ++b) in[size_t(b)].prepare(k, x + b * W.cols, Ws, 1);
+    // Sub-blocks of ~32 KB of weights, multiplied with every row while they are in the cache (the kernels' row
+    // results do not depend on where a block starts).
+    const int64_t row_bytes = std::max<int64_t>(1, int64_t(W.bytes()) / W.rows);
+    const int64_t sub = std::max<int64_t>(16, (32768 / row_bytes) & ~int64_t(15));
+    parallel_rows(W.rows, W.cols * B, [&](int64_t a, int64_t e) {
+        for (int64_t r0 = a; r0 < e; r0 += sub) {
+            const int64_t r1 = std::min(e, r0 + sub);
+            for (int64_t b = 0; b < B; ++b) cpu::gemv_rows(k, in[size_t(b)], 0, W, y + b * W.rows, r0, r1);
+        }
+    });
+}
+
+namespace {
+
 // y[:, 0:nb] (row stride ldy) = x · T[nb, K]ᵀ on the calling thread.
 void gemm_tile(const float* x, int64_t M, int64_t K, const float* T, int64_t nb, float* y, int64_t ldy) {
 #ifdef QASR_HAVE_OPENBLAS
