@@ -10,6 +10,7 @@
 #include "model/model.hpp"
 #include "ops/ops.hpp"
 #include "api/transcriber_impl.hpp"
+#include "pipeline/batch_engine.hpp"
 #include "pipeline/session.hpp"
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <cmath>
@@ -55,6 +57,8 @@ options:
   --api-warmup           run Transcriber::warmup() (as load_with_warmup does) before the runs
   --clients N            then RUNS rounds of N concurrent requests (a server's load): per-request latency, the
                          rounds' throughput, the first round apart (it opens the extra sessions), tokens vs one client
+  --batch N              with --clients (CPU): the same rounds again with the requests decoding together, up to
+                         N per step (LoadOptions::max_batch), and the throughput ratios
   --json                 print only the JSON object
   -v, --verbose          diagnostics on stderr (load and warm-up stage times)
   --stream               streaming benchmark instead (finalization latency; see qasr stream --help)
@@ -70,7 +74,7 @@ struct ClientRound {
 };
 
 ClientRound client_round(const std::shared_ptr<const Model>& model, const std::vector<float>& audio,
-                         const TranscribeOptions& opts, int n) {
+                         const TranscribeOptions& opts, int n, BatchEngine* engine) {
     ClientRound r;
     r.request_ms.assign(size_t(n), 0.0);
     r.tokens.resize(size_t(n));
@@ -96,8 +100,9 @@ ClientRound client_round(const std::shared_ptr<const Model>& model, const std::v
                     cv.wait(lk, [&] { return go; });
                 }
                 try {
-                    Session s(model);
-                    const TranscriptionResult t = s.run(audio, opts);
+                    std::unique_ptr<Session> s;
+                    if (!engine) s = std::make_unique<Session>(model);
+                    const TranscriptionResult t = engine ? engine->run(audio, opts) : s->run(audio, opts);
                     for (const TokenInfo& ti : t.tokens) r.tokens[size_t(k)].push_back(ti.id);
                 } catch (const std::exception& e) {
                     errors[size_t(k)] = e.what();
@@ -207,7 +212,7 @@ int cmd_bench(int argc, char** argv) {
     Args a(argc, argv, 2);
     std::string model_dir, audio_path, v, isa, device = "cpu";
     double seconds = 11.0;
-    int runs = 3, warmup = 1, threads = 0, clients = 1;
+    int runs = 3, warmup = 1, threads = 0, clients = 1, batch = 1;
     size_t bw_mb = 1024;
     bool json_only = false, api_warmup = false;
     TranscribeOptions opts;
@@ -242,6 +247,8 @@ int cmd_bench(int argc, char** argv) {
             api_warmup = true;
         } else if (a.option("--clients", v)) {
             clients = int(to_long("--clients", v, 1, 256));
+        } else if (a.option("--batch", v)) {
+            batch = int(to_long("--batch", v, 1, 1024));
         } else if (a.flag("--json")) {
             json_only = true;
         } else if (a.flag("-v") || a.flag("--verbose")) {
@@ -300,14 +307,15 @@ int cmd_bench(int argc, char** argv) {
         tot.push_back(r.timings.total_ms());
         rtf.push_back(r.rtf);
     }
-    // Concurrent clients (a server's load): the first round opens the sessions the pool lacks.
-    nlohmann::json cj;
-    if (clients > 1) {
+    // Concurrent clients (a server's load): the first round opens the sessions the pool lacks. With --batch, the
+    // same rounds again through a BatchEngine (one engine thread decoding the requests together).
+    const double audio_s = double(audio.size()) / 16000.0;
+    const auto client_rounds = [&](BatchEngine* engine) {
         std::vector<double> req, walls;
         ClientRound first;
         int same = 0, all = 0;
         for (int i = 0; i < runs + 1; ++i) {
-            ClientRound c = client_round(model, audio, opts, clients);
+            ClientRound c = client_round(model, audio, opts, clients, engine);
             if (!c.error.empty()) throw std::runtime_error("bench: a concurrent request failed: " + c.error);
             for (const auto& t : c.tokens) same += t == one_client_tokens, ++all;
             if (i == 0) {
@@ -317,18 +325,53 @@ int cmd_bench(int argc, char** argv) {
             req.insert(req.end(), c.request_ms.begin(), c.request_ms.end());
             walls.push_back(c.wall_ms);
         }
-        const double audio_s = double(audio.size()) / 16000.0;
-        cj = {{"n", clients},
-              {"rounds", runs},
-              {"request_ms_median", median(req)},
-              {"request_ms_max", req.empty() ? 0.0 : *std::max_element(req.begin(), req.end())},
-              {"round_ms_median", median(walls)},
-              {"throughput_x_realtime", clients * audio_s / (median(walls) / 1000.0)},
-              {"one_client_throughput_x_realtime", audio_s / (median(tot) / 1000.0)},
-              {"first_round_ms", first.wall_ms},
-              {"first_round_request_ms_max", *std::max_element(first.request_ms.begin(), first.request_ms.end())},
-              {"requests_with_one_clients_tokens", same},
-              {"requests", all}};
+        return nlohmann::json{{"n", clients},
+                              {"rounds", runs},
+                              {"request_ms_median", median(req)},
+                              {"request_ms_max", req.empty() ? 0.0 : *std::max_element(req.begin(), req.end())},
+                              {"round_ms_median", median(walls)},
+                              {"throughput_x_realtime", clients * audio_s / (median(walls) / 1000.0)},
+                              {"one_client_throughput_x_realtime", audio_s / (median(tot) / 1000.0)},
+                              {"first_round_ms", first.wall_ms},
+                              {"first_round_request_ms_max",
+                               *std::max_element(first.request_ms.begin(), first.request_ms.end())},
+                              {"requests_with_one_clients_tokens", same},
+                              {"requests", all}};
+    };
+    nlohmann::json cj, bj;
+    if (clients > 1) cj = client_rounds(nullptr);
+    if (clients > 1 && batch > 1) {
+        if (model->device) throw std::invalid_argument("bench: --batch runs on the CPU only");
+        BatchEngine engine(model, batch);
+        bj = client_rounds(&engine);
+        const BatchEngine::Stats st = engine.stats();
+        bj["max_batch"] = batch;
+        bj["engine_steps"] = st.steps;
+        bj["rows_per_step"] = st.steps ? double(st.rows) / double(st.steps) : 0.0;
+        bj["throughput_vs_unbatched"] =
+            bj["throughput_x_realtime"].get<double>() / cj["throughput_x_realtime"].get<double>();
+        bj["throughput_vs_one_client"] =
+            bj["throughput_x_realtime"].get<double>() / cj["one_client_throughput_x_realtime"].get<double>();
+        // The batched step alone: B sessions prefilled with the audio, 20 steps of B rows each (median step).
+        std::vector<std::unique_ptr<Session>> ss;
+        nlohmann::json steps = nlohmann::json::object();
+        for (int B = 1; B <= batch; B *= 2) {
+            while (int(ss.size()) < B) {
+                ss.push_back(std::make_unique<Session>(model));
+                ss.back()->begin(audio, opts);
+            }
+            std::vector<Session*> ptr;
+            for (int b = 0; b < B; ++b) ptr.push_back(ss[size_t(b)].get());
+            std::vector<int> toks(size_t(B), 100);
+            std::vector<double> ms;
+            for (int i = 0; i < 21; ++i) {
+                Stopwatch step_sw;
+                Session::step_batch(ptr.data(), toks.data(), size_t(B));
+                if (i) ms.push_back(step_sw.ms());
+            }
+            steps[std::to_string(B)] = median(ms);
+        }
+        bj["step_ms_by_batch"] = steps;
     }
     // The first token comes from the prefill's logits; each further token is one decoder step.
     const int steps = std::max(1, n_tokens - 1);
@@ -378,6 +421,7 @@ int cmd_bench(int argc, char** argv) {
                         {"matvec_GBps", mv_ms > 0 ? double(bytes_tok) / (mv_ms / 1000.0) / 1e9 : 0.0},
                         {"peak_rss_MB", rss_mb}};
     if (clients > 1) j["clients"] = cj;
+    if (!bj.is_null()) j["clients_batched"] = bj;
     if (!json_only)
         std::printf("bench dec=%s head=%s enc=%s isa=%s threads=%d audio=%.2fs runs=%d | load %.0f ms | mel %.1f "
                     "encode %.1f prefill %.1f decode %.1f ms (%d tok) | %.2f ms/tok %.1f tok/s | RTF %.3f | decode "
@@ -393,6 +437,19 @@ int cmd_bench(int argc, char** argv) {
                     cj["round_ms_median"].get<double>(), cj["throughput_x_realtime"].get<double>(),
                     cj["one_client_throughput_x_realtime"].get<double>(), cj["first_round_ms"].get<double>(),
                     cj["requests_with_one_clients_tokens"].get<int>(), cj["requests"].get<int>());
+    if (!json_only && !bj.is_null())
+        std::printf("clients %d batched (--batch %d): request median %.2f ms (max %.2f), round %.2f ms, %.1fx real time "
+                    "= %.2fx the unbatched clients, %.2fx one client; %.2f requests per step; %d/%d requests with the "
+                    "one-client tokens\n",
+                    clients, batch, bj["request_ms_median"].get<double>(), bj["request_ms_max"].get<double>(),
+                    bj["round_ms_median"].get<double>(), bj["throughput_x_realtime"].get<double>(),
+                    bj["throughput_vs_unbatched"].get<double>(), bj["throughput_vs_one_client"].get<double>(),
+                    bj["rows_per_step"].get<double>(), bj["requests_with_one_clients_tokens"].get<int>(),
+                    bj["requests"].get<int>());
+    if (!json_only && !bj.is_null())
+        for (const auto& [B, ms] : bj["step_ms_by_batch"].items())
+            std::printf("  batched step, %s request(s): %.2f ms (%.2f ms per request)\n", B.c_str(), ms.get<double>(),
+                        ms.get<double>() / std::stod(B));
     std::printf("%s\n", j.dump().c_str());
     return 0;
 }

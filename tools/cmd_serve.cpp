@@ -58,7 +58,10 @@ options:
   --port N                 port (default 8080; 0: any free port — the line "listening on ..." names it)
   --device D               cpu (default), cuda or cuda:N
   --threads N              CPU threads per transcription (default: the cores divided by --parallel)
-  --parallel N             transcriptions at once (default 1 on the CPU, 4 on a GPU); each has its own session
+  --parallel N             transcriptions at once (default 1 on the CPU, 4 on a GPU; with --batch, the batch);
+                           each has its own session
+  --batch N                CPU: the running transcriptions decode together, up to N per step, on one engine
+                           thread with all cores (each step reads the weights once for all); same transcripts
   --max-queue N            requests that may wait for a slot (default 16); more are answered 503 at once
   --max-body-mb N          largest request body in MiB (default 100); larger is answered 413
   --max-audio-seconds S    longest audio (default 3600); longer is answered 413, checked while decoding
@@ -150,6 +153,8 @@ int cmd_serve(int argc, char** argv) {
             lo.threads = int(to_long("--threads", v, 1, 1024));
         } else if (a.option("--parallel", v)) {
             parallel = int(to_long("--parallel", v, 1, 256));
+        } else if (a.option("--batch", v)) {
+            lo.max_batch = int(to_long("--batch", v, 1, 1024));
         } else if (a.option("--max-queue", v)) {
             o.max_queue = int(to_long("--max-queue", v, 0, 100000));
         } else if (a.option("--max-body-mb", v)) {
@@ -179,11 +184,14 @@ int cmd_serve(int argc, char** argv) {
     }
     if (model.empty()) throw std::invalid_argument("no model directory (-m DIR)");
     const bool gpu = lo.device.rfind("cuda", 0) == 0;
-    o.parallel = parallel ? parallel : (gpu ? 4 : 1);
+    if (gpu && lo.max_batch > 1)
+        throw std::invalid_argument("--batch runs on the CPU only (on a GPU, requests overlap on their own streams: "
+                                    "--parallel)");
+    o.parallel = parallel ? parallel : (gpu ? 4 : lo.max_batch);
     // On the CPU each transcription's threads share the cores with the other running ones: without --threads, split
     // the cores between them (2 cores, demo model, 4 clients: --parallel 2 with 2 threads each 13 requests/s, with 1
-    // thread each 67, --parallel 1 with 2 threads 37)
-    if (!gpu && lo.threads == 0 && o.parallel > 1)
+    // thread each 67, --parallel 1 with 2 threads 37). With --batch one engine thread runs them all on every core.
+    if (!gpu && lo.threads == 0 && o.parallel > 1 && lo.max_batch == 1)
         lo.threads = std::max(1, int(std::thread::hardware_concurrency()) / o.parallel);
     o.device = lo.device;
     o.model_name = model;
@@ -191,8 +199,9 @@ int cmd_serve(int argc, char** argv) {
     if (const auto p = o.model_name.find_last_of('/'); p != std::string::npos) o.model_name = o.model_name.substr(p + 1);
     SignalWatcher sig;
     const Transcriber t = warm ? Transcriber::load_with_warmup(model, lo) : Transcriber::load(model, lo);
-    std::fprintf(stderr, "qasr serve: %s on %s, %d at once, %d may wait\n", t.model_summary().c_str(), o.device.c_str(),
-                 o.parallel, o.max_queue);
+    std::fprintf(stderr, "qasr serve: %s on %s, %d at once%s, %d may wait\n", t.model_summary().c_str(),
+                 o.device.c_str(), o.parallel, lo.max_batch > 1 ? (", decoding together up to " + std::to_string(lo.max_batch)).c_str() : "",
+                 o.max_queue);
     sig.serving();
     run_server(t, o, sig.control());
     std::fprintf(stderr, "qasr serve: stopped\n");

@@ -13,6 +13,7 @@
 #include "serve_http.hpp"
 #include "serve_streams.hpp"
 
+#include "api/transcriber_impl.hpp"
 #include "audio/audio.hpp"
 #include "core/error.hpp"
 
@@ -99,6 +100,11 @@ public:
         svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
             json g = adm_.state();
             g["streams"] = streams_.open_streams();
+            if (const BatchEngine* e = t_.impl().engine.get()) { // decode steps run, and Σ requests over them
+                const BatchEngine::Stats st = e->stats();
+                g["decode_batch_steps"] = st.steps;
+                g["decode_batch_rows"] = st.rows;
+            }
             res.set_content(metrics_.text(g), "text/plain; version=0.0.4");
         });
         svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

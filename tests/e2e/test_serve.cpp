@@ -286,6 +286,48 @@ TEST_F(Serve, ConcurrentClientsGetTheSameTranscripts) {
     }
 }
 
+// --batch: the running requests decode together on one engine thread; every client gets its transcript, and
+// /metrics shows batched steps (more requests than steps: steps carried several of them).
+TEST(ServeLimits, BatchedDecodingGivesEveryClientItsTranscript) {
+    NEED_DEMO();
+    ServerProcess s({"--batch", "4", "-q", "--no-warmup"});
+    ASSERT_GT(s.port(), 0) << s.log();
+    const std::string en = slurp(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
+    const std::string de = slurp(std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav");
+    const std::string en_text = first_line(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt");
+    const std::string de_text = first_line(std::string(QASR_SOURCE_DIR) + "/samples/demo_de.txt");
+    EXPECT_NE(s.log().find("decoding together up to 4"), std::string::npos) << s.log();
+    constexpr int kClients = 8;
+    std::vector<std::string> got(kClients);
+    std::vector<int> status(kClients, 0);
+    std::vector<std::thread> th;
+    for (int i = 0; i < kClients; ++i)
+        th.emplace_back([&, i] {
+            auto c = s.client();
+            auto r = post_file(c, i % 2 ? de : en, {{"response_format", "text", "", ""}});
+            if (r) status[i] = r->status, got[i] = r->body;
+        });
+    for (auto& t : th) t.join();
+    for (int i = 0; i < kClients; ++i) {
+        EXPECT_EQ(status[i], 200) << i;
+        EXPECT_EQ(got[i], (i % 2 ? de_text : en_text) + "\n") << i;
+    }
+    auto c = s.client();
+    auto m = c.Get("/metrics");
+    ASSERT_TRUE(m);
+    const auto value = [&](const std::string& name) {
+        const auto at = m->body.find("\n" + name + " ");
+        return at == std::string::npos ? -1.0 : std::atof(m->body.c_str() + at + name.size() + 2);
+    };
+    const double steps = value("qasr_decode_batch_steps"), rows = value("qasr_decode_batch_rows");
+    EXPECT_GT(steps, 0) << m->body;
+    EXPECT_GT(rows, steps) << m->body; // some steps decoded several requests
+    EXPECT_EQ(s.terminate(), 0) << s.log();
+    ServerProcess gpu_batch({"--batch", "2", "--device", "cuda", "--no-warmup"}); // refused at start, clearly
+    EXPECT_EQ(gpu_batch.port(), 0);
+    EXPECT_NE(gpu_batch.log().find("--batch runs on the CPU only"), std::string::npos) << gpu_batch.log();
+}
+
 TEST(ServeLimits, FullQueueIsAnswered503AndApiKeyIsRequired) {
     NEED_DEMO();
     ServerProcess s({"--parallel", "1", "--max-queue", "0", "--api-key", "sesame", "-q", "--cors", "http://localhost:3000"});

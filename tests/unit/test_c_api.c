@@ -62,6 +62,22 @@ int main(void) {
 
     qasr_load_params lp = qasr_default_load_params();
     lp.warmup = 0;
+    CHECK(lp.max_batch == 1);
+    {   /* the batch engine: a bad size is refused; a batched model gives the same transcript */
+        qasr_load_params b = lp;
+        b.max_batch = 0;
+        CHECK(qasr_model_load(dir, &b, &m) == QASR_ERR_INVALID_ARGUMENT && m == NULL && strstr(qasr_last_error(), "max_batch") != NULL);
+        b.max_batch = 4;
+        CHECK(qasr_model_load(dir, &b, &m) == QASR_OK);
+        qasr_result* rb = NULL;
+        char* want_b = read_text(txt);
+        CHECK(m && qasr_transcribe_file(m, wav, NULL, &rb) == QASR_OK);
+        CHECK(rb && want_b && strcmp(qasr_result_text(rb), want_b) == 0);
+        qasr_result_free(rb);
+        free(want_b);
+        qasr_model_free(m);
+        m = NULL;
+    }
     CHECK(qasr_model_load(dir, &lp, &m) == QASR_OK);
     if (!m) return 1;
 
