@@ -260,6 +260,8 @@ int cmd_bench(int argc, char** argv) {
     if (model_dir.empty()) throw std::invalid_argument("bench: -m MODEL_DIR is required");
     if (opts.decode.ignore_eos && opts.decode.max_new_tokens <= 0)
         throw std::invalid_argument("bench: --ignore-eos needs --max-new-tokens");
+    if (batch > 1 && device != "cpu") throw std::invalid_argument("bench: --batch runs on the CPU only");
+    if (batch > 1 && clients < 2) throw std::invalid_argument("bench: --batch needs --clients N (N ≥ 2)");
     ops::set_num_threads(threads);
     if (!isa.empty()) {
         const cpu::Isa want = isa == "portable" ? cpu::Isa::Portable : isa == "avx2" ? cpu::Isa::Avx2
@@ -341,7 +343,6 @@ int cmd_bench(int argc, char** argv) {
     nlohmann::json cj, bj;
     if (clients > 1) cj = client_rounds(nullptr);
     if (clients > 1 && batch > 1) {
-        if (model->device) throw std::invalid_argument("bench: --batch runs on the CPU only");
         BatchEngine engine(model, batch);
         bj = client_rounds(&engine);
         const BatchEngine::Stats st = engine.stats();

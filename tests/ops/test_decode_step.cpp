@@ -120,9 +120,9 @@ TEST(Kernels, DecodeStepMatchesPerOpForward) {
 }
 
 // A batched decode step (ops::decode_step_batch + the batched LM head: several requests decoding together) gives
-// every row bit for bit what its sequence's single step gives, hidden state, logits and KV cache: three sequences of
-// different lengths (one leaves the batch halfway, so the batch shrinks), each checkpoint format, 1–3 threads, 40
-// steps.
+// every row bit for bit what its sequence's single step gives, hidden state, logits and KV cache: five sequences of
+// different lengths, leaving the batch one after another (batches of 5, 3, 2: the multi-input kernels' groups of
+// 4, 3, 2 and 1), each checkpoint format, 1–3 threads, 42 steps.
 TEST(Kernels, DecodeStepBatchRowsEqualSingleSteps) {
     if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
     const std::string base = make_checkpoints("decode_batch", {8, 6, 4});
@@ -134,17 +134,17 @@ TEST(Kernels, DecodeStepBatchRowsEqualSingleSteps) {
         std::normal_distribution<float> nd(0.0f, 1.0f);
         for (const int threads : {1, 2, 3}) {
             ops::set_num_threads(threads);
-            KvCache alone[3], batched[3];
-            const int64_t lens[3] = {5, 131, 2};
-            for (int s = 0; s < 3; ++s) {
+            KvCache alone[5], batched[5];
+            const int64_t lens[5] = {5, 131, 2, 17, 64};
+            for (int s = 0; s < 5; ++s) {
                 Tensor prompt({lens[s], D});
                 for (float& f : prompt.data) f = nd(rng);
                 dec.forward(prompt, alone[s]);
                 dec.forward(prompt, batched[s]);
             }
             std::mt19937 tokens(5);
-            for (int step = 0; step < 40; ++step) {
-                const int B = step < 20 ? 3 : 2; // sequence 2 leaves the batch
+            for (int step = 0; step < 42; ++step) {
+                const int B = step < 14 ? 5 : step < 28 ? 3 : 2; // the last sequences leave the batch
                 std::vector<int> ids;
                 for (int s = 0; s < B; ++s) ids.push_back(int(tokens() % 1000));
                 std::vector<KvCache*> caches;
@@ -162,7 +162,7 @@ TEST(Kernels, DecodeStepBatchRowsEqualSingleSteps) {
                     ASSERT_EQ(0, std::memcmp(l1.ptr(), lg.row(s), size_t(l1.cols()) * 4)) << what;
                 }
             }
-            for (int s = 0; s < 3; ++s) {
+            for (int s = 0; s < 5; ++s) {
                 ASSERT_EQ(alone[s].len, batched[s].len) << name;
                 EXPECT_EQ(cache_bytes(alone[s]), cache_bytes(batched[s])) << name << " threads " << threads << " sequence " << s;
             }

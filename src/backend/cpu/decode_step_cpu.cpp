@@ -182,21 +182,16 @@ void decode_step_batch(const DecoderW& w, const TextHParams& hp, const float* in
         s.resize(size_t((c1 - c0) * group * longest));
         float *q = sh.q.data(), *k = sh.k.data(), *v = sh.v.data(), *o = sh.o.data(), *a = sh.a.data();
         float *g = sh.g.data(), *up = sh.up.data();
-        // The rows of the batch share each block of weights while it is in the cache: a block (≥ 16 rows, a few
-        // tens of KB) is multiplied with every row's x in turn, with the kernel of a single row, so each row's
-        // result is bit for bit what it would be alone.
+        // The rows of the batch share each block of weights: the tables' multi-input kernels load and widen a
+        // block once for up to 4 rows (the single-row kernel per row otherwise, the block then still in the
+        // cache), with each row's operations those of its single step, so its result is bit for bit the same.
         const auto product = [&](cpu::RowShares& rows, const float* xin, int64_t ldx,
                                  std::initializer_list<const WeightMatrix*> Ws, std::initializer_list<float*> ys) {
             const size_t n = Ws.size();
-            const WeightMatrix* const* W = Ws.begin();
-            float* const* Y = ys.begin();
-            float* yb[3];
-            for (int64_t b = 0; b < B; ++b) in[size_t(b)].prepare(K, xin + b * ldx, W, n);
+            for (int64_t b = 0; b < B; ++b) in[size_t(b)].prepare(K, xin + b * ldx, Ws.begin(), n);
             rows.run(t, [&](int64_t r0, int64_t r1) {
-                for (int64_t b = 0; b < B; ++b) {
-                    for (size_t i = 0; i < n; ++i) yb[i] = Y[i] + b * W[i]->rows; // row b of each output
-                    cpu::gemv_multi_rows(K, in[size_t(b)], W, yb, n, r0, r1);
-                }
+                if (B == 1) cpu::gemv_multi_rows(K, in[0], Ws.begin(), ys.begin(), n, r0, r1);
+                else cpu::gemv_multi_rows_batch(K, in.data(), int(B), Ws.begin(), ys.begin(), n, r0, r1);
             });
         };
         for (size_t li = 0; li < L; ++li) {

@@ -67,4 +67,10 @@ void gemv_rows(const KernelTable& k, const GemvInput& in, size_t i, const Weight
 void gemv_multi_rows(const KernelTable& k, const GemvInput& in, const WeightMatrix* const* Ws, float* const* ys,
                      size_t n, int64_t a, int64_t b);
 
+// The same for nb inputs in[0 … nb) at once (a batched decode step): matrix i's output for input b is
+// Y[i] + b·rows(i). Each block of weights is read once for up to kMaxMulti inputs (the tables' *_multi kernels;
+// the single-input kernel per input otherwise); every input's results are bit for bit gemv_multi_rows'.
+void gemv_multi_rows_batch(const KernelTable& k, const GemvInput* in, int nb, const WeightMatrix* const* Ws,
+                           float* const* Y, size_t n, int64_t a, int64_t b);
+
 } // namespace qasr::cpu

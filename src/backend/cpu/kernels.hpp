@@ -56,7 +56,17 @@ struct KernelTable {
     // SIMD tables the piecewise polynomial of cpu::erf_table (elementwise.hpp: ≤ 2 ulp from std::erf), with the
     // same float operations around it.
     void (*gelu_erf)(float* x, size_t n);
+    // Several inputs at once (a batched decode step): y[b][r] = W[r,:]·x[b] for b < nb ≤ kMaxMulti, rows [r0, r1),
+    // each weight block loaded and widened once for all inputs; row b's result bit for bit what bf16_gemv /
+    // q_gemv give x[b] alone (the same operations per input in the same order). nullptr (or a format the kernel
+    // declines by returning false): the caller runs the single-input kernel per input.
+    void (*bf16_gemv_multi)(const uint16_t* W, int64_t K, const float* const* x, int nb, float* const* y, int64_t r0,
+                            int64_t r1) = nullptr;
+    bool (*q_gemv_multi)(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                         const float* const* xp, const float* const* xs, int nb, float* const* y, int64_t r0,
+                         int64_t r1) = nullptr;
 };
+constexpr int kMaxMulti = 4;
 
 const KernelTable& portable_kernels();
 const KernelTable* avx2_kernels();   // nullptr when not compiled in

@@ -320,6 +320,66 @@ __attribute__((target("avx512vnni"))) void q_gemv_vnni(const uint8_t* W, const u
     }
 }
 
+// q_gemv_vnni8_split for NB inputs: each 64 code bytes loaded and split once, then the same integer dot products
+// (exact) and the same float chain per input.
+template <int NB>
+__attribute__((target("avx512vnni"))) void q_gemv_vnni8_split_multi(const uint8_t* W, const uint16_t* scales,
+                                                                    const uint16_t* biases, int64_t K, int gs,
+                                                                    const float* const* xp, const float* const* xs,
+                                                                    float* const* y, int64_t r0, int64_t r1) {
+    const int64_t ng = K / gs;
+    const __m512i lo8 = _mm512_set1_epi16(0x00ff);
+    alignas(64) float ss[NB][16];
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = W + r * K;
+        const uint16_t* sc = scales + r * ng;
+        const uint16_t* bi = biases + r * ng;
+        __m512 acc[NB], bacc[NB];
+        for (int b = 0; b < NB; ++b) acc[b] = bacc[b] = _mm512_setzero_ps();
+        for (int64_t g0 = 0; g0 < ng; g0 += 16) {
+            const int64_t cnt = std::min<int64_t>(16, ng - g0);
+            const __mmask16 mk = cnt == 16 ? __mmask16(0xffff) : __mmask16((1u << cnt) - 1u);
+            const __m512 scv = bf16_lanes(sc + g0, mk), biv = bf16_lanes(bi + g0, mk);
+            for (int b = 0; b < NB; ++b) {
+                const float* sx = xp[b] + K / 2;
+                _mm512_store_ps(ss[b], _mm512_mul_ps(scv, _mm512_maskz_loadu_ps(mk, sx + g0)));
+                bacc[b] = _mm512_fmadd_ps(biv, _mm512_maskz_loadu_ps(mk, xs[b] + g0), bacc[b]);
+            }
+            for (int64_t g = g0; g < g0 + cnt; ++g) {
+                const uint8_t* pg = row + g * gs;
+                __m512i d[NB];
+                for (int b = 0; b < NB; ++b) d[b] = _mm512_setzero_si512();
+                for (int j = 0; j < gs; j += 64) {
+                    prefetch_far(pg + j);
+                    const __m512i w = _mm512_loadu_si512(pg + j);
+                    const __m512i we = _mm512_and_si512(w, lo8), wo = _mm512_srli_epi16(w, 8);
+                    for (int b = 0; b < NB; ++b) {
+                        const int16_t* xg = reinterpret_cast<const int16_t*>(xp[b]) + g * gs;
+                        d[b] = _mm512_dpwssd_epi32(d[b], we, _mm512_loadu_si512(xg + j));
+                        d[b] = _mm512_dpwssd_epi32(d[b], wo, _mm512_loadu_si512(xg + j + 32));
+                    }
+                }
+                for (int b = 0; b < NB; ++b)
+                    acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(ss[b][g - g0]), _mm512_cvtepi32_ps(d[b]), acc[b]);
+            }
+        }
+        for (int b = 0; b < NB; ++b) y[b][r] = _mm512_reduce_add_ps(acc[b]) + _mm512_reduce_add_ps(bacc[b]);
+    }
+}
+
+bool a5_q_gemv_multi(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                     const float* const* xp, const float* const* xs, int nb, float* const* y, int64_t r0, int64_t r1) {
+    // only where a5_q_gemv takes q_gemv_vnni8_split
+    if (use_avx2_for(bits, gs) || !vnni_for(bits, gs) || bits != 8 || gs % 64 != 0) return false;
+    switch (nb) {
+    case 1: q_gemv_vnni8_split(W, scales, biases, K, gs, xp[0], xs[0], y[0], r0, r1); break;
+    case 2: q_gemv_vnni8_split_multi<2>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    case 3: q_gemv_vnni8_split_multi<3>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    default: q_gemv_vnni8_split_multi<4>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
+    }
+    return true;
+}
+
 void a5_q_gemv(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                const float* xp, const float* xs, float* y, int64_t r0, int64_t r1) {
     if (use_avx2_for(bits, gs)) return avx2_kernels()->q_gemv(W, scales, biases, K, bits, gs, xp, xs, y, r0, r1);
@@ -359,6 +419,41 @@ void a5_bf16_gemv(const uint16_t* W, int64_t K, const float* x, float* y, int64_
             a0 = _mm512_fmadd_ps(bf16x16_tail(w + k, m), _mm512_maskz_loadu_ps(m, x + k), a0);
         }
         y[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+}
+
+// a5_bf16_gemv for NB inputs: each 16 weights widened once, then the same two-accumulator FMA chain per input.
+template <int NB>
+void bf16_gemv_multi_t(const uint16_t* W, int64_t K, const float* const* x, float* const* y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint16_t* w = W + r * K;
+        __m512 a0[NB], a1[NB];
+        for (int b = 0; b < NB; ++b) a0[b] = a1[b] = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            prefetch_far(w + k);
+            const __m512 w0 = bf16x16(w + k), w1 = bf16x16(w + k + 16);
+            for (int b = 0; b < NB; ++b) {
+                a0[b] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[b] + k), a0[b]);
+                a1[b] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x[b] + k + 16), a1[b]);
+            }
+        }
+        for (; k < K; k += 16) {
+            const __mmask16 m = K - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (K - k)) - 1u);
+            const __m512 w0 = bf16x16_tail(w + k, m);
+            for (int b = 0; b < NB; ++b) a0[b] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x[b] + k), a0[b]);
+        }
+        for (int b = 0; b < NB; ++b) y[b][r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[b], a1[b]));
+    }
+}
+
+void a5_bf16_gemv_multi(const uint16_t* W, int64_t K, const float* const* x, int nb, float* const* y, int64_t r0,
+                        int64_t r1) {
+    switch (nb) {
+    case 1: return a5_bf16_gemv(W, K, x[0], y[0], r0, r1);
+    case 2: return bf16_gemv_multi_t<2>(W, K, x, y, r0, r1);
+    case 3: return bf16_gemv_multi_t<3>(W, K, x, y, r0, r1);
+    default: return bf16_gemv_multi_t<4>(W, K, x, y, r0, r1);
     }
 }
 
@@ -619,7 +714,8 @@ void a5_gelu_erf(float* x, size_t n) {
 const KernelTable kAvx512{Isa::Avx512, "avx512",          a5_q_prep,           a5_q_gemv, a5_bf16_gemv,
                           a5_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a5_dot,    a5_axpy,
                           a5_attn_scores,      a5_attn_wsum,      a5_sum,
-                          a5_attn_scores_bf16, a5_attn_wsum_bf16, a5_sum_exp, a5_softmax, a5_gelu_erf};
+                          a5_attn_scores_bf16, a5_attn_wsum_bf16, a5_sum_exp, a5_softmax, a5_gelu_erf,
+                          a5_bf16_gemv_multi,  a5_q_gemv_multi};
 
 } // namespace
 

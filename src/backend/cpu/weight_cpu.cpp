@@ -168,6 +168,49 @@ void gemv_multi_rows(const KernelTable& k, const GemvInput& in, const WeightMatr
     }
 }
 
+namespace {
+
+// Rows [r0, r1) of matrix i for inputs in[0 … nb), outputs y[0 … nb).
+void gemv_rows_batch(const KernelTable& k, const GemvInput* in, int nb, size_t i, const WeightMatrix& W,
+                     float* const* y, int64_t r0, int64_t r1) {
+    for (int b0 = 0; b0 < nb; b0 += kMaxMulti) {
+        const int m = std::min(kMaxMulti, nb - b0);
+        const float* xa[kMaxMulti];
+        const float* xb[kMaxMulti];
+        bool done = false;
+        if (m > 1 && W.fmt == WFormat::BF16 && k.bf16_gemv_multi) {
+            for (int j = 0; j < m; ++j) xa[j] = in[b0 + j].x;
+            k.bf16_gemv_multi(static_cast<const uint16_t*>(W.data), W.cols, xa, m, y + b0, r0, r1);
+            done = true;
+        } else if (m > 1 && W.fmt == WFormat::Q && k.q_gemv_multi) {
+            for (int j = 0; j < m; ++j) {
+                const size_t s = size_t(in[b0 + j].slot[i]);
+                xa[j] = in[b0 + j].xp[s].data();
+                xb[j] = in[b0 + j].xs[s].data();
+            }
+            done = k.q_gemv_multi(static_cast<const uint8_t*>(W.data), W.scales, W.biases, W.cols, W.bits,
+                                  W.group_size, xa, xb, m, y + b0, r0, r1);
+        }
+        if (!done)
+            for (int j = 0; j < m; ++j) gemv_rows(k, in[b0 + j], i, W, y[b0 + j], r0, r1);
+    }
+}
+
+} // namespace
+
+void gemv_multi_rows_batch(const KernelTable& k, const GemvInput* in, int nb, const WeightMatrix* const* Ws,
+                           float* const* Y, size_t n, int64_t a, int64_t b) {
+    thread_local std::vector<float*> yb;
+    yb.resize(static_cast<size_t>(nb));
+    int64_t start = 0;
+    for (size_t i = 0; i < n && start < b; start += Ws[i]->rows, ++i) {
+        const int64_t r0 = std::max(a, start) - start, r1 = std::min(b, start + Ws[i]->rows) - start;
+        if (r0 >= r1) continue;
+        for (int j = 0; j < nb; ++j) yb[size_t(j)] = Y[i] + int64_t(j) * Ws[i]->rows;
+        gemv_rows_batch(k, in, nb, i, *Ws[i], yb.data(), r0, r1);
+    }
+}
+
 } // namespace cpu
 
 namespace ops {
@@ -225,10 +268,8 @@ void gemv_batch(const float* x, int64_t B, const WeightMatrix& W, float* y) {
     const int64_t row_bytes = std::max<int64_t>(1, int64_t(W.bytes()) / W.rows);
     const int64_t sub = std::max<int64_t>(16, (32768 / row_bytes) & ~int64_t(15));
     parallel_rows(W.rows, W.cols * B, [&](int64_t a, int64_t e) {
-        for (int64_t r0 = a; r0 < e; r0 += sub) {
-            const int64_t r1 = std::min(e, r0 + sub);
-            for (int64_t b = 0; b < B; ++b) cpu::gemv_rows(k, in[size_t(b)], 0, W, y + b * W.rows, r0, r1);
-        }
+        for (int64_t r0 = a; r0 < e; r0 += sub)
+            cpu::gemv_multi_rows_batch(k, in.data(), int(B), Ws, &y, 1, r0, std::min(e, r0 + sub));
     });
 }
 
