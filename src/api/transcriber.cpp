@@ -84,7 +84,8 @@ void Transcriber::warmup() const {
         const double t0 = sw.ms();
         Session session(impl_->model);
         session.record_device_passes(false);
-        const TranscriptionResult r = session.run(a, o);
+        // with a batch engine, on its thread (its OpenMP team and buffers are the ones requests will use)
+        const TranscriptionResult r = impl_->engine ? impl_->engine->run(a, o) : session.run(a, o);
         const Timings& t = r.timings;
         char b[128];
         std::snprintf(b, sizeof b, "%s%.0f s %.0f ms [mel %.0f enc %.0f pre %.0f dec %.0f]", passes.empty() ? "" : ", ",
