@@ -126,7 +126,11 @@ TEST(Kernels, DecodeStepMatchesPerOpForward) {
 TEST(Kernels, DecodeStepBatchRowsEqualSingleSteps) {
     if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
     const std::string base = make_checkpoints("decode_batch", {8, 6, 4});
-    for (const char* name : {"bf16", "q8", "q6", "q4"}) {
+    QuantizeOptions g32; // 8-bit with groups of 32: the other 8-bit VNNI kernel
+    g32.bits = 8;
+    g32.group_size = 32;
+    quantize_checkpoint(base + "/bf16", base + "/q8g32", g32);
+    for (const char* name : {"bf16", "q8", "q8g32", "q6", "q4"}) {
         const auto m = Model::load(base + "/" + name);
         const Decoder dec(m->weights.dec, m->hp.text);
         const int64_t D = m->hp.text.hidden;

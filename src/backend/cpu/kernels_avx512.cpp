@@ -367,10 +367,80 @@ __attribute__((target("avx512vnni"))) void q_gemv_vnni8_split_multi(const uint8_
     }
 }
 
+// q_gemv_vnni<BITS> for NB inputs: each group's codes loaded and widened once, the same integer dot products and
+// float/scalar chains per input.
+template <int BITS, int NB>
+__attribute__((target("avx512vnni"))) void q_gemv_vnni_multi(const uint8_t* W, const uint16_t* scales,
+                                                             const uint16_t* biases, int64_t K, int gs,
+                                                             const float* const* xp, const float* const* xs,
+                                                             float* const* y, int64_t r0, int64_t r1) {
+    const int64_t ng = K / gs, row_bytes = K * BITS / 8, gbytes = int64_t(gs) * BITS / 8;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = W + r * row_bytes;
+        const uint16_t* sc = scales + r * ng;
+        const uint16_t* bi = biases + r * ng;
+        __m512 acc[NB];
+        float bsum[NB];
+        for (int b = 0; b < NB; ++b) acc[b] = _mm512_setzero_ps(), bsum[b] = 0;
+        for (int64_t g = 0; g < ng; ++g) {
+            const uint8_t* pg = row + g * gbytes;
+            for (int64_t o = 0; o < gbytes; o += 64) prefetch_far(pg + o);
+            __m512i d[NB];
+            for (int b = 0; b < NB; ++b) d[b] = _mm512_setzero_si512();
+            if constexpr (BITS == 8) {
+                for (int j = 0; j < gs; j += 32) {
+                    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pg + j)));
+                    for (int b = 0; b < NB; ++b)
+                        d[b] = _mm512_dpwssd_epi32(
+                            d[b], w, _mm512_loadu_si512(reinterpret_cast<const int16_t*>(xp[b]) + g * gs + j));
+                }
+            } else {
+                for (int j = 0; j < gs; j += 64) {
+                    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pg + j / 2));
+                    const __m512i lo = _mm512_cvtepu8_epi16(_mm256_and_si256(bytes, m4));
+                    const __m512i hi = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4));
+                    for (int b = 0; b < NB; ++b) {
+                        const int16_t* xg = reinterpret_cast<const int16_t*>(xp[b]) + g * gs;
+                        d[b] = _mm512_dpwssd_epi32(d[b], lo, _mm512_loadu_si512(xg + j));
+                        d[b] = _mm512_dpwssd_epi32(d[b], hi, _mm512_loadu_si512(xg + j + 32));
+                    }
+                }
+            }
+            const float s = bf16f(sc[g]), bb = bf16f(bi[g]);
+            for (int b = 0; b < NB; ++b) {
+                acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(s * (xp[b] + K / 2)[g]), _mm512_cvtepi32_ps(d[b]), acc[b]);
+                bsum[b] += bb * xs[b][g];
+            }
+        }
+        for (int b = 0; b < NB; ++b) y[b][r] = _mm512_reduce_add_ps(acc[b]) + bsum[b];
+    }
+}
+
+template <int BITS>
+void q_gemv_vnni_multi_n(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs,
+                         const float* const* xp, const float* const* xs, int nb, float* const* y, int64_t r0,
+                         int64_t r1) {
+    switch (nb) {
+    case 1: return q_gemv_vnni<BITS>(W, scales, biases, K, gs, xp[0], xs[0], y[0], r0, r1);
+    case 2: return q_gemv_vnni_multi<BITS, 2>(W, scales, biases, K, gs, xp, xs, y, r0, r1);
+    case 3: return q_gemv_vnni_multi<BITS, 3>(W, scales, biases, K, gs, xp, xs, y, r0, r1);
+    default: return q_gemv_vnni_multi<BITS, 4>(W, scales, biases, K, gs, xp, xs, y, r0, r1);
+    }
+}
+
 bool a5_q_gemv_multi(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                      const float* const* xp, const float* const* xs, int nb, float* const* y, int64_t r0, int64_t r1) {
-    // only where a5_q_gemv takes q_gemv_vnni8_split
-    if (use_avx2_for(bits, gs) || !vnni_for(bits, gs) || bits != 8 || gs % 64 != 0) return false;
+    // where a5_q_gemv takes a VNNI kernel, the same kernel's multi-input form
+    if (use_avx2_for(bits, gs) || !vnni_for(bits, gs)) return false;
+    if (bits == 8 && gs % 64 != 0) {
+        q_gemv_vnni_multi_n<8>(W, scales, biases, K, gs, xp, xs, nb, y, r0, r1);
+        return true;
+    }
+    if (bits == 4) {
+        q_gemv_vnni_multi_n<4>(W, scales, biases, K, gs, xp, xs, nb, y, r0, r1);
+        return true;
+    }
     switch (nb) {
     case 1: q_gemv_vnni8_split(W, scales, biases, K, gs, xp[0], xs[0], y[0], r0, r1); break;
     case 2: q_gemv_vnni8_split_multi<2>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
