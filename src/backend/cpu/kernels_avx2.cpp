@@ -108,6 +108,96 @@ void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, 
     }
 }
 
+// group_dot for NB inputs: each chunk of codes converted to floats once, then the same two-accumulator FMA chain
+// per input (bit for bit group_dot's result for each input).
+template <int BITS, int NB> inline void group_dot_multi(const uint8_t* p, const float* const* xp, int64_t off, int gs,
+                                                        __m256* out) {
+    __m256 a0[NB], a1[NB];
+    for (int b = 0; b < NB; ++b) a0[b] = a1[b] = _mm256_setzero_ps();
+    const auto step = [&](__m256 w0, __m256 w1, int64_t j) {
+        for (int b = 0; b < NB; ++b) {
+            a0[b] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xp[b] + off + j), a0[b]);
+            a1[b] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp[b] + off + j + 8), a1[b]);
+        }
+    };
+    if constexpr (BITS == 8) {
+        for (int j = 0; j < gs; j += 16) {
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j));
+            step(u8x8_to_ps(b), u8x8_to_ps(_mm_srli_si128(b, 8)), j);
+        }
+    } else if constexpr (BITS == 4) {
+        const __m128i m4 = _mm_set1_epi8(15);
+        for (int j = 0; j < gs; j += 32) {
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j / 2));
+            const __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
+            step(u8x8_to_ps(lo), u8x8_to_ps(_mm_srli_si128(lo, 8)), j);
+            step(u8x8_to_ps(hi), u8x8_to_ps(_mm_srli_si128(hi, 8)), j + 16);
+        }
+    } else { // 6
+        const __m256i shuf = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, //
+                                              4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
+        const __m256i m6 = _mm256_set1_epi32(63);
+        for (int j = 0; j < gs; j += 32) {
+            const uint8_t* q = p + j / 4 * 3;
+            const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+            const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 8));
+            const __m256i d = _mm256_shuffle_epi8(_mm256_set_m128i(hi, lo), shuf);
+            step(_mm256_cvtepi32_ps(_mm256_and_si256(d, m6)),
+                 _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 6), m6)), j);
+            step(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 12), m6)),
+                 _mm256_cvtepi32_ps(_mm256_srli_epi32(d, 18)), j + 16);
+        }
+    }
+    for (int b = 0; b < NB; ++b) out[b] = _mm256_add_ps(a0[b], a1[b]);
+}
+
+template <int BITS, int NB>
+void q_gemv_multi_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs,
+                    const float* const* xp, const float* const* xs, float* const* y, int64_t r0, int64_t r1) {
+    const int64_t ng = K / gs, row_bytes = K * BITS / 8, gbytes = int64_t(gs) * BITS / 8;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = W + r * row_bytes;
+        const uint16_t* sc = scales + r * ng;
+        const uint16_t* bi = biases + r * ng;
+        __m256 acc[NB], dots[NB];
+        float bsum[NB];
+        for (int b = 0; b < NB; ++b) acc[b] = _mm256_setzero_ps(), bsum[b] = 0;
+        for (int64_t g = 0; g < ng; ++g) {
+            const uint8_t* pg = row + g * gbytes;
+            for (int64_t o = 0; o < gbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetch + o), _MM_HINT_T0);
+            group_dot_multi<BITS, NB>(pg, xp, g * gs, gs, dots);
+            const __m256 s = _mm256_set1_ps(bf16f(sc[g]));
+            const float bb = bf16f(bi[g]);
+            for (int b = 0; b < NB; ++b) {
+                acc[b] = _mm256_fmadd_ps(s, dots[b], acc[b]);
+                bsum[b] += bb * xs[b][g];
+            }
+        }
+        for (int b = 0; b < NB; ++b) y[b][r] = hsum(acc[b]) + bsum[b];
+    }
+}
+
+template <int BITS>
+void q_gemv_multi_n(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs,
+                    const float* const* xp, const float* const* xs, int nb, float* const* y, int64_t r0, int64_t r1) {
+    // pairs: with 16 ymm registers, 3–4 inputs at once spill (measured on the 0.6B 8-bit step of 4 requests: 53.0 ms
+    // with 4 at once, against 24.2 ms for 2)
+    for (int b = 0; b < nb; b += 2) {
+        if (b + 1 < nb) q_gemv_multi_t<BITS, 2>(W, scales, biases, K, gs, xp + b, xs + b, y + b, r0, r1);
+        else q_gemv_t<BITS>(W, scales, biases, K, gs, xp[b], xs[b], y[b], r0, r1);
+    }
+}
+
+bool a2_q_gemv_multi(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                     const float* const* xp, const float* const* xs, int nb, float* const* y, int64_t r0, int64_t r1) {
+    switch (bits) {
+    case 8: q_gemv_multi_n<8>(W, scales, biases, K, gs, xp, xs, nb, y, r0, r1); return true;
+    case 4: q_gemv_multi_n<4>(W, scales, biases, K, gs, xp, xs, nb, y, r0, r1); return true;
+    case 6: q_gemv_multi_n<6>(W, scales, biases, K, gs, xp, xs, nb, y, r0, r1); return true;
+    default: return false;
+    }
+}
+
 void a2_q_gemv(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                const float* xp, const float* xs, float* y, int64_t r0, int64_t r1) {
     switch (bits) {
@@ -139,6 +229,43 @@ void a2_bf16_gemv(const uint16_t* W, int64_t K, const float* x, float* y, int64_
         float acc = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
         for (; k < K; ++k) acc += bf16f(w[k]) * x[k];
         y[r] = acc;
+    }
+}
+
+template <int NB>
+void bf16_gemv_multi_t(const uint16_t* W, int64_t K, const float* const* x, float* const* y, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint16_t* w = W + r * K;
+        __m256 a0[NB], a1[NB], a2[NB], a3[NB];
+        for (int b = 0; b < NB; ++b) a0[b] = a1[b] = a2[b] = a3[b] = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetch, _MM_HINT_T0);
+            const __m256 w0 = bf16x8(w + k), w1 = bf16x8(w + k + 8), w2 = bf16x8(w + k + 16), w3 = bf16x8(w + k + 24);
+            for (int b = 0; b < NB; ++b) {
+                a0[b] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[b] + k), a0[b]);
+                a1[b] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[b] + k + 8), a1[b]);
+                a2[b] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x[b] + k + 16), a2[b]);
+                a3[b] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x[b] + k + 24), a3[b]);
+            }
+        }
+        for (; k + 8 <= K; k += 8) {
+            const __m256 w0 = bf16x8(w + k);
+            for (int b = 0; b < NB; ++b) a0[b] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[b] + k), a0[b]);
+        }
+        for (int b = 0; b < NB; ++b) {
+            float acc = hsum(_mm256_add_ps(_mm256_add_ps(a0[b], a1[b]), _mm256_add_ps(a2[b], a3[b])));
+            for (int64_t j = k; j < K; ++j) acc += bf16f(w[j]) * x[b][j];
+            y[b][r] = acc;
+        }
+    }
+}
+
+void a2_bf16_gemv_multi(const uint16_t* W, int64_t K, const float* const* x, int nb, float* const* y, int64_t r0,
+                        int64_t r1) {
+    for (int b = 0; b < nb; b += 2) { // pairs: 4 accumulators per input, 16 ymm registers
+        if (b + 1 < nb) bf16_gemv_multi_t<2>(W, K, x + b, y + b, r0, r1);
+        else a2_bf16_gemv(W, K, x[b], y[b], r0, r1);
     }
 }
 
@@ -232,7 +359,7 @@ const KernelTable kAvx2{Isa::Avx2,  "avx2",            a2_q_prep,           a2_q
                         a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a2_dot,    a2_axpy,
                         generic_attn_scores<a2_dot>, generic_attn_wsum<a2_axpy>, a2_sum,
                         generic_attn_scores_bf16<a2_dot>, generic_attn_wsum_bf16<a2_axpy>, a2_sum_exp,
-                        a2_softmax, a2_gelu_erf};
+                        a2_softmax, a2_gelu_erf, a2_bf16_gemv_multi, a2_q_gemv_multi};
 
 } // namespace
 
