@@ -48,68 +48,9 @@ void a2_q_prep(const float* x, int64_t K, int bits, int gs, float* xp, float* xs
     }
 }
 
-// Dot product of one group's codes with xp (gs values), unscaled.
-template <int BITS> inline __m256 group_dot(const uint8_t* p, const float* xp, int gs) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    if constexpr (BITS == 8) {
-        for (int j = 0; j < gs; j += 16) {
-            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j));
-            a0 = _mm256_fmadd_ps(u8x8_to_ps(b), _mm256_loadu_ps(xp + j), a0);
-            a1 = _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(b, 8)), _mm256_loadu_ps(xp + j + 8), a1);
-        }
-    } else if constexpr (BITS == 4) {
-        const __m128i m4 = _mm_set1_epi8(15);
-        for (int j = 0; j < gs; j += 32) {
-            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j / 2));
-            const __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
-            a0 = _mm256_fmadd_ps(u8x8_to_ps(lo), _mm256_loadu_ps(xp + j), a0);
-            a1 = _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(xp + j + 8), a1);
-            a0 = _mm256_fmadd_ps(u8x8_to_ps(hi), _mm256_loadu_ps(xp + j + 16), a0);
-            a1 = _mm256_fmadd_ps(u8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(xp + j + 24), a1);
-        }
-    } else { // 6
-        const __m256i shuf = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, //
-                                              4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
-        const __m256i m6 = _mm256_set1_epi32(63);
-        for (int j = 0; j < gs; j += 32) {
-            const uint8_t* q = p + j / 4 * 3;
-            const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));     // bytes 0..11 used
-            const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 8)); // bytes 12..23 at 4..15
-            const __m256i d = _mm256_shuffle_epi8(_mm256_set_m128i(hi, lo), shuf);
-            const float* x = xp + j;
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(d, m6)), _mm256_loadu_ps(x), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 6), m6)),
-                                 _mm256_loadu_ps(x + 8), a1);
-            a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(d, 12), m6)),
-                                 _mm256_loadu_ps(x + 16), a0);
-            a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(d, 18)), _mm256_loadu_ps(x + 24), a1);
-        }
-    }
-    return _mm256_add_ps(a0, a1);
-}
-
-template <int BITS>
-void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs, const float* xp,
-              const float* xs, float* y, int64_t r0, int64_t r1) {
-    const int64_t ng = K / gs, row_bytes = K * BITS / 8, gbytes = int64_t(gs) * BITS / 8;
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t* row = W + r * row_bytes;
-        const uint16_t* sc = scales + r * ng;
-        const uint16_t* bi = biases + r * ng;
-        __m256 acc = _mm256_setzero_ps();
-        float bsum = 0;
-        for (int64_t g = 0; g < ng; ++g) {
-            const uint8_t* pg = row + g * gbytes;
-            for (int64_t o = 0; o < gbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetch + o), _MM_HINT_T0);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(bf16f(sc[g])), group_dot<BITS>(pg, xp + g * gs, gs), acc);
-            bsum += bf16f(bi[g]) * xs[g];
-        }
-        y[r] = hsum(acc) + bsum;
-    }
-}
-
-// group_dot for NB inputs: each chunk of codes converted to floats once, then the same two-accumulator FMA chain
-// per input (bit for bit group_dot's result for each input).
+// Dot products of one group's codes with NB inputs' xp (gs values from `off`), unscaled: each chunk of codes
+// converted to floats once, then a two-accumulator FMA chain per input, the same for every NB (so an input's
+// result does not depend on how many run together).
 template <int BITS, int NB> inline void group_dot_multi(const uint8_t* p, const float* const* xp, int64_t off, int gs,
                                                         __m256* out) {
     __m256 a0[NB], a1[NB];
@@ -149,6 +90,32 @@ template <int BITS, int NB> inline void group_dot_multi(const uint8_t* p, const 
         }
     }
     for (int b = 0; b < NB; ++b) out[b] = _mm256_add_ps(a0[b], a1[b]);
+}
+
+template <int BITS> inline __m256 group_dot(const uint8_t* p, const float* xp, int gs) {
+    __m256 out;
+    group_dot_multi<BITS, 1>(p, &xp, 0, gs, &out);
+    return out;
+}
+
+template <int BITS>
+void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs, const float* xp,
+              const float* xs, float* y, int64_t r0, int64_t r1) {
+    const int64_t ng = K / gs, row_bytes = K * BITS / 8, gbytes = int64_t(gs) * BITS / 8;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = W + r * row_bytes;
+        const uint16_t* sc = scales + r * ng;
+        const uint16_t* bi = biases + r * ng;
+        __m256 acc = _mm256_setzero_ps();
+        float bsum = 0;
+        for (int64_t g = 0; g < ng; ++g) {
+            const uint8_t* pg = row + g * gbytes;
+            for (int64_t o = 0; o < gbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetch + o), _MM_HINT_T0);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(bf16f(sc[g])), group_dot<BITS>(pg, xp + g * gs, gs), acc);
+            bsum += bf16f(bi[g]) * xs[g];
+        }
+        y[r] = hsum(acc) + bsum;
+    }
 }
 
 template <int BITS, int NB>
