@@ -57,8 +57,8 @@ options:
   --api-warmup           run Transcriber::warmup() (as load_with_warmup does) before the runs
   --clients N            then RUNS rounds of N concurrent requests (a server's load): per-request latency, the
                          rounds' throughput, the first round apart (it opens the extra sessions), tokens vs one client
-  --batch N              with --clients (CPU): the same rounds again with the requests decoding together, up to
-                         N per step (LoadOptions::max_batch), and the throughput ratios
+  --batch N              with --clients: the same rounds again with the requests decoding together, up to N per
+                         step (LoadOptions::max_batch), the throughput ratios and the batched step's time by size
   --json                 print only the JSON object
   -v, --verbose          diagnostics on stderr (load and warm-up stage times)
   --stream               streaming benchmark instead (finalization latency; see qasr stream --help)
@@ -260,7 +260,6 @@ int cmd_bench(int argc, char** argv) {
     if (model_dir.empty()) throw std::invalid_argument("bench: -m MODEL_DIR is required");
     if (opts.decode.ignore_eos && opts.decode.max_new_tokens <= 0)
         throw std::invalid_argument("bench: --ignore-eos needs --max-new-tokens");
-    if (batch > 1 && device != "cpu") throw std::invalid_argument("bench: --batch runs on the CPU only");
     if (batch > 1 && clients < 2) throw std::invalid_argument("bench: --batch needs --clients N (N ≥ 2)");
     ops::set_num_threads(threads);
     if (!isa.empty()) {
@@ -356,18 +355,25 @@ int cmd_bench(int argc, char** argv) {
         // The batched step alone: B sessions prefilled with the audio, 20 steps of B rows each (median step).
         std::vector<std::unique_ptr<Session>> ss;
         nlohmann::json steps = nlohmann::json::object();
+        TranscribeOptions so = opts; // on a device: greedy rows with room for every step below
+        so.decode.ignore_eos = true;
+        so.decode.max_new_tokens = 21 * 12;
+        std::unique_ptr<DeviceBatch> db = model->device ? model->device->open_batch(batch) : nullptr;
         for (int B = 1; B <= batch; B *= 2) {
             while (int(ss.size()) < B) {
                 ss.push_back(std::make_unique<Session>(model));
-                ss.back()->begin(audio, opts);
+                ss.back()->begin(audio, so);
+                if (db) ss.back()->begin_device_batch();
             }
             std::vector<Session*> ptr;
             for (int b = 0; b < B; ++b) ptr.push_back(ss[size_t(b)].get());
-            std::vector<int> toks(size_t(B), 100);
+            std::vector<int> toks(size_t(B), 100), ids(toks.size());
+            std::vector<float> lps(toks.size());
             std::vector<double> ms;
             for (int i = 0; i < 21; ++i) {
                 Stopwatch step_sw;
-                Session::step_batch(ptr.data(), toks.data(), size_t(B));
+                if (db) Session::step_batch_device(ptr.data(), toks.data(), size_t(B), *db, ids.data(), lps.data());
+                else Session::step_batch(ptr.data(), toks.data(), size_t(B));
                 if (i) ms.push_back(step_sw.ms());
             }
             steps[std::to_string(B)] = median(ms);

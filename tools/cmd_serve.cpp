@@ -60,8 +60,9 @@ options:
   --threads N              CPU threads per transcription (default: the cores divided by --parallel)
   --parallel N             transcriptions at once (default 1 on the CPU, 4 on a GPU; with --batch, the batch);
                            each has its own session
-  --batch N                CPU: the running transcriptions decode together, up to N per step, on one engine
-                           thread with all cores (each step reads the weights once for all); same transcripts
+  --batch N                the running transcriptions decode together, up to N per step, on one engine thread
+                           (each step reads the weights once for all). CPU: with all cores, same transcripts bit
+                           for bit. GPU: encoder and prefill on each request's stream, the steps batched (≤ 128)
   --max-queue N            requests that may wait for a slot (default 16); more are answered 503 at once
   --max-body-mb N          largest request body in MiB (default 100); larger is answered 413
   --max-audio-seconds S    longest audio (default 3600); longer is answered 413, checked while decoding
@@ -184,10 +185,7 @@ int cmd_serve(int argc, char** argv) {
     }
     if (model.empty()) throw std::invalid_argument("no model directory (-m DIR)");
     const bool gpu = lo.device.rfind("cuda", 0) == 0;
-    if (gpu && lo.max_batch > 1)
-        throw std::invalid_argument("--batch runs on the CPU only (on a GPU, requests overlap on their own streams: "
-                                    "--parallel)");
-    o.parallel = parallel ? parallel : (gpu ? 4 : lo.max_batch);
+    o.parallel = parallel ? parallel : lo.max_batch > 1 ? lo.max_batch : gpu ? 4 : 1;
     // On the CPU each transcription's threads share the cores with the other running ones: without --threads, split
     // the cores between them (2 cores, demo model, 4 clients: --parallel 2 with 2 threads each 13 requests/s, with 1
     // thread each 67, --parallel 1 with 2 threads 37). With --batch one engine thread runs them all on every core.

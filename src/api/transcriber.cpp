@@ -47,7 +47,7 @@ Transcriber Transcriber::load(const std::string& model_dir, const LoadOptions& o
     auto impl = std::make_unique<Impl>();
     if (opts.max_batch < 1 || opts.max_batch > 1024) fail("options", "max_batch must be in [1, 1024]");
     impl->model = Model::load(model_dir, opts.device);
-    if (opts.max_batch > 1 && !impl->model->device) impl->engine = std::make_unique<BatchEngine>(impl->model, opts.max_batch);
+    if (opts.max_batch > 1) impl->engine = std::make_unique<BatchEngine>(impl->model, opts.max_batch);
     return Transcriber(std::move(impl));
 }
 

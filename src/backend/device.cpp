@@ -55,6 +55,10 @@ void DeviceWarmer::finish() {
     if (impl_ && impl_->t.joinable()) impl_->t.join();
 }
 
+void DeviceSession::throw_unsupported(const char* what) {
+    fail("device", std::string(what) + " is not supported by this device backend");
+}
+
 std::shared_ptr<const DeviceContext> open_device(const Model& model, const std::string& device) {
     if (device.empty() || device == "cpu") return nullptr;
     if (device.rfind("cuda", 0) != 0)

@@ -57,6 +57,30 @@ public:
     // shape (where the backend does that; on by default, and again for the next request). The warm-up turns it
     // off: its noise lengths are not the requests', and each recording would make its next pass wait.
     virtual void record_passes(bool on) { (void)on; }
+
+    // Batched decoding across requests (DeviceBatch): after prefill_resident(), makes room in the KV cache for
+    // max_tokens more positions and returns the first token greedy() would start from (the prefill's choice) with
+    // its log-probability. The session's later steps then run in a DeviceBatch.
+    virtual void batch_first(int max_tokens, int* id, float* logprob) {
+        (void)max_tokens, (void)id, (void)logprob;
+        throw_unsupported("batched decoding");
+    }
+    // The backend's own session behind a wrapper (a pool's handle), for the backend's DeviceBatch.
+    virtual DeviceSession* inner() { return this; }
+
+protected:
+    [[noreturn]] static void throw_unsupported(const char* what);
+};
+
+// One greedy decode step for several sessions of one DeviceContext at once: each weight is read once for all the
+// rows. Row b is session s[b] fed tokens[b] at its next position; ids[b] and logprobs[b] get its greedy choice
+// (ties → lowest id). A row's choice is the single-session step's except where the two best logits are within the
+// products' rounding of each other: the batched products sum in another order. Not thread-safe: one engine thread.
+class DeviceBatch {
+public:
+    virtual ~DeviceBatch() = default;
+    virtual int max_batch() const = 0;
+    virtual void step(DeviceSession* const* s, const int* tokens, size_t B, int* ids, float* logprobs) = 0;
 };
 
 class DeviceContext {
@@ -67,6 +91,11 @@ public:
     virtual std::unique_ptr<DeviceSession> open() const = 0;
     virtual std::string name() const = 0;        // e.g. "cuda:0 (NVIDIA H200, sm_90)"
     virtual size_t weight_bytes() const = 0;     // device memory taken by the weights
+    // A batched greedy step over this context's sessions (up to max_batch rows); null where the backend has none.
+    virtual std::unique_ptr<DeviceBatch> open_batch(int max_batch) const {
+        (void)max_batch;
+        return nullptr;
+    }
 };
 
 // "cpu" (or "") → nullptr. "cuda" / "cuda:N" → the CUDA backend; throws a qasr::Error when qasr was built

@@ -24,7 +24,11 @@ struct BatchEngine::Job {
 BatchEngine::BatchEngine(std::shared_ptr<const Model> model, int max_batch)
     : model_(std::move(model)), max_batch_(max_batch) {
     if (max_batch < 1 || max_batch > 1024) fail("options", "the decode batch must be in [1, 1024]");
-    if (model_->device) fail("options", "batched decoding across requests runs on the CPU only");
+    if (model_->device) {
+        dev_ = model_->device->open_batch(max_batch);
+        if (!dev_) fail("options", "batched decoding across requests is not available on " + model_->device->name());
+        max_batch_ = std::min(max_batch, dev_->max_batch());
+    }
     thread_ = std::thread([this] { loop(); });
 }
 
@@ -41,6 +45,13 @@ TranscriptionResult BatchEngine::run(const std::vector<float>& audio, const Tran
     Job j;
     j.audio = &audio;
     j.opts = &opts;
+    if (dev_) { // on a device: the front end, encoder and prefill here, on this request's own stream
+        auto s = std::make_unique<Session>(model_);
+        const DecodeOptions& d = opts.decode;
+        if (!(d.temperature <= 0.0f || d.ignore_eos)) return s->run(audio, opts); // sampling: its own loop
+        if (!s->begin(audio, opts) || (j.token = s->begin_device_batch()) < 0) return s->finish();
+        j.session = std::move(s);
+    }
     {
         std::lock_guard<std::mutex> lk(mu_);
         if (stop_) fail("engine", "the batch engine is shutting down");
@@ -82,6 +93,10 @@ void BatchEngine::admit(std::vector<Job*>& active) {
             j = queue_.front();
             queue_.pop_front();
         }
+        if (j->session) { // begun on the caller's thread (a device model)
+            active.push_back(j);
+            continue;
+        }
         try {
             j->session = std::make_unique<Session>(model_);
             if (j->session->begin(*j->audio, *j->opts) && (j->token = j->session->next(j->session->first_logits().ptr())) >= 0) {
@@ -98,7 +113,8 @@ void BatchEngine::admit(std::vector<Job*>& active) {
 void BatchEngine::loop() {
     std::vector<Job*> active;
     std::vector<Session*> sessions;
-    std::vector<int> tokens;
+    std::vector<int> tokens, ids;
+    std::vector<float> lps;
     for (;;) {
         {
             std::unique_lock<std::mutex> lk(mu_);
@@ -122,7 +138,13 @@ void BatchEngine::loop() {
         }
         Tensor logits;
         try {
-            logits = Session::step_batch(sessions.data(), tokens.data(), sessions.size());
+            if (dev_) {
+                ids.resize(active.size());
+                lps.resize(active.size());
+                Session::step_batch_device(sessions.data(), tokens.data(), sessions.size(), *dev_, ids.data(), lps.data());
+            } else {
+                logits = Session::step_batch(sessions.data(), tokens.data(), sessions.size());
+            }
         } catch (...) { // a step that fails (out of memory) fails the requests in it; the engine goes on
             for (Job* j : active) {
                 j->error = std::current_exception();
@@ -141,7 +163,7 @@ void BatchEngine::loop() {
         for (size_t b = 0; b < active.size(); ++b) {
             Job* j = active[b];
             try {
-                j->token = j->session->next(logits.row(int64_t(b)));
+                j->token = dev_ ? j->session->next_chosen(ids[b], lps[b]) : j->session->next(logits.row(int64_t(b)));
             } catch (...) {
                 j->error = std::current_exception();
                 j->token = -1;

@@ -1,4 +1,4 @@
-// BatchEngine: concurrent requests on the CPU decode together (continuous batching).
+// BatchEngine: concurrent requests decode together (continuous batching), on the CPU or a GPU.
 //
 // A decode step of one request streams every weight of the decoder and the LM head from memory for one row of
 // work; the CPU spends that step waiting for memory. The engine runs the requests that callers submit from any
@@ -7,6 +7,11 @@
 // batch by one token with one pass over the weights (ops::decode_step_batch). A request leaves the batch when its
 // transcript ends; the others go on. Each request keeps its own Session (KV cache, sampler seed), and row b of a
 // batched step is bit for bit its single-request step, so a transcript does not depend on what else was running.
+//
+// On a GPU (DeviceContext::open_batch) the same loop drives the device's batched step: each request's encoder and
+// prefill run on its own thread and stream, then its rows join the batch, whose step reads every weight once for
+// all of them (products with M = B rows). There a row's sums run in another order than a lone request's step, so
+// its token can differ from the unbatched one where the two best logits are within rounding of each other.
 #pragma once
 #include "model/model.hpp"
 #include "qasr/qasr.hpp"
@@ -22,7 +27,10 @@ namespace qasr {
 
 class BatchEngine {
 public:
-    // max_batch: requests decoding together at most (≥ 1; more wait for a place). CPU models only.
+    // max_batch: requests decoding together at most (≥ 1; more wait for a place; a device may hold fewer: its
+    // DeviceBatch::max_batch). On a device model (greedy requests; sampled ones run alone on their caller's
+    // thread) the front end, encoder and prefill run on the caller's thread and session stream, and only the
+    // decode steps on the engine's thread, through the device's DeviceBatch.
     BatchEngine(std::shared_ptr<const Model> model, int max_batch);
     ~BatchEngine(); // requests still queued fail with an error; the ones running finish first
     BatchEngine(const BatchEngine&) = delete;
@@ -46,7 +54,8 @@ private:
     static void complete(Job* j);
 
     std::shared_ptr<const Model> model_;
-    const int max_batch_;
+    std::unique_ptr<DeviceBatch> dev_; // a device model's batched step (null on the CPU)
+    int max_batch_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Job*> queue_;

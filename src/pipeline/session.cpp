@@ -186,8 +186,32 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
 int Session::next(const float* logits) {
     float lp = 0;
     const int tok = choose(logits, st_.V, st_.plain, lp);
+    return next_chosen(tok, lp);
+}
+
+int Session::next_chosen(int tok, float lp) {
     if (!accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r)) return -1;
     return ++st_.n < st_.cap ? tok : -1;
+}
+
+int Session::begin_device_batch() {
+    if (!st_.device_greedy) fail("session", "batched device decoding needs greedy decoding on a device");
+    int id = 0;
+    float lp = 0;
+    accel_->batch_first(st_.cap, &id, &lp);
+    return next_chosen(id, lp);
+}
+
+void Session::step_batch_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int* ids,
+                                float* logprobs) {
+    if (B == 0) return;
+    std::vector<DeviceSession*> rows(B);
+    for (size_t b = 0; b < B; ++b) {
+        if (!s[b]->accel_ || !s[b]->st_.device_greedy || s[b]->model_ != s[0]->model_)
+            fail("session", "a batched device step needs greedy sessions of one device model");
+        rows[b] = s[b]->accel_.get();
+    }
+    batch.step(rows.data(), tokens, B, ids, logprobs);
 }
 
 TranscriptionResult Session::finish() {

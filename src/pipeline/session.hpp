@@ -35,6 +35,16 @@ public:
     // On an accelerator with greedy decoding, run() keeps the device's own loop (begin()/next() are for host steps).
     bool begin(const std::vector<float>& audio, const TranscribeOptions& opts);
     int next(const float* logits);
+    // next() for a token chosen elsewhere (a device's batched step): the stop rules and the token cap.
+    int next_chosen(int tok, float logprob);
+    // On an accelerator with greedy decoding (device_greedy()), after begin(): the first token (the prefill's
+    // choice) through next_chosen(), with room made in the device's KV cache for the rest; the later steps then
+    // go through step_batch_device().
+    bool device_greedy() const { return st_.device_greedy; }
+    int begin_device_batch();
+    // One greedy step of B device sessions together (DeviceBatch::step): ids/logprobs get each row's choice.
+    static void step_batch_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int* ids,
+                                  float* logprobs);
     const Tensor& first_logits() const { return st_.logits; }
     TranscriptionResult finish();
     // One decode step of B sessions of one model on the CPU, session b fed tokens[b]: logits [B, V], row b bit for

@@ -43,7 +43,15 @@ __global__ void __launch_bounds__(128) k_attention(AttnArgs a) {
     const int r = int(gw / (int64_t(a.splits) * a.heads));
     const int kvh = h / (a.heads / a.kv_heads);
     int lo, hi;
-    if (a.causal) {
+    const float* kbase = a.k;
+    const float* vbase = a.v;
+    if (a.rk.rows) { // a batched step's row: its own session's cache, up to its position
+        lo = 0;
+        hi = a.rk.rows->pos[r] + 1;
+        const int64_t plane = a.rk.rows->cap[r] * a.kv_stride;
+        kbase = a.rk.rows->kv[r] + 2 * a.rk.layer * plane;
+        vbase = kbase + plane;
+    } else if (a.causal) {
         lo = 0;
         hi = (a.past ? *a.past : 0) + r + 1;
     } else {
@@ -56,8 +64,8 @@ __global__ void __launch_bounds__(128) k_attention(AttnArgs a) {
     const float* q = a.q + int64_t(r) * a.q_stride + int64_t(h) * hd;
     for (int i = lane; i < hd; i += kWarp) qsh[wib][i] = q[i] * scale;
     __syncwarp();
-    const float* kb = a.k + int64_t(kvh) * hd;
-    const float* vb = a.v + int64_t(kvh) * hd;
+    const float* kb = kbase + int64_t(kvh) * hd;
+    const float* vb = vbase + int64_t(kvh) * hd;
     const float4* qq = reinterpret_cast<const float4*>(qsh[wib]);
     auto score = [&](int j) {
         const float4* kr = reinterpret_cast<const float4*>(kb + int64_t(j) * a.kv_stride);
@@ -314,6 +322,17 @@ __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a)
         dep_wait();
         if (!a.early) dep_launch();
     }
+    if (a.rk.rows) { // row blockIdx.y of a batched step: its session's position and cache, its slices of the buffers
+        const int r = int(blockIdx.y);
+        const int64_t plane = a.rk.rows->cap[r] * a.Hkv * a.hd;
+        a.qkv += int64_t(r) * (a.Hq + 2 * a.Hkv) * a.hd;
+        a.pos = a.rk.rows->pos + r;
+        a.kc = a.rk.rows->kv[r] + 2 * a.rk.layer * plane;
+        a.vc = a.kc + plane;
+        a.o += int64_t(r) * a.Hq * a.hd;
+        if (a.part) a.part += int64_t(r) * a.Hq * a.splits * decode_partial_floats(a.hd);
+        if (a.counter) a.counter += int64_t(r) * a.Hkv;
+    }
     decode_attention_block<HD, GC, PRE, CL>(a, int(blockIdx.x));
 }
 
@@ -399,6 +418,8 @@ void launch_decode_attention(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
 void attention(const AttnArgs& a, cudaStream_t s) {
     if (a.hd > kMaxHd || a.hd % 4 != 0) fail("cuda", "attention: head_dim must be a multiple of 4, at most 256");
     if (a.heads % a.kv_heads != 0) fail("cuda", "attention: heads not a multiple of kv heads");
+    if (a.rk.rows && (a.n > BatchRows::kMax || a.bq || !a.causal))
+        fail("cuda", "attention: a batched step's rows are causal, without biases, at most BatchRows::kMax");
     const int64_t warps = int64_t(a.n) * a.heads * a.splits;
     if (!warps) return;
     // many rows in one split: the tiled kernel (QASR_CUDA_ATTN_TILED=0 keeps the row-per-warp one, for A/B)
@@ -454,7 +475,7 @@ bool attention_tiled(const AttnArgs& a) {
         return !(e && std::string(e) == "0");
     }();
     const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    return tiled && a.splits == 1 && a.n > 1 && (a.hd == 128 || a.hd == 64) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0 &&
+    return tiled && !a.rk.rows && a.splits == 1 && a.n > 1 && (a.hd == 128 || a.hd == 64) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0 &&
            (!a.bq || (aligned(a.bq) && aligned(a.bk) && aligned(a.bv)));
 }
 
@@ -467,7 +488,9 @@ void decode_attention(const DecAttnArgs& a, cudaStream_t s) {
         fail("cuda", "decode attention: needs head_dim 64/128/256 and at most 8 query heads per kv head");
     if (a.splits < 1 || a.splits > kDecMergeMax || (a.splits > 1 && (!a.part || !a.counter)))
         fail("cuda", "decode attention: splits must be 1.." + std::to_string(kDecMergeMax) + " with split buffers");
-    const dim3 grid(unsigned(a.Hkv * a.splits));
+    if (a.rk.rows && (a.rows < 1 || a.rows > BatchRows::kMax || a.pre_wait))
+        fail("cuda", "decode attention: a batched step's rows are 1..BatchRows::kMax, without the early loads");
+    const dim3 grid(unsigned(a.Hkv * a.splits), unsigned(a.rk.rows ? a.rows : 1));
     const int G = a.Hq / a.Hkv; // the Qwen3-ASR sizes have 2 query heads per kv head
     if (a.hd == 128 && G == 2) launch_decode_attention<128, 2>(a, grid, s);
     else if (a.hd == 128) launch_decode_attention<128, 0>(a, grid, s);

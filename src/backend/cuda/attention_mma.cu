@@ -266,6 +266,8 @@ __global__ void __launch_bounds__(kMmaWarps * kWarp) k_attention_mma(AttnArgs a)
     }
 }
 
+} // namespace
+
 // compute capability ≥ 8.0 of the current device (cached per device ordinal)
 bool device_has_mma() {
     static std::atomic<int> cached[64] = {}; // read by the front worker's thread too
@@ -279,8 +281,6 @@ bool device_has_mma() {
     }
     return cached[dev].load(std::memory_order_relaxed) == 1;
 }
-
-} // namespace
 
 namespace {
 bool g_mma = [] { // QASR_CUDA_ATTN_MMA=0 keeps the float32 tiled kernel (A/B)

@@ -367,7 +367,8 @@ __global__ void k_swiglu4(const float* gu, int I4, bf16* out) {
 // HD = 0: any even head_dim hd, the head read twice (sum of squares, then the rotation).
 template <int HD>
 __global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int Hkv, int hd, const float* qn,
-                          const float* kn, float eps, const float* inv_freq, float* q_out, float* kc, float* vc) {
+                          const float* kn, float eps, const float* inv_freq, float* q_out, float* kc, float* vc,
+                          RowsKv rk) {
     if constexpr (HD != 0) hd = HD;
     dep_wait();
     dep_launch();
@@ -376,7 +377,15 @@ __global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int H
     const int H = Hq + 2 * Hkv;
     if (gw >= int64_t(n) * H) return;
     const int r = int(gw / H), h = int(gw % H);
-    const int p = (pos ? *pos : 0) + r;
+    int p;
+    if (rk.rows) { // a batched step's row: its session's position and cache
+        p = rk.rows->pos[r];
+        const int64_t plane = rk.rows->cap[r] * Hkv * hd;
+        kc = rk.rows->kv[r] + 2 * rk.layer * plane;
+        vc = kc + plane;
+    } else {
+        p = (pos ? *pos : 0) + r;
+    }
     const float* src = qkv + int64_t(r) * H * hd + int64_t(h) * hd;
     const bool isq = h < Hq, isv = h >= Hq + Hkv;
     const float* nw = isq ? qn : kn;
@@ -428,14 +437,11 @@ __global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int H
 // Greedy choice in two kernels: each block reduces a slice to (max, lowest index of the max, Σexp(x − max));
 // the final block merges the slices and writes the token.
 constexpr int kArgBlocks = 132;
-__global__ void k_argmax_part(const float* x, int V, float* part) {
-    QASR_TL_ENTRY
-    dep_wait();
-    QASR_TL_WAITED(kTlArgPart, false);
-    dep_launch();
+// One slice (block b of nb) of logits x [V]: its (max, lowest index of the max, Σexp(x − max)) into part[3b..].
+__device__ __forceinline__ void argmax_slice(const float* x, int V, float* part, int nb, int b) {
     __shared__ float sv[32], ss[32];
     __shared__ int si[32];
-    const int per = (V + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(V, lo + per);
+    const int per = (V + nb - 1) / nb, lo = b * per, hi = min(V, lo + per);
     float bv = -FLT_MAX;
     int bi = 0x7fffffff;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
@@ -466,10 +472,42 @@ __global__ void k_argmax_part(const float* x, int V, float* part) {
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) sum += expf(x[i] - mx);
     sum = block_sum(sum, ss);
     if (threadIdx.x == 0) {
-        part[3 * blockIdx.x] = mx;
-        part[3 * blockIdx.x + 1] = __int_as_float(si[0]);
-        part[3 * blockIdx.x + 2] = hi > lo ? sum : 0.0f;
+        part[3 * b] = mx;
+        part[3 * b + 1] = __int_as_float(si[0]);
+        part[3 * b + 2] = hi > lo ? sum : 0.0f;
     }
+}
+
+__global__ void k_argmax_part(const float* x, int V, float* part) {
+    QASR_TL_ENTRY
+    dep_wait();
+    QASR_TL_WAITED(kTlArgPart, false);
+    dep_launch();
+    argmax_slice(x, V, part, int(gridDim.x), int(blockIdx.x));
+}
+
+// The greedy choice per row of logits [rows, V]: slices (blockIdx.x) of row blockIdx.y, then one warp per row merges.
+__global__ void k_argmax_rows_part(const float* x, int V, float* part) {
+    dep_wait();
+    dep_launch();
+    argmax_slice(x + int64_t(blockIdx.y) * V, V, part + 3 * int64_t(gridDim.x) * blockIdx.y, int(gridDim.x),
+                 int(blockIdx.x));
+}
+
+__global__ void k_argmax_rows_final(const float* part, int nparts, int2* out) {
+    dep_wait();
+    dep_launch();
+    const int lane = threadIdx.x;
+    const float* p = part + 3 * int64_t(nparts) * blockIdx.x;
+    float M;
+    int id;
+    merge_max_parts(p, nparts, 3, lane, M, id);
+    float S = 0.0f;
+    for (int q = lane; q < nparts; q += kWarp)
+        if (p[3 * q + 2] > 0.0f) S += p[3 * q + 2] * expf(p[3 * q] - M);
+    S = warp_sum(S);
+    const bool valid = id != 0x7fffffff; // every logit NaN: no maximum
+    if (lane == 0) out[blockIdx.x] = make_int2(valid ? id : -1, __float_as_int(valid ? -logf(S) : NAN));
 }
 
 // emb_out: the chosen token's embedding row (table emb) is written there too (the next step's input).
@@ -619,11 +657,12 @@ void swiglu_bf16(const float* gu, int rows, int I, bf16* out, cudaStream_t s) {
 }
 
 void qk_norm_rope_kv(const float* qkv, int n, const int* pos, int Hq, int Hkv, int hd, const float* qn, const float* kn,
-                     float eps, const float* inv_freq, float* q_out, float* kc, float* vc, cudaStream_t s) {
+                     float eps, const float* inv_freq, float* q_out, float* kc, float* vc, cudaStream_t s, RowsKv rk) {
     const int64_t warps = int64_t(n) * (Hq + 2 * Hkv);
     if (!warps) return;
+    if (rk.rows && n > BatchRows::kMax) fail("cuda", "qk_norm_rope_kv: more rows than a batched step holds");
     launch(hd == 128 ? k_qk_rope<128> : k_qk_rope<0>, dim3(unsigned((warps * kWarp + 255) / 256)), dim3(256), 0, s, qkv,
-           n, pos, Hq, Hkv, hd, qn, kn, eps, inv_freq, q_out, kc, vc);
+           n, pos, Hq, Hkv, hd, qn, kn, eps, inv_freq, q_out, kc, vc, rk);
     QASR_CUDA_LAUNCHED();
 }
 
@@ -645,6 +684,12 @@ void argmax_merge(const float* logits, const float* part, int nparts, int* tok, 
     if (xpart && nx <= 0) fail("cuda", "argmax: exact partials without a count");
     launch(k_argmax_final, dim3(1), dim3(32), 0, s, logits, part, nparts, tok, pos, count, ring, ring_size, advance,
            emb ? *emb : DMat{}, emb ? emb_out : nullptr, xpart, xpart ? nx : 0);
+}
+
+void argmax_rows(const float* logits, int n, int V, float* scratch, int2* out, cudaStream_t s) {
+    if (n <= 0) return;
+    launch(k_argmax_rows_part, dim3(kArgRowParts, unsigned(n)), dim3(1024), 0, s, logits, V, scratch);
+    launch(k_argmax_rows_final, dim3(unsigned(n)), dim3(kWarp), 0, s, static_cast<const float*>(scratch), kArgRowParts, out);
 }
 
 void set_pdl(bool on) { g_pdl = on; }

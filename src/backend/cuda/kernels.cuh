@@ -57,11 +57,27 @@ void bias_act(float* y, int rows, int n, const float* bias, bool gelu, bf16* out
 // out[r, i] = silu(gu[r, i]) * gu[r, I + i] as bf16.
 void swiglu_bf16(const float* gu, int rows, int I, bf16* out, cudaStream_t s);
 
+// The rows of a batched decode step (DeviceBatch), one per session, in device memory: row r is token tok[r] at
+// position pos[r] of a session whose KV cache is kv[r] ([layers][k|v][cap[r]][Hkv·hd], as CudaSession's).
+struct BatchRows {
+    static constexpr int kMax = 128;
+    int tok[kMax];
+    int pos[kMax];
+    float* kv[kMax];
+    long long cap[kMax];
+};
+// Rows of different sessions: the layer's keys and values of row r live in rows->kv[r] (null: one cache, kc/vc).
+struct RowsKv {
+    const BatchRows* rows = nullptr;
+    int layer = 0;
+};
+
 // qkv rows [n, (Hq + 2·Hkv)·hd] at positions *pos + r: q/k RMSNorm per head, rotate-half RoPE; q → q_out
-// [n, Hq·hd]; k, v → the caches [cap, Hkv·hd] at those positions.
+// [n, Hq·hd]; k, v → the caches [cap, Hkv·hd] at those positions. With rk.rows: row r at rk.rows->pos[r], into its
+// own session's cache (layer rk.layer); pos, kc and vc unused.
 void qk_norm_rope_kv(const float* qkv, int n, const int* pos, int Hq, int Hkv, int hd, const float* q_norm,
                      const float* k_norm, float eps, const float* inv_freq, float* q_out, float* kc, float* vc,
-                     cudaStream_t s);
+                     cudaStream_t s, RowsKv rk = {});
 
 struct AttnArgs {
     const float* q = nullptr;
@@ -84,6 +100,9 @@ struct AttnArgs {
     const float* bq = nullptr;
     const float* bk = nullptr;
     const float* bv = nullptr;
+    // rows of a batched decode step (causal; k, v and past unused): row r attends over positions 0..rows->pos[r] of
+    // its own session's cache at layer rk.layer (the row-per-warp kernel)
+    RowsKv rk;
 };
 void attention(const AttnArgs& a, cudaStream_t s);
 // Whether attention(a) runs the tiled kernel (many rows, head_dim 64/128), which can add q/k/v biases on load.
@@ -118,9 +137,13 @@ struct DecAttnArgs {
     bool cluster = false;
     // trigger the successor's launch at entry (its weight copies start while this kernel waits), not after the wait
     bool early = false;
+    // rows of a batched step (rk.rows, device memory; pos, kc, vc unused): `rows` rows at once, row r's qkv, o, part
+    // and counter at r times their single-row sizes, its position and cache from rk.rows (layer rk.layer)
+    RowsKv rk;
+    int rows = 1;
 };
 // Floats per split partial of decode_attention (acc[hd], max, sum, padding to a multiple of 4); part ≥ Hq·splits·this.
-constexpr int decode_partial_floats(int hd) { return hd + 4; }
+__host__ __device__ constexpr int decode_partial_floats(int hd) { return hd + 4; }
 bool decode_attention_supported(int Hq, int Hkv, int hd);
 void decode_attention(const DecAttnArgs& a, cudaStream_t s);
 
@@ -132,6 +155,18 @@ void decode_attention(const DecAttnArgs& a, cudaStream_t s);
 bool argmax_can_embed(const DMat& emb);
 void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos, int* count, int2* ring, int ring_size,
                   bool advance, cudaStream_t s, const DMat* emb = nullptr, float* emb_out = nullptr);
+// The products of a batched decode step on the tensor cores (rows_product.cu): y[b, :] (row stride ldy) = W · x[b, :]
+// for the B ≤ 16 rows x [B, K], each RMS-normalised first with norm_w (null: as is) and rounded to bf16 (the
+// operands the row passes give cuBLAS), float32 sums; epilogues as matvec (SwiGLU: W = [gate; up], N/2 outputs).
+// False where it does not apply (nothing launched): rows_product_applies.
+bool rows_product_applies(const DMat& W, int B, Epi epi);
+bool rows_product(const DMat& W, const float* x, int B, const float* norm_w, float eps, float* y, int ldy, Epi epi,
+                  cudaStream_t s);
+bool device_has_mma(); // compute capability ≥ 8.0 (the current device)
+// Greedy choice per row of logits [n, V]: out[r] = {argmax (ties → lowest id), its log-softmax's bits}; id −1
+// where the row has no maximum (non-finite logits). scratch ≥ 3·kArgRowParts·n floats.
+constexpr int kArgRowParts = 32;
+void argmax_rows(const float* logits, int n, int V, float* scratch, int2* out, cudaStream_t s);
 // The argmax's second stage alone: merges nparts (max, index, Σ exp) partials (lm_head_argmax's) into *tok, the
 // ring and the counters, as argmax_token. With xpart (screened_head_argmax's nx partials), those choose the token
 // and give its logit; part then holds the proxy head's partials, which give the log-probability's normaliser.
