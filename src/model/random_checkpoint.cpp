@@ -41,9 +41,11 @@ Preset preset(const std::string& name) {
     if (name == "tiny") return {64, 2, 4, 128, 16, 64, 64, 2, 4, 2, 32, 128, 151936};
     // like tiny with head_dim 64 (the smallest the fused CUDA decode kernels take)
     if (name == "small") return {64, 2, 4, 128, 16, 128, 128, 2, 4, 2, 64, 256, 151936};
+    // widths the batched CUDA step's row products and attention take (multiples of 256, head_dim 128), small
+    if (name == "wide") return {64, 2, 4, 128, 16, 256, 256, 2, 2, 1, 128, 512, 151936};
     if (name == "0.6b") return {896, 18, 14, 3584, 480, 1024, 1024, 28, 16, 8, 128, 3072, 151936};
     if (name == "1.7b") return {1024, 24, 16, 4096, 480, 2048, 2048, 28, 16, 8, 128, 6144, 151936};
-    fail("random", "unknown preset '" + name + "' (tiny, small, 0.6b, 1.7b)");
+    fail("random", "unknown preset '" + name + "' (tiny, small, wide, 0.6b, 1.7b)");
 }
 
 } // namespace

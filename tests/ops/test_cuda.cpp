@@ -558,12 +558,16 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
 // operands (as the prefill's), the lone step's matrix-vector products float32 activations: logits differ by
 // ~1e-3 (measured: log-probabilities within 2.7e-3), so a near-tie is a top-2 gap under 2e-2 and log-probabilities
 // agree within 1e-2.
-TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
-    NEED_GPU();
+// Paths: "wide" (row products on the tensor cores + the batched attention kernel; with QASR_CUDA_ROWS_ATTN=0 the fused
+// single-row attention kernel per row), "tiny" (widths the row products do not take: the cuBLAS path and the
+// row-per-warp attention).
+void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn) {
     const std::string tok_dir = tokenizer_dir();
-    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
-        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
-    const auto gpu = Model::load(random_checkpoint_dir("tiny", 1, tok_dir), "cuda");
+    struct Env {
+        explicit Env(bool on) { if (!on) setenv("QASR_CUDA_ROWS_ATTN", "0", 1); }
+        ~Env() { unsetenv("QASR_CUDA_ROWS_ATTN"); }
+    } env(rows_attn);
+    const auto gpu = Model::load(random_checkpoint_dir(preset, 1, tok_dir), "cuda");
     ASSERT_TRUE(gpu->device);
     const int kRows = 3, kSteps = 14;
     std::unique_ptr<DeviceBatch> batch = gpu->device->open_batch(4);
@@ -577,24 +581,26 @@ TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
     std::vector<Tensor> logits(kRows);
     std::vector<int> fed(kRows);
     int near_ties = 0, checked = 0;
+    const std::string where = preset + (rows_attn ? "" : " (QASR_CUDA_ROWS_ATTN=0)");
     const auto top2_gap = [](const Tensor& l) {
         std::vector<float> v(l.ptr(), l.ptr() + l.cols());
         std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
         return v[0] - v[1];
     };
     // row b's choice against the lone session's logits; returns the token both are fed next (the lone one's)
-    const auto check = [&](int b, int id, float lp, const char* what) {
+    const auto check = [&](int b, int id, float lp, const std::string& what) {
         const Tensor& l = logits[size_t(b)];
         const int want = int(std::max_element(l.ptr(), l.ptr() + l.cols()) - l.ptr());
         ++checked;
         if (id != want) {
-            EXPECT_LT(top2_gap(l), 2e-2f) << what << " row " << b << ": " << id << " vs " << want << " without a near-tie";
+            EXPECT_LT(top2_gap(l), 2e-2f) << where << " " << what << " row " << b << ": " << id << " vs " << want
+                                          << " without a near-tie";
             ++near_ties;
         } else if (!std::isnan(lp)) {
             double lse = 0;
             const float mx = l.ptr()[want];
             for (int64_t i = 0; i < l.cols(); ++i) lse += std::exp(double(l.ptr()[i] - mx));
-            EXPECT_NEAR(lp, -std::log(lse), 1e-2) << what << " row " << b;
+            EXPECT_NEAR(lp, -std::log(lse), 1e-2) << where << " " << what << " row " << b;
         }
         return want;
     };
@@ -607,7 +613,7 @@ TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
         rows.push_back(std::make_unique<Session>(gpu));
         ASSERT_TRUE(rows.back()->begin(audio, o));
         ASSERT_TRUE(rows.back()->device_greedy());
-        // the first token (the prefill's choice); its log-probability is checked through the finished result below
+        // the first token (the prefill's choice)
         fed[size_t(b)] = check(b, rows.back()->begin_device_batch(), NAN, "first token");
     }
     // steps 0–4 with all three rows, 5–8 without row 1 (it left), 9–10 row 2 alone (a batch of one: the session's
@@ -623,11 +629,11 @@ TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
         for (size_t k = 0; k < active.size(); ++k) {
             const int b = active[k];
             logits[size_t(b)] = lone[size_t(b)]->step(fed[size_t(b)]);
-            fed[size_t(b)] = check(b, ids[k], lps[k], ("step " + std::to_string(n)).c_str());
+            fed[size_t(b)] = check(b, ids[k], lps[k], "step " + std::to_string(n));
         }
     }
-    std::printf("batched rows: %d choices checked, %d at near-ties\n", checked, near_ties);
-    EXPECT_LE(near_ties, checked / 10);
+    std::printf("batched rows, %s: %d choices checked, %d at near-ties\n", where.c_str(), checked, near_ties);
+    EXPECT_LE(near_ties, checked / 10) << where;
     // misuse: more rows than the batch holds, a session that has not made room, a token outside the vocabulary
     std::vector<Session*> five(5, rows[0].get());
     std::vector<int> t5(5, 1), i5(5);
@@ -639,6 +645,15 @@ TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
     Session* r0 = rows[0].get();
     const int bad = int(gpu->hp.text.vocab_size);
     EXPECT_THROW(Session::step_batch_device(&r0, &bad, 1, *batch, i5.data(), l5.data()), Error);
+}
+
+TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
+    NEED_GPU();
+    if (!std::filesystem::exists(tokenizer_dir() + "/tokenizer.json"))
+        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tokenizer_dir();
+    batched_rows_match_lone_steps("wide", true);
+    batched_rows_match_lone_steps("wide", false);
+    batched_rows_match_lone_steps("tiny", true);
 }
 
 // The batch engine on the device (LoadOptions::max_batch with --device cuda): concurrent clients, each request's

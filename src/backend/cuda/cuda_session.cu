@@ -586,7 +586,7 @@ void CudaSession::queue_rows_fast(int B, int splits, const BatchRows* rows) {
             da.o = o, da.splits = splits, da.part = rows_part_.as<float>(), da.counter = rows_counter_.as<unsigned>();
             da.cluster = attn_cluster_;
             da.rk = rk, da.rows = B;
-            decode_attention(da, s_);
+            if (!rows_attn_ || !rows_attention(da, s_)) decode_attention(da, s_);
         } else {
             qk_norm_rope_kv(pqkv_.as<float>(), B, nullptr, Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
                             pq_.as<float>(), nullptr, nullptr, s_, rk);

@@ -260,6 +260,10 @@ private:
     // weights, B ≤ 16); else (rows_fast_ false, or QASR_CUDA_ROWS_MMA=0) the row passes' cuBLAS path.
     void queue_rows_fast(int B, int splits, const BatchRows* rows);
     bool rows_fast_ = false;
+    const bool rows_attn_ = [] { // QASR_CUDA_ROWS_ATTN=0: the fused single-row kernel per row instead (A/B)
+        const char* e = std::getenv("QASR_CUDA_ROWS_ATTN");
+        return !(e && std::string(e) == "0");
+    }();
     static constexpr int kRowsSplits = 8; // key splits of the cuBLAS path's attention (per row and head)
     int rows_max_ = 0;
     BatchRows* rows_h_ = nullptr; // page-locked

@@ -146,6 +146,10 @@ struct DecAttnArgs {
 __host__ __device__ constexpr int decode_partial_floats(int hd) { return hd + 4; }
 bool decode_attention_supported(int Hq, int Hkv, int hd);
 void decode_attention(const DecAttnArgs& a, cudaStream_t s);
+// The same for the rows of a batched step (a.rk.rows, a.rows; splits, part, counter, cluster unused): one block per
+// (kv head, row), no key splits. False where it does not apply (head_dim other than 128, more than 4 query heads
+// per kv head): then decode_attention with a.rk.
+bool rows_attention(const DecAttnArgs& a, cudaStream_t s);
 
 // Greedy choice: argmax (ties → lowest id) and its log-softmax; writes *tok, ring[*count % ring_size] =
 // {id, logprob bits}, ++*count, and ++*pos when advance.
