@@ -9,7 +9,9 @@ b=${1:?build dir}; audio=${2:?audio}; m=${3:?model dir}; B=${4:-16}
 source "$(dirname "$0")/cuda_env.sh"
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 if [ -z "$ncu" ]; then log "ncu: not on this machine"; exit 0; fi
-timeout 400 "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+# NCU_ARGS: e.g. "--kernel-name regex:rows_product|decode_attention|argmax_rows --launch-skip 10000" (the step
+# benchmark's last shapes only: far less device time than every kernel of the run)
+timeout 400 "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv ${NCU_ARGS:-} \
     "$b/tools/qasr" bench -m "$m" --device cuda --audio "$audio" --ignore-eos --max-new-tokens 2 --runs 1 --warmup 0 \
     --clients 2 --batch "$B" > "$out/ncu_batch.csv" 2> "$out/ncu_batch.err"
 log "ncu batch rc=$?"
@@ -18,7 +20,7 @@ import csv, collections, re, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) == 15 and r[0] != 'ID']
 seq = [(re.sub(r'\(.*', '', r[4]).replace('qasr::cuda::', '').replace('qasr::<unnamed>::', '').replace('(anonymous namespace)::', ''),
         float(r[14].replace(',', '')) / 1000) for r in rows]
-ends = [i for i, (n, _) in enumerate(seq) if 'k_argmax_rows' in n]
+ends = [i for i, (n, _) in enumerate(seq) if 'k_argmax_rows_final' in n]
 steps = [seq[a + 1:b + 1] for a, b in zip(ends[-11:-1], ends[-10:])]
 d = collections.defaultdict(lambda: [0, 0.0])
 for st in steps:

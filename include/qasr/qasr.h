@@ -35,7 +35,7 @@ typedef struct {
     int n_threads; /* 0: all cores */
     int warmup;    /* non-zero: run a warm-up transcription after loading */
     const char* device; /* NULL or "cpu"; "cuda" / "cuda:N" with the CUDA backend */
-    int max_batch;      /* CPU: > 1 lets concurrent transcriptions decode together, up to this many (1: each alone) */
+    int max_batch;      /* > 1 lets concurrent transcriptions decode together, up to this many (1: each alone) */
 } qasr_load_params;
 
 typedef struct {

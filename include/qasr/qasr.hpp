@@ -39,9 +39,12 @@ struct TranscribeOptions {
 struct LoadOptions {
     int threads = 0;           // 0: all cores
     std::string device = "cpu"; // "cpu", "cuda" or "cuda:N" (the CUDA backend, when built with it)
-    // CPU: > 1 makes concurrent transcribe* calls decode together, up to this many requests per step (one engine
-    // thread runs them all; each step streams the weights once for the whole batch). A transcript is the same
-    // either way. 1: every call runs on its own thread. Ignored on a GPU.
+    // > 1 makes concurrent transcribe* calls decode together, up to this many requests per step (one engine thread
+    // runs the steps; each step streams the weights once for the whole batch). CPU: the engine thread runs every
+    // stage with all cores, and a transcript is bit for bit the same either way. GPU (greedy requests; up to 128
+    // rows): each request's encoder and prefill run on its calling thread, only the steps are batched; a token can
+    // differ from the unbatched one where its two best logits are within rounding of each other. 1: every call
+    // decodes on its own.
     int max_batch = 1;
 };
 

@@ -27,8 +27,8 @@ constexpr int kMaxHd = 256;
 __device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 // HD > 0: head dimension known at compile time (a multiple of 32): each lane's key row is loaded with all its
 // float4s in flight and the loops are unrolled. HD = 0: any multiple of 4 up to kMaxHd.
-template <int HD>
-__global__ void __launch_bounds__(128) k_attention(AttnArgs a) {
+template <int HD, bool ROWS = false>
+__global__ void __launch_bounds__(128) k_attention(AttnArgs a, RowsKv rk) {
     constexpr int DM = HD > 0 ? HD : kMaxHd;
     __shared__ __align__(16) float qsh[4][DM];
     dep_wait();
@@ -45,11 +45,11 @@ __global__ void __launch_bounds__(128) k_attention(AttnArgs a) {
     int lo, hi;
     const float* kbase = a.k;
     const float* vbase = a.v;
-    if (a.rk.rows) { // a batched step's row: its own session's cache, up to its position
+    if constexpr (ROWS) { // a batched step's row: its own session's cache, up to its position
         lo = 0;
-        hi = a.rk.rows->pos[r] + 1;
-        const int64_t plane = a.rk.rows->cap[r] * a.kv_stride;
-        kbase = a.rk.rows->kv[r] + 2 * a.rk.layer * plane;
+        hi = rk.rows->pos[r] + 1;
+        const int64_t plane = rk.rows->cap[r] * a.kv_stride;
+        kbase = rk.rows->kv[r] + 2 * rk.layer * plane;
         vbase = kbase + plane;
     } else if (a.causal) {
         lo = 0;
@@ -322,18 +322,26 @@ __global__ void __launch_bounds__(kDecThreads) k_decode_attention(DecAttnArgs a)
         dep_wait();
         if (!a.early) dep_launch();
     }
-    if (a.rk.rows) { // row blockIdx.y of a batched step: its session's position and cache, its slices of the buffers
-        const int r = int(blockIdx.y);
-        const int64_t plane = a.rk.rows->cap[r] * a.Hkv * a.hd;
-        a.qkv += int64_t(r) * (a.Hq + 2 * a.Hkv) * a.hd;
-        a.pos = a.rk.rows->pos + r;
-        a.kc = a.rk.rows->kv[r] + 2 * a.rk.layer * plane;
-        a.vc = a.kc + plane;
-        a.o += int64_t(r) * a.Hq * a.hd;
-        if (a.part) a.part += int64_t(r) * a.Hq * a.splits * decode_partial_floats(a.hd);
-        if (a.counter) a.counter += int64_t(r) * a.Hkv;
-    }
     decode_attention_block<HD, GC, PRE, CL>(a, int(blockIdx.x));
+}
+
+// The same for row blockIdx.y of a batched step (the fallback of rows_attention; a separate kernel, so that the
+// single-row one keeps its parameters read-only): the row's position and cache, its slices of the buffers; the
+// splits merge through part/counter.
+template <int HD, int GC>
+__global__ void __launch_bounds__(kDecThreads) k_decode_attention_rows(DecAttnArgs a, RowsKv rk) {
+    dep_wait();
+    dep_launch();
+    const int r = int(blockIdx.y);
+    const int64_t plane = rk.rows->cap[r] * a.Hkv * a.hd;
+    a.qkv += int64_t(r) * (a.Hq + 2 * a.Hkv) * a.hd;
+    a.pos = rk.rows->pos + r;
+    a.kc = rk.rows->kv[r] + 2 * rk.layer * plane;
+    a.vc = a.kc + plane;
+    a.o += int64_t(r) * a.Hq * a.hd;
+    if (a.part) a.part += int64_t(r) * a.Hq * a.splits * decode_partial_floats(a.hd);
+    if (a.counter) a.counter += int64_t(r) * a.Hkv;
+    decode_attention_block<HD, GC, false, false>(a, int(blockIdx.x));
 }
 
 // Whether kernel k can run clusters of n blocks here with `smem` bytes of dynamic shared memory each (sm_90; sizes
@@ -420,7 +428,7 @@ void launch_decode_attention(const DecAttnArgs& a, dim3 grid, cudaStream_t s) {
 // warp order. One block per (row, kv head) and no split merge: the fused single-row kernel's key splits, clusters
 // and last-block merges took 39 µs per layer for 16 rows (H200, ncu), this ~4–6.
 constexpr int kRaWarps = 16, kRaUnroll = 4, kRaMaxG = 4;
-__global__ void __launch_bounds__(kRaWarps * kWarp) k_rows_attention(DecAttnArgs a) {
+__global__ void __launch_bounds__(kRaWarps * kWarp) k_rows_attention(DecAttnArgs a, RowsKv rk) {
     constexpr int HD = 128;
     __shared__ __align__(16) float raw[kRaMaxG + 2][HD];
     __shared__ float inv[kRaMaxG + 1];
@@ -430,9 +438,9 @@ __global__ void __launch_bounds__(kRaWarps * kWarp) k_rows_attention(DecAttnArgs
     dep_launch();
     const int g = int(blockIdx.x), r = int(blockIdx.y), G = a.Hq / a.Hkv;
     const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
-    const int p = a.rk.rows->pos[r];
-    const int64_t row = int64_t(a.Hkv) * HD, plane = a.rk.rows->cap[r] * row;
-    float* kc = a.rk.rows->kv[r] + 2 * a.rk.layer * plane;
+    const int p = rk.rows->pos[r];
+    const int64_t row = int64_t(a.Hkv) * HD, plane = rk.rows->cap[r] * row;
+    float* kc = rk.rows->kv[r] + 2 * rk.layer * plane;
     float* vc = kc + plane;
     const float* qkv = a.qkv + int64_t(r) * (a.Hq + 2 * a.Hkv) * HD;
     // raw rows: q heads g·G … g·G+G−1, then k head g, then v head g
@@ -529,26 +537,41 @@ __global__ void __launch_bounds__(kRaWarps * kWarp) k_rows_attention(DecAttnArgs
 
 } // namespace
 
-bool rows_attention(const DecAttnArgs& a, cudaStream_t s) {
-    if (!a.rk.rows || a.hd != 128 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.Hq / a.Hkv > kRaMaxG || a.rows < 1 ||
-        a.rows > BatchRows::kMax)
+bool rows_attention(const DecAttnArgs& a, RowsKv rk, int rows, cudaStream_t s) {
+    if (!rk.rows || a.hd != 128 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.Hq / a.Hkv > kRaMaxG || rows < 1 ||
+        rows > BatchRows::kMax)
         return false;
-    launch(k_rows_attention, dim3(unsigned(a.Hkv), unsigned(a.rows)), dim3(kRaWarps * kWarp), 0, s, a);
+    launch(k_rows_attention, dim3(unsigned(a.Hkv), unsigned(rows)), dim3(kRaWarps * kWarp), 0, s, a, rk);
     return true;
 }
 
-void attention(const AttnArgs& a, cudaStream_t s) {
+void decode_attention_rows(const DecAttnArgs& a, RowsKv rk, int rows, cudaStream_t s) {
+    if (!decode_attention_supported(a.Hq, a.Hkv, a.hd))
+        fail("cuda", "decode attention: needs head_dim 64/128/256 and at most 8 query heads per kv head");
+    if (!rk.rows || rows < 1 || rows > BatchRows::kMax)
+        fail("cuda", "decode attention: a batched step's rows are 1..BatchRows::kMax");
+    if (a.splits < 1 || a.splits > kDecMergeMax || (a.splits > 1 && (!a.part || !a.counter)))
+        fail("cuda", "decode attention: splits must be 1.." + std::to_string(kDecMergeMax) + " with split buffers");
+    const dim3 grid(unsigned(a.Hkv * a.splits), unsigned(rows));
+    const int G = a.Hq / a.Hkv;
+    if (a.hd == 128 && G == 2) launch(k_decode_attention_rows<128, 2>, grid, dim3(kDecThreads), 0, s, a, rk);
+    else if (a.hd == 128) launch(k_decode_attention_rows<128, 0>, grid, dim3(kDecThreads), 0, s, a, rk);
+    else if (a.hd == 64) launch(k_decode_attention_rows<64, 0>, grid, dim3(kDecThreads), 0, s, a, rk);
+    else launch(k_decode_attention_rows<256, 0>, grid, dim3(kDecThreads), 0, s, a, rk);
+}
+
+void attention(const AttnArgs& a, cudaStream_t s, RowsKv rk) {
     if (a.hd > kMaxHd || a.hd % 4 != 0) fail("cuda", "attention: head_dim must be a multiple of 4, at most 256");
     if (a.heads % a.kv_heads != 0) fail("cuda", "attention: heads not a multiple of kv heads");
-    if (a.rk.rows && (a.n > BatchRows::kMax || a.bq || !a.causal))
+    if (rk.rows && (a.n > BatchRows::kMax || a.bq || !a.causal))
         fail("cuda", "attention: a batched step's rows are causal, without biases, at most BatchRows::kMax");
     const int64_t warps = int64_t(a.n) * a.heads * a.splits;
     if (!warps) return;
     // many rows in one split: the tiled kernel (QASR_CUDA_ATTN_TILED=0 keeps the row-per-warp one, for A/B)
     if ((a.bq || a.bk || a.bv) && !(a.bq && a.bk && a.bv && attention_tiled(a)))
         fail("cuda", "attention: q/k/v biases need all three and the tiled kernel (attention_tiled)");
-    if (attention_mma(a, s)) return; // tensor cores (attention_mma.cu) where the device has them
-    if (attention_tiled(a)) {
+    if (!rk.rows && attention_mma(a, s)) return; // tensor cores (attention_mma.cu) where the device has them
+    if (!rk.rows && attention_tiled(a)) {
         // key splits: about two key tiles per block in the longest row tile (a power of two ≤ kAtMaxSplit;
         // QASR_CUDA_ATTN_SPLIT=n caps it, 1 for none)
         static const int max_split = [] {
@@ -580,14 +603,20 @@ void attention(const AttnArgs& a, cudaStream_t s) {
         if (!a.o) fail("cuda", "attention: a bf16 output outside the tiled kernel needs the float32 buffer o");
         AttnArgs f = a;
         f.ob = nullptr;
-        attention(f, s);
+        attention(f, s, rk);
         to_bf16(a.o, size_t(a.n) * a.o_stride, a.ob, s);
         return;
     }
     const dim3 grid(unsigned((warps + 3) / 4));
-    if (a.hd == 128) launch(k_attention<128>, grid, dim3(128), 0, s, a);
-    else if (a.hd == 64) launch(k_attention<64>, grid, dim3(128), 0, s, a);
-    else launch(k_attention<0>, grid, dim3(128), 0, s, a);
+    if (rk.rows) {
+        if (a.hd == 128) launch(k_attention<128, true>, grid, dim3(128), 0, s, a, rk);
+        else if (a.hd == 64) launch(k_attention<64, true>, grid, dim3(128), 0, s, a, rk);
+        else launch(k_attention<0, true>, grid, dim3(128), 0, s, a, rk);
+    } else {
+        if (a.hd == 128) launch(k_attention<128>, grid, dim3(128), 0, s, a, rk);
+        else if (a.hd == 64) launch(k_attention<64>, grid, dim3(128), 0, s, a, rk);
+        else launch(k_attention<0>, grid, dim3(128), 0, s, a, rk);
+    }
     if (a.splits > 1) launch(k_attention_combine, dim3(unsigned(int64_t(a.n) * a.heads)), dim3(128), 0, s, a);
 }
 
@@ -597,7 +626,7 @@ bool attention_tiled(const AttnArgs& a) {
         return !(e && std::string(e) == "0");
     }();
     const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    return tiled && !a.rk.rows && a.splits == 1 && a.n > 1 && (a.hd == 128 || a.hd == 64) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0 &&
+    return tiled && a.splits == 1 && a.n > 1 && (a.hd == 128 || a.hd == 64) && a.q_stride % 4 == 0 && a.kv_stride % 4 == 0 &&
            (!a.bq || (aligned(a.bq) && aligned(a.bk) && aligned(a.bv)));
 }
 
@@ -610,9 +639,7 @@ void decode_attention(const DecAttnArgs& a, cudaStream_t s) {
         fail("cuda", "decode attention: needs head_dim 64/128/256 and at most 8 query heads per kv head");
     if (a.splits < 1 || a.splits > kDecMergeMax || (a.splits > 1 && (!a.part || !a.counter)))
         fail("cuda", "decode attention: splits must be 1.." + std::to_string(kDecMergeMax) + " with split buffers");
-    if (a.rk.rows && (a.rows < 1 || a.rows > BatchRows::kMax || a.pre_wait))
-        fail("cuda", "decode attention: a batched step's rows are 1..BatchRows::kMax, without the early loads");
-    const dim3 grid(unsigned(a.Hkv * a.splits), unsigned(a.rk.rows ? a.rows : 1));
+    const dim3 grid(unsigned(a.Hkv * a.splits));
     const int G = a.Hq / a.Hkv; // the Qwen3-ASR sizes have 2 query heads per kv head
     if (a.hd == 128 && G == 2) launch_decode_attention<128, 2>(a, grid, s);
     else if (a.hd == 128) launch_decode_attention<128, 0>(a, grid, s);

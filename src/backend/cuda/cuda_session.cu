@@ -282,11 +282,10 @@ void CudaSession::queue_decoder_rows(int L, int64_t pos0, const BatchRows* rows)
         at.keys_hint = int(pos0) + L;
         at.ob = ubf; // the o product's operand directly
         if (rows) { // each row over its own session's cache: the row-per-warp kernel, keys split, then merged
-            at.rk = rk;
             at.splits = kRowsSplits;
             at.part = rows_part_.as<float>();
         }
-        attention(at, qs_);
+        attention(at, qs_, rk);
         mark("attention");
         gemm_w(ubf, L, l.o, x, 1.0f);
         mark("o");
@@ -584,17 +583,14 @@ void CudaSession::queue_rows_fast(int B, int splits, const BatchRows* rows) {
             da.qkv = pqkv_.as<float>(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
             da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
             da.o = o, da.splits = splits, da.part = rows_part_.as<float>(), da.counter = rows_counter_.as<unsigned>();
-            da.cluster = attn_cluster_;
-            da.rk = rk, da.rows = B;
-            if (!rows_attn_ || !rows_attention(da, s_)) decode_attention(da, s_);
+            if (!rows_attn_ || !rows_attention(da, rk, B, s_)) decode_attention_rows(da, rk, B, s_);
         } else {
             qk_norm_rope_kv(pqkv_.as<float>(), B, nullptr, Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
                             pq_.as<float>(), nullptr, nullptr, s_, rk);
             AttnArgs at = dec_attn(li, pq_.as<float>(), o, B);
-            at.rk = rk;
             at.splits = kRowsSplits;
             at.part = rows_part_.as<float>();
-            attention(at, s_);
+            attention(at, s_, rk);
         }
         mark("attention");
         product(l.o, o, nullptr, x, D_, Epi::Add);

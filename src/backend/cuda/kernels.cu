@@ -365,7 +365,7 @@ __global__ void k_swiglu4(const float* gu, int I4, bf16* out) {
 // q/k-norm + RoPE + the cache write: one warp per (row, head) over the q heads then the k heads; v heads are copied.
 // HD = 128 (both Qwen3-ASR sizes): each lane holds its four values x[l], x[l+32], x[l+64], x[l+96] from one read;
 // HD = 0: any even head_dim hd, the head read twice (sum of squares, then the rotation).
-template <int HD>
+template <int HD, bool ROWS = false>
 __global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int Hkv, int hd, const float* qn,
                           const float* kn, float eps, const float* inv_freq, float* q_out, float* kc, float* vc,
                           RowsKv rk) {
@@ -378,7 +378,7 @@ __global__ void k_qk_rope(const float* qkv, int n, const int* pos, int Hq, int H
     if (gw >= int64_t(n) * H) return;
     const int r = int(gw / H), h = int(gw % H);
     int p;
-    if (rk.rows) { // a batched step's row: its session's position and cache
+    if constexpr (ROWS) { // a batched step's row: its session's position and cache
         p = rk.rows->pos[r];
         const int64_t plane = rk.rows->cap[r] * Hkv * hd;
         kc = rk.rows->kv[r] + 2 * rk.layer * plane;
@@ -661,8 +661,13 @@ void qk_norm_rope_kv(const float* qkv, int n, const int* pos, int Hq, int Hkv, i
     const int64_t warps = int64_t(n) * (Hq + 2 * Hkv);
     if (!warps) return;
     if (rk.rows && n > BatchRows::kMax) fail("cuda", "qk_norm_rope_kv: more rows than a batched step holds");
-    launch(hd == 128 ? k_qk_rope<128> : k_qk_rope<0>, dim3(unsigned((warps * kWarp + 255) / 256)), dim3(256), 0, s, qkv,
-           n, pos, Hq, Hkv, hd, qn, kn, eps, inv_freq, q_out, kc, vc, rk);
+    const dim3 grid(unsigned((warps * kWarp + 255) / 256));
+    if (rk.rows)
+        launch(hd == 128 ? k_qk_rope<128, true> : k_qk_rope<0, true>, grid, dim3(256), 0, s, qkv, n, pos, Hq, Hkv, hd, qn,
+               kn, eps, inv_freq, q_out, kc, vc, rk);
+    else
+        launch(hd == 128 ? k_qk_rope<128> : k_qk_rope<0>, grid, dim3(256), 0, s, qkv, n, pos, Hq, Hkv, hd, qn, kn, eps,
+               inv_freq, q_out, kc, vc, rk);
     QASR_CUDA_LAUNCHED();
 }
 

@@ -100,11 +100,11 @@ struct AttnArgs {
     const float* bq = nullptr;
     const float* bk = nullptr;
     const float* bv = nullptr;
-    // rows of a batched decode step (causal; k, v and past unused): row r attends over positions 0..rows->pos[r] of
-    // its own session's cache at layer rk.layer (the row-per-warp kernel)
-    RowsKv rk;
 };
-void attention(const AttnArgs& a, cudaStream_t s);
+// rk.rows (rows of a batched decode step; causal, no biases; k, v and past unused): row r attends over positions
+// 0..rk.rows->pos[r] of its own session's cache at layer rk.layer (the row-per-warp kernel). Not a member of AttnArgs:
+// the struct's layout decides the code of the prefill's attention kernels.
+void attention(const AttnArgs& a, cudaStream_t s, RowsKv rk = {});
 // Whether attention(a) runs the tiled kernel (many rows, head_dim 64/128), which can add q/k/v biases on load.
 bool attention_tiled(const AttnArgs& a);
 // The tiled case on the tensor cores (TF32 products, float32 accumulation; sm_80+, attention_mma.cu): runs it and
@@ -137,19 +137,19 @@ struct DecAttnArgs {
     bool cluster = false;
     // trigger the successor's launch at entry (its weight copies start while this kernel waits), not after the wait
     bool early = false;
-    // rows of a batched step (rk.rows, device memory; pos, kc, vc unused): `rows` rows at once, row r's qkv, o, part
-    // and counter at r times their single-row sizes, its position and cache from rk.rows (layer rk.layer)
-    RowsKv rk;
-    int rows = 1;
 };
 // Floats per split partial of decode_attention (acc[hd], max, sum, padding to a multiple of 4); part ≥ Hq·splits·this.
 __host__ __device__ constexpr int decode_partial_floats(int hd) { return hd + 4; }
 bool decode_attention_supported(int Hq, int Hkv, int hd);
 void decode_attention(const DecAttnArgs& a, cudaStream_t s);
-// The same for the rows of a batched step (a.rk.rows, a.rows; splits, part, counter, cluster unused): one block per
-// (kv head, row), no key splits. False where it does not apply (head_dim other than 128, more than 4 query heads
-// per kv head): then decode_attention with a.rk.
-bool rows_attention(const DecAttnArgs& a, cudaStream_t s);
+// The same for `rows` rows of a batched step (DecAttnArgs stays the single-row kernel's: its layout decides that
+// kernel's code): row r's qkv, o, part and counter at r times their single-row sizes, its position and cache from
+// rk.rows (layer rk.layer); pos, kc and vc unused. rows_attention: one block per (kv head, row), no key splits
+// (splits, part, counter, cluster unused); false where it does not apply (head_dim other than 128, more than 4
+// query heads per kv head). decode_attention_rows: the single-row kernel's body per row, its splits merged through
+// part/counter (cluster unused).
+bool rows_attention(const DecAttnArgs& a, RowsKv rk, int rows, cudaStream_t s);
+void decode_attention_rows(const DecAttnArgs& a, RowsKv rk, int rows, cudaStream_t s);
 
 // Greedy choice: argmax (ties → lowest id) and its log-softmax; writes *tok, ring[*count % ring_size] =
 // {id, logprob bits}, ++*count, and ++*pos when advance.
