@@ -557,11 +557,11 @@ void CudaSession::init_rows(int max_batch) {
     QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&rows_out_h_), n * sizeof(int2), cudaHostAllocDefault));
     std::memset(rows_h_, 0, sizeof(BatchRows));
     const char* e = std::getenv("QASR_CUDA_ROWS_MMA");
-    rows_fast_ = !(e && std::string(e) == "0") && rows_product_applies(w_.head, max_batch, Epi::Store);
+    // the weights' formats and widths (a step of more rows than the row products take runs the cuBLAS path)
+    rows_fast_ = !(e && std::string(e) == "0") && rows_product_applies(w_.head, 1, Epi::Store);
     for (const DevDecLayer& l : w_.dec)
-        rows_fast_ = rows_fast_ && rows_product_applies(l.qkv, max_batch, Epi::Store) &&
-                     rows_product_applies(l.o, max_batch, Epi::Add) && rows_product_applies(l.gateup, max_batch, Epi::SwiGLU) &&
-                     rows_product_applies(l.down, max_batch, Epi::Add);
+        rows_fast_ = rows_fast_ && rows_product_applies(l.qkv, 1, Epi::Store) && rows_product_applies(l.o, 1, Epi::Add) &&
+                     rows_product_applies(l.gateup, 1, Epi::SwiGLU) && rows_product_applies(l.down, 1, Epi::Add);
 }
 
 void CudaSession::queue_rows_fast(int B, int splits, const BatchRows* rows) {
@@ -628,7 +628,7 @@ void CudaSession::enqueue_rows_step(int B, int splits) {
     const int* toks = reinterpret_cast<const int*>(reinterpret_cast<const char*>(rd) + offsetof(BatchRows, tok));
     embed(w_.embed, toks, B, px_.as<float>(), s_);
     const float* lg = plog_.as<float>();
-    if (rows_fast_) {
+    if (rows_fast_ && B <= kRowsProductMaxRows) {
         queue_rows_fast(B, splits, rd);
     } else {
         queue_decoder_rows(B, 0, rd);

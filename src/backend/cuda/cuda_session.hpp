@@ -257,7 +257,7 @@ private:
     // attention's keys in `splits` splits (fused attention)
     void enqueue_rows_step(int B, int splits);
     // Its decoder layers and LM head on the tensor-core row products (rows_product: 5 kernels per layer, bf16
-    // weights, B ≤ 16); else (rows_fast_ false, or QASR_CUDA_ROWS_MMA=0) the row passes' cuBLAS path.
+    // weights, B ≤ 16); else (rows_fast_ false, more rows, or QASR_CUDA_ROWS_MMA=0) the row passes' cuBLAS path.
     void queue_rows_fast(int B, int splits, const BatchRows* rows);
     bool rows_fast_ = false;
     const bool rows_attn_ = [] { // QASR_CUDA_ROWS_ATTN=0: the fused single-row kernel per row instead (A/B)

@@ -163,6 +163,7 @@ void argmax_token(const float* logits, int V, float* scratch, int* tok, int* pos
 // for the B ≤ 16 rows x [B, K], each RMS-normalised first with norm_w (null: as is) and rounded to bf16 (the
 // operands the row passes give cuBLAS), float32 sums; epilogues as matvec (SwiGLU: W = [gate; up], N/2 outputs).
 // False where it does not apply (nothing launched): rows_product_applies.
+constexpr int kRowsProductMaxRows = 16;
 bool rows_product_applies(const DMat& W, int B, Epi epi);
 bool rows_product(const DMat& W, const float* x, int B, const float* norm_w, float eps, float* y, int ldy, Epi epi,
                   cudaStream_t s);

@@ -34,7 +34,7 @@ namespace {
 using namespace detail;
 
 constexpr int kRpWarps = 8, kRpThreads = kRpWarps * kWarp;
-constexpr int kRpRows = 16;   // input rows of the mma's A (B ≤ 16, zero-padded)
+constexpr int kRpRows = kRowsProductMaxRows; // input rows of the mma's A (B ≤ 16, zero-padded)
 constexpr int kRpGroup = 8;   // 32-column steps whose weights a lane has in flight at once
 constexpr int kRpPad = 32;    // bf16 elements of padding per staged row: lanes (g, t) hit distinct banks
 
