@@ -459,4 +459,7 @@ private:
     const void* graph_kv_ = nullptr;         // the KV cache the graphs were captured on
 };
 
+// The device's batched step (batch_step.cu): a session of its own with scratch for max_batch rows (≤ BatchRows::kMax).
+std::unique_ptr<DeviceBatch> open_batch(const Model& m, const DeviceWeights& w, int max_batch);
+
 } // namespace qasr::cuda::detail
