@@ -47,8 +47,7 @@ TranscriptionResult BatchEngine::run(const std::vector<float>& audio, const Tran
     j.opts = &opts;
     if (dev_) { // on a device: the front end, encoder and prefill here, on this request's own stream
         auto s = std::make_unique<Session>(model_);
-        const DecodeOptions& d = opts.decode;
-        if (!(d.temperature <= 0.0f || d.ignore_eos)) return s->run(audio, opts); // sampling: its own loop
+        if (!Session::argmax_decoding(opts.decode)) return s->run(audio, opts); // sampling: its own loop
         if (!s->begin(audio, opts) || (j.token = s->begin_device_batch()) < 0) return s->finish();
         j.session = std::move(s);
     }

@@ -148,7 +148,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     // Greedy decoding on an accelerator: the argmax runs there, one step ahead of the host's stop checks, and the
     // encoder's rows stay on the device for the prefill (queued while the encoder runs: mel_ms and encode_ms are then
     // the times to queue them, and their remaining device time counts in prefill_ms; the sum is the wall time).
-    const bool device_greedy = st_.device_greedy = accel_ && (d.temperature <= 0.0f || d.ignore_eos);
+    const bool device_greedy = st_.device_greedy = accel_ && argmax_decoding(d);
     Stopwatch sw;
     Tensor rows;
     int64_t n_rows = 0;

@@ -41,6 +41,9 @@ public:
     // choice) through next_chosen(), with room made in the device's KV cache for the rest; the later steps then
     // go through step_batch_device().
     bool device_greedy() const { return st_.device_greedy; }
+    // Whether these options decode by argmax (greedy, or --ignore-eos's plain argmax): on a device, such a request
+    // keeps its tokens on the device (device_greedy) and can join a DeviceBatch.
+    static bool argmax_decoding(const DecodeOptions& d) { return d.temperature <= 0.0f || d.ignore_eos; }
     int begin_device_batch();
     // One greedy step of B device sessions together (DeviceBatch::step): ids/logprobs get each row's choice.
     static void step_batch_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int* ids,
