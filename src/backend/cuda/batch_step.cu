@@ -26,11 +26,7 @@ void CudaSession::batch_first(int max_tokens, int* id, float* logprob) {
     }
     first_queued_ = false;
     QASR_CUDA(cudaStreamSynchronize(s_));
-    const volatile int* slot = reinterpret_cast<volatile int*>(ring_h_);
-    const int tok = slot[0], lp_bits = slot[1];
-    if (tok < 0 || tok >= V_) fail("decoder", "no valid first token (non-finite logits: check the checkpoint's weights)");
-    *id = tok;
-    std::memcpy(logprob, &lp_bits, 4);
+    if (!read_ring(0, id, logprob)) fail("decoder", "no valid first token (non-finite logits: check the checkpoint's weights)");
     capture_pending(); // this request's eager passes, recorded while its tokens are decoded in batches
 }
 
@@ -114,11 +110,7 @@ void CudaSession::step_greedy(int token, int* id, float* logprob) {
     if (embed_fold_) embed(w_.embed, d_tok(), 1, x1_.as<float>(), s_);
     launch_step(true);
     QASR_CUDA(cudaStreamSynchronize(s_));
-    const volatile int* slot = reinterpret_cast<volatile int*>(ring_h_);
-    const int tok = slot[0], lp_bits = slot[1];
-    if (tok < 0 || tok >= V_) fail("decoder", "no valid token (non-finite logits: check the checkpoint's weights)");
-    *id = tok;
-    std::memcpy(logprob, &lp_bits, 4);
+    if (!read_ring(0, id, logprob)) fail("decoder", "no valid token (non-finite logits: check the checkpoint's weights)");
     ++len_;
 }
 
@@ -203,8 +195,7 @@ public:
     }
     int max_batch() const override { return max_; }
     void step(DeviceSession* const* s, const int* tokens, size_t B, int* ids, float* logprobs) override {
-        if (B > size_t(max_)) fail("cuda", "a batched step of " + std::to_string(B) + " rows (this batch holds " + std::to_string(max_) + ")");
-        rows_.resize(B);
+        rows_.resize(B); // (more rows than the batch holds: step_rows refuses them)
         for (size_t b = 0; b < B; ++b) {
             rows_[b] = dynamic_cast<CudaSession*>(s[b] ? s[b]->inner() : nullptr);
             if (!rows_[b]) fail("cuda", "a batched step needs sessions of this CUDA context");

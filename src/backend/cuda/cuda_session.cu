@@ -534,11 +534,9 @@ void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& 
         }
         if (n == 0) capture_pending(); // this request's eager passes, recorded while the device decodes
         QASR_CUDA(cudaEventSynchronize(ev_[n % kRing]));
-        const volatile int* slot = reinterpret_cast<volatile int*>(ring_h_ + n % kRing);
-        const int id = slot[0], lp_bits = slot[1];
-        float lp;
-        std::memcpy(&lp, &lp_bits, 4);
-        if (id < 0 || id >= V_) {
+        int id = 0;
+        float lp = 0;
+        if (!read_ring(n, &id, &lp)) {
             QASR_CUDA(cudaStreamSynchronize(s_));
             fail("decoder", "no valid token at step " + std::to_string(n) + " (non-finite logits: check the checkpoint's weights)");
         }

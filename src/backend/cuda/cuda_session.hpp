@@ -210,6 +210,15 @@ public:
     }
 
 private:
+    // Ring slot i as the device wrote it (page-locked, mapped: read after the event/stream that wrote it): the
+    // token and its log-probability; false where the token is not valid (non-finite logits).
+    bool read_ring(int i, int* id, float* logprob) const {
+        const volatile int* slot = reinterpret_cast<volatile int*>(ring_h_ + i % kRing);
+        const int tok = slot[0], lp_bits = slot[1];
+        *id = tok;
+        std::memcpy(logprob, &lp_bits, 4);
+        return tok >= 0 && tok < V_;
+    }
     int* d_tok() const { return ints_.as<int>(); }
     int* d_pos() const { return ints_.as<int>() + 1; }
     int* d_count() const { return ints_.as<int>() + 2; }
