@@ -4,10 +4,12 @@
 #include "api/transcriber_impl.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/staged_upload.hpp"
+#include "model/quantize_checkpoint.hpp"
 #include "cuda_test_util.hpp"
 
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 using namespace qasr;
 using namespace qasr::cuda;
@@ -48,78 +50,98 @@ TEST(Cuda, MatvecBf16AllEpiloguesMatchCpu) {
     }
 }
 
-// The decode step's bf16 products with the weights bulk-copied into shared memory before the dependency wait
-// (matvec_prefetch.cu): every epilogue, at the widths it takes (K = 1024, 2048, 3072), with partial last blocks.
 // The batched step's products (rows_product: B ≤ 16 rows on the tensor cores, the rows RMS-normalised and rounded
 // to bf16 as the row passes' cuBLAS operands): every epilogue, 1 to 16 rows, the K of both model sizes, a grid that
-// loops over tiles (the LM head's shape in small), against float64 sums of the same bf16 operands.
+// loops over tiles (the LM head's shape in small), against float64 sums of the same bf16 operands. W: [2N, K] on
+// the device (m), wf its values as the kernel multiplies them.
+void check_rows_product(const DMat& m, const std::vector<float>& wf, int N, int K, int B, const std::string& what) {
+    ASSERT_TRUE(rows_product_applies(m, B, Epi::SwiGLU)) << what;
+    const std::vector<float> x = randv(size_t(B) * K, 6 + B), nw = randv(size_t(K), 7);
+    const std::vector<float> y0 = randv(size_t(B) * 2 * N, 8);
+    Dev dx(x), dn(nw);
+    for (const bool norm : {true, false}) {
+        std::vector<float> xr(x.size()); // the operand rows as the kernel rounds them
+        for (int b = 0; b < B; ++b) {
+            double ss = 0;
+            for (int k = 0; k < K; ++k) ss += double(x[size_t(b) * K + k]) * x[size_t(b) * K + k];
+            const float inv = norm ? 1.0f / std::sqrt(float(ss / K) + 1e-6f) : 1.0f;
+            for (int k = 0; k < K; ++k)
+                xr[size_t(b) * K + k] = bf16_round(norm ? x[size_t(b) * K + k] * inv * nw[size_t(k)] : x[size_t(b) * K + k]);
+        }
+        std::vector<float> ref(size_t(B) * 2 * N);
+        for (int b = 0; b < B; ++b)
+            for (int n = 0; n < 2 * N; ++n) {
+                double acc = 0;
+                for (int k = 0; k < K; ++k) acc += double(wf[size_t(n) * K + k]) * xr[size_t(b) * K + k];
+                ref[size_t(b) * 2 * N + n] = float(acc);
+            }
+        const float* np = norm ? dn.p<float>() : nullptr;
+        const std::string at = what + ", " + std::to_string(B) + " rows, " + std::to_string(2 * N) + "x" +
+                               std::to_string(K) + (norm ? " normed" : "");
+        {
+            Dev dy(y0);
+            ASSERT_TRUE(rows_product(m, dx.p<float>(), B, np, 1e-6f, dy.p<float>(), 2 * N, Epi::Store, nullptr));
+            EXPECT_LT(rel_l2(host(dy, size_t(B) * 2 * N), ref), 2e-3) << at << " store";
+        }
+        {
+            Dev dy(y0);
+            ASSERT_TRUE(rows_product(m, dx.p<float>(), B, np, 1e-6f, dy.p<float>(), 2 * N, Epi::Add, nullptr));
+            std::vector<float> want = ref;
+            for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+            EXPECT_LT(rel_l2(host(dy, want.size()), want), 2e-3) << at << " add";
+            // rows past B untouched: y0 beyond B rows is not there (ldy = 2N, B rows), checked by the sizes
+        }
+        {
+            Dev dy(size_t(B) * N * 4);
+            ASSERT_TRUE(rows_product(m, dx.p<float>(), B, np, 1e-6f, dy.p<float>(), N, Epi::SwiGLU, nullptr));
+            std::vector<float> want(size_t(B) * N);
+            for (int b = 0; b < B; ++b)
+                for (int i = 0; i < N; ++i) {
+                    const float gt = ref[size_t(b) * 2 * N + i], up = ref[size_t(b) * 2 * N + N + i];
+                    want[size_t(b) * N + i] = gt / (1 + std::exp(-gt)) * up;
+                }
+            EXPECT_LT(rel_l2(host(dy, want.size()), want), 2e-3) << at << " swiglu";
+        }
+    }
+}
+
 TEST(Cuda, RowsProductMatchesCpuEveryEpilogueAndRowCount) {
     NEED_GPU();
     if (!device_has_mma()) GTEST_SKIP() << "rows_product needs sm_80";
     for (const auto& [N, K] : {std::pair<int, int>{64, 256}, {1024, 1024}, {520, 3072}, {24000, 1024}})
         for (const int B : {1, 3, 16}) {
             const Bf16Mat W(2 * N, K, 5);
-            const std::vector<float> x = randv(size_t(B) * K, 6 + B), nw = randv(size_t(K), 7);
-            const std::vector<float> y0 = randv(size_t(B) * 2 * N, 8);
-            Dev dw(W.bits), dx(x), dn(nw);
+            Dev dw(W.bits);
             DMat m;
             m.rows = 2 * N, m.cols = K, m.data = dw.p<void>();
-            ASSERT_TRUE(rows_product_applies(m, B, Epi::SwiGLU));
-            for (const bool norm : {true, false}) {
-                std::vector<float> xr(x.size()); // the operand rows as the kernel rounds them
-                for (int b = 0; b < B; ++b) {
-                    double ss = 0;
-                    for (int k = 0; k < K; ++k) ss += double(x[size_t(b) * K + k]) * x[size_t(b) * K + k];
-                    const float inv = norm ? 1.0f / std::sqrt(float(ss / K) + 1e-6f) : 1.0f;
-                    for (int k = 0; k < K; ++k)
-                        xr[size_t(b) * K + k] = bf16_round(norm ? x[size_t(b) * K + k] * inv * nw[size_t(k)] : x[size_t(b) * K + k]);
-                }
-                std::vector<float> ref(size_t(B) * 2 * N);
-                for (int b = 0; b < B; ++b)
-                    for (int n = 0; n < 2 * N; ++n) {
-                        double acc = 0;
-                        for (int k = 0; k < K; ++k) acc += double(W.f[size_t(n) * K + k]) * xr[size_t(b) * K + k];
-                        ref[size_t(b) * 2 * N + n] = float(acc);
-                    }
-                const float* np = norm ? dn.p<float>() : nullptr;
-                const std::string at = std::to_string(B) + " rows, " + std::to_string(2 * N) + "x" + std::to_string(K) +
-                                       (norm ? " normed" : "");
-                {
-                    Dev dy(y0);
-                    ASSERT_TRUE(rows_product(m, dx.p<float>(), B, np, 1e-6f, dy.p<float>(), 2 * N, Epi::Store, nullptr));
-                    EXPECT_LT(rel_l2(host(dy, size_t(B) * 2 * N), ref), 2e-3) << at << " store";
-                }
-                {
-                    Dev dy(y0);
-                    ASSERT_TRUE(rows_product(m, dx.p<float>(), B, np, 1e-6f, dy.p<float>(), 2 * N, Epi::Add, nullptr));
-                    std::vector<float> want = ref;
-                    for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-                    EXPECT_LT(rel_l2(host(dy, want.size()), want), 2e-3) << at << " add";
-                    // rows past B untouched: y0 beyond B rows is not there (ldy = 2N, B rows), checked by the sizes
-                }
-                {
-                    Dev dy(size_t(B) * N * 4);
-                    ASSERT_TRUE(rows_product(m, dx.p<float>(), B, np, 1e-6f, dy.p<float>(), N, Epi::SwiGLU, nullptr));
-                    std::vector<float> want(size_t(B) * N);
-                    for (int b = 0; b < B; ++b)
-                        for (int i = 0; i < N; ++i) {
-                            const float gt = ref[size_t(b) * 2 * N + i], up = ref[size_t(b) * 2 * N + N + i];
-                            want[size_t(b) * N + i] = gt / (1 + std::exp(-gt)) * up;
-                        }
-                    EXPECT_LT(rel_l2(host(dy, want.size()), want), 2e-3) << at << " swiglu";
-                }
-            }
+            check_rows_product(m, W.f, N, K, B, "bf16");
         }
-    // what it refuses: more than 16 rows, K not a multiple of 256, quantized weights
+    // MLX-quantized weights (the 8/6/4-bit checkpoints' decoders and heads): dequantized in registers to the values
+    // dequant_bf16 gives the cuBLAS path, bf16(scale·q + bias); group sizes 32, 64, 128
+    for (const int bits : {8, 6, 4})
+        for (const auto& [N, K, gs] : {std::tuple<int, int, int>{64, 256, 64}, {1024, 1024, 32}, {520, 3072, 128}})
+            for (const int B : {1, 16}) {
+                const QuantDevMat q(randv(size_t(2 * N) * K, 9, 0.1f), 2 * N, K, bits, gs);
+                std::vector<float> wf = q.f;
+                for (float& v : wf) v = bf16_round(v);
+                check_rows_product(q.m, wf, N, K, B, std::to_string(bits) + "-bit gs " + std::to_string(gs));
+            }
+    // what it refuses: more than 16 rows, K not a multiple of 256, quantized weights without scales, 3-bit codes
     DMat m;
     m.rows = 64, m.cols = 1024, m.data = reinterpret_cast<void*>(uintptr_t(256));
     EXPECT_FALSE(rows_product_applies(m, 17, Epi::Store));
     m.cols = 1000;
     EXPECT_FALSE(rows_product_applies(m, 4, Epi::Store));
-    m.cols = 1024, m.bits = 8;
+    m.cols = 1024, m.bits = 8, m.gs = 64;
+    EXPECT_FALSE(rows_product_applies(m, 4, Epi::Store));
+    m.scales = m.biases = reinterpret_cast<const bf16*>(uintptr_t(256));
+    EXPECT_TRUE(rows_product_applies(m, 4, Epi::Store));
+    m.bits = 3;
     EXPECT_FALSE(rows_product_applies(m, 4, Epi::Store));
 }
 
+// The decode step's bf16 products with the weights bulk-copied into shared memory before the dependency wait
+// (matvec_prefetch.cu): every epilogue, at the widths it takes (K = 1024, 2048, 3072), with partial last blocks.
 TEST(Cuda, MatvecPrefetchedWeightsMatchCpu) {
     NEED_PREFETCH_GPU();
     // the last two exceed shared memory per block (the 1.7B model's class of shapes): streamed through stage buffers
@@ -559,15 +581,28 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
 // ~1e-3 (measured: log-probabilities within 2.7e-3), so a near-tie is a top-2 gap under 2e-2 and log-probabilities
 // agree within 1e-2.
 // Paths: "wide" (row products on the tensor cores + the batched attention kernel; with QASR_CUDA_ROWS_ATTN=0 the fused
-// single-row attention kernel per row), "tiny" (widths the row products do not take: the cuBLAS path and the
+// single-row attention kernel per row), "wide" 8-bit (the row products dequantizing MLX codes), "wide" with
+// QASR_CUDA_ROWS_MMA=0 in bf16 and 4-bit (the cuBLAS path — quantized weights dequantized first — with the batched
+// attention kernel), "tiny" (head_dim 32, widths the row products do not take: the cuBLAS path and the
 // row-per-warp attention).
-void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn) {
+void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn, bool rows_mma = true, int bits = 16) {
     const std::string tok_dir = tokenizer_dir();
     struct Env {
-        explicit Env(bool on) { if (!on) setenv("QASR_CUDA_ROWS_ATTN", "0", 1); }
-        ~Env() { unsetenv("QASR_CUDA_ROWS_ATTN"); }
-    } env(rows_attn);
-    const auto gpu = Model::load(random_checkpoint_dir(preset, 1, tok_dir), "cuda");
+        Env(bool attn, bool mma) {
+            if (!attn) setenv("QASR_CUDA_ROWS_ATTN", "0", 1);
+            if (!mma) setenv("QASR_CUDA_ROWS_MMA", "0", 1);
+        }
+        ~Env() { unsetenv("QASR_CUDA_ROWS_ATTN"), unsetenv("QASR_CUDA_ROWS_MMA"); }
+    } env(rows_attn, rows_mma);
+    std::string dir = random_checkpoint_dir(preset, 1, tok_dir);
+    if (bits < 16) {
+        const std::string q = dir + "_q" + std::to_string(bits);
+        QuantizeOptions qo;
+        qo.bits = bits;
+        if (!std::filesystem::exists(q + "/config.json")) quantize_checkpoint(dir, q, qo);
+        dir = q;
+    }
+    const auto gpu = Model::load(dir, "cuda");
     ASSERT_TRUE(gpu->device);
     const int kRows = 3, kSteps = 14;
     std::unique_ptr<DeviceBatch> batch = gpu->device->open_batch(4);
@@ -581,7 +616,9 @@ void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn) {
     std::vector<Tensor> logits(kRows);
     std::vector<int> fed(kRows);
     int near_ties = 0, checked = 0;
-    const std::string where = preset + (rows_attn ? "" : " (QASR_CUDA_ROWS_ATTN=0)");
+    double worst_lp = 0; // largest |Δ log-probability| of a chosen token
+    const std::string where = preset + (bits < 16 ? " " + std::to_string(bits) + "-bit" : "") +
+                              (rows_attn ? "" : " (QASR_CUDA_ROWS_ATTN=0)") + (rows_mma ? "" : " (QASR_CUDA_ROWS_MMA=0)");
     const auto top2_gap = [](const Tensor& l) {
         std::vector<float> v(l.ptr(), l.ptr() + l.cols());
         std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
@@ -601,6 +638,7 @@ void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn) {
             const float mx = l.ptr()[want];
             for (int64_t i = 0; i < l.cols(); ++i) lse += std::exp(double(l.ptr()[i] - mx));
             EXPECT_NEAR(lp, -std::log(lse), 1e-2) << where << " " << what << " row " << b;
+            worst_lp = std::max(worst_lp, std::abs(double(lp) + std::log(lse)));
         }
         return want;
     };
@@ -632,7 +670,8 @@ void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn) {
             fed[size_t(b)] = check(b, ids[k], lps[k], "step " + std::to_string(n));
         }
     }
-    std::printf("batched rows, %s: %d choices checked, %d at near-ties\n", where.c_str(), checked, near_ties);
+    std::printf("batched rows, %s: %d choices checked, %d at near-ties, log-probabilities within %.2e\n",
+                where.c_str(), checked, near_ties, worst_lp);
     EXPECT_LE(near_ties, checked / 10) << where;
     // misuse: more rows than the batch holds, a session that has not made room, a token outside the vocabulary
     std::vector<Session*> five(5, rows[0].get());
@@ -653,7 +692,11 @@ TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
         GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tokenizer_dir();
     batched_rows_match_lone_steps("wide", true);
     batched_rows_match_lone_steps("wide", false);
-    batched_rows_match_lone_steps("tiny", true);
+    batched_rows_match_lone_steps("wide", true, false); // the cuBLAS path with the rows' attention kernel
+    batched_rows_match_lone_steps("wide", true, true, 8);  // quantized weights on the row products
+    batched_rows_match_lone_steps("wide", true, true, 4);
+    batched_rows_match_lone_steps("wide", true, false, 4); // and dequantized for the cuBLAS path
+    batched_rows_match_lone_steps("tiny", true);        // head_dim 32: the cuBLAS path's row-per-warp attention
 }
 
 // The batch engine on the device (LoadOptions::max_batch with --device cuda): concurrent clients, each request's

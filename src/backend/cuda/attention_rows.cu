@@ -150,10 +150,12 @@ __global__ void __launch_bounds__(kDecThreads) k_decode_attention_rows(DecAttnAr
 
 } // namespace
 
+bool rows_attention_applies(int Hq, int Hkv, int hd) {
+    return hd == 128 && Hkv > 0 && Hq % Hkv == 0 && Hq / Hkv <= kRaMaxG;
+}
+
 bool rows_attention(const DecAttnArgs& a, RowsKv rk, int rows, cudaStream_t s) {
-    if (!rk.rows || a.hd != 128 || a.Hkv <= 0 || a.Hq % a.Hkv != 0 || a.Hq / a.Hkv > kRaMaxG || rows < 1 ||
-        rows > BatchRows::kMax)
-        return false;
+    if (!rk.rows || !rows_attention_applies(a.Hq, a.Hkv, a.hd) || rows < 1 || rows > BatchRows::kMax) return false;
     launch(k_rows_attention, dim3(unsigned(a.Hkv), unsigned(rows)), dim3(kRaWarps * kWarp), 0, s, a, rk);
     return true;
 }

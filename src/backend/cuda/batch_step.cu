@@ -74,13 +74,7 @@ void CudaSession::queue_rows_fast(int B, int splits, const BatchRows* rows) {
         product(l.qkv, x, l.in_norm, pqkv_.as<float>(), int(qkvw_), Epi::Store);
         mark("qkv");
         const RowsKv rk{rows, int(li)};
-        if (fused_attn_) { // q/k-norm + RoPE + the row's KV write + its attention, every row in one launch
-            DecAttnArgs da;
-            da.qkv = pqkv_.as<float>(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
-            da.qn = l.q_norm, da.kn = l.k_norm, da.eps = eps, da.inv_freq = w_.inv_freq;
-            da.o = o, da.splits = splits, da.part = rows_part_.as<float>(), da.counter = rows_counter_.as<unsigned>();
-            if (!rows_attn_ || !rows_attention(da, rk, B, s_)) decode_attention_rows(da, rk, B, s_);
-        } else {
+        if (!queue_rows_attention(li, B, splits, rows, s_)) {
             qk_norm_rope_kv(pqkv_.as<float>(), B, nullptr, Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
                             pq_.as<float>(), nullptr, nullptr, s_, rk);
             AttnArgs at = dec_attn(li, pq_.as<float>(), o, B);
@@ -97,6 +91,18 @@ void CudaSession::queue_rows_fast(int B, int splits, const BatchRows* rows) {
         mark("down");
     }
     product(w_.head, x, w_.norm, plog_.as<float>(), V_, Epi::Store);
+}
+
+bool CudaSession::queue_rows_attention(size_t li, int B, int splits, const BatchRows* rows, cudaStream_t s) {
+    if (!fused_attn_) return false;
+    const DevDecLayer& l = w_.dec[li];
+    DecAttnArgs da;
+    da.qkv = pqkv_.as<float>(), da.Hq = Hq_, da.Hkv = Hkv_, da.hd = hd_;
+    da.qn = l.q_norm, da.kn = l.k_norm, da.eps = m_.hp.text.rms_eps, da.inv_freq = w_.inv_freq;
+    da.o = po_.as<float>(), da.splits = splits, da.part = rows_part_.as<float>(), da.counter = rows_counter_.as<unsigned>();
+    const RowsKv rk{rows, int(li)};
+    if (!rows_attn_ || !rows_attention(da, rk, B, s)) decode_attention_rows(da, rk, B, s);
+    return true;
 }
 
 void CudaSession::step_greedy(int token, int* id, float* logprob) {
@@ -123,7 +129,7 @@ void CudaSession::enqueue_rows_step(int B, int splits) {
     if (rows_fast_ && B <= kRowsProductMaxRows) {
         queue_rows_fast(B, splits, rd);
     } else {
-        queue_decoder_rows(B, 0, rd);
+        queue_decoder_rows(B, 0, rd, splits);
         lg = head_rows(px_.as<float>(), B);
     }
     mark("head");
@@ -160,7 +166,9 @@ void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, 
         rows_seen_.clear();
         rows_key_ = key;
     }
-    const int splits = splits_for(longest + 1); // the attention's key splits, by the longest row's keys
+    // the attention's key splits, by the longest row's keys (rows_attention splits none: one graph per row count)
+    const bool split_free = fused_attn_ && rows_attn_ && rows_attention_applies(Hq_, Hkv_, hd_);
+    const int splits = split_free ? 1 : splits_for(longest + 1);
     const int gkey = B * 64 + splits;
     auto it = rows_graphs_.find(gkey);
     if (it != rows_graphs_.end()) {

@@ -259,7 +259,7 @@ void CudaSession::decoder_rows(int L) {
     set_ints(d_pos(), int(len_), 0, s_);
 }
 
-void CudaSession::queue_decoder_rows(int L, int64_t pos0, const BatchRows* rows) {
+void CudaSession::queue_decoder_rows(int L, int64_t pos0, const BatchRows* rows, int splits) {
     if (!rows) set_ints(d_pos(), int(pos0), 0, qs_); // the rows' first position; count = 0
     const int I = I_;
     float* x = px_.as<float>();
@@ -272,19 +272,23 @@ void CudaSession::queue_decoder_rows(int L, int64_t pos0, const BatchRows* rows)
         mark("norm");
         gemm_w(ubf, L, l.qkv, pqkv_.as<float>(), 0.0f);
         mark("qkv");
-        const RowsKv rk{rows, int(li)};
-        qk_norm_rope_kv(pqkv_.as<float>(), L, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
-                        pq_.as<float>(), kc(li), vc(li), qs_, rk);
-        mark("qk_norm_rope");
-        AttnArgs at = dec_attn(li, pq_.as<float>(), po_.as<float>(), L);
-        at.past = d_pos();
-        at.keys_hint = int(pos0) + L;
-        at.ob = ubf; // the o product's operand directly
-        if (rows) { // each row over its own session's cache: the row-per-warp kernel, keys split, then merged
-            at.splits = kRowsSplits;
-            at.part = rows_part_.as<float>();
+        if (rows && queue_rows_attention(li, L, splits, rows, qs_)) { // a batched step: one kernel, float out
+            to_bf16(po_.as<float>(), size_t(L) * Hq_ * hd_, ubf, qs_);
+        } else {
+            const RowsKv rk{rows, int(li)};
+            qk_norm_rope_kv(pqkv_.as<float>(), L, d_pos(), Hq_, Hkv_, hd_, l.q_norm, l.k_norm, eps, w_.inv_freq,
+                            pq_.as<float>(), kc(li), vc(li), qs_, rk);
+            mark("qk_norm_rope");
+            AttnArgs at = dec_attn(li, pq_.as<float>(), po_.as<float>(), L);
+            at.past = d_pos();
+            at.keys_hint = int(pos0) + L;
+            at.ob = ubf; // the o product's operand directly
+            if (rows) { // each row over its own session's cache: the row-per-warp kernel, keys split, then merged
+                at.splits = kRowsSplits;
+                at.part = rows_part_.as<float>();
+            }
+            attention(at, qs_, rk);
         }
-        attention(at, qs_, rk);
         mark("attention");
         gemm_w(ubf, L, l.o, x, 1.0f);
         mark("o");

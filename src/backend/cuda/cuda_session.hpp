@@ -260,14 +260,19 @@ private:
     // ones); then len_ += n and the device position follows.
     void decoder_rows(int n);
     // decoder_rows' kernels at positions pos0… (buffers sized beforehand); with rows (a batched step, device
-    // memory), row r is at rows->pos[r] of its own session's KV cache and pos0 is unused
-    void queue_decoder_rows(int n, int64_t pos0, const BatchRows* rows = nullptr);
+    // memory), row r is at rows->pos[r] of its own session's KV cache, pos0 is unused and the attention is
+    // queue_rows_attention's (`splits` key splits) where it applies
+    void queue_decoder_rows(int n, int64_t pos0, const BatchRows* rows = nullptr, int splits = 0);
     // A batched step's kernels for B rows, described by rows_h_ (page-locked; copied to the device first), the
     // attention's keys in `splits` splits (fused attention)
     void enqueue_rows_step(int B, int splits);
     // Its decoder layers and LM head on the tensor-core row products (rows_product: 5 kernels per layer, bf16
     // weights, B ≤ 16); else (rows_fast_ false, more rows, or QASR_CUDA_ROWS_MMA=0) the row passes' cuBLAS path.
     void queue_rows_fast(int B, int splits, const BatchRows* rows);
+    // The B rows' decode attention of layer li (q/k-norm + RoPE + each row's KV write + attention; rows in device
+    // memory) into po_ as float32: rows_attention, or (QASR_CUDA_ROWS_ATTN=0, other head shapes) the fused
+    // single-row kernel per row when fused_attn_ (`splits` key splits). False where neither applies.
+    bool queue_rows_attention(size_t li, int B, int splits, const BatchRows* rows, cudaStream_t s);
     bool rows_fast_ = false;
     const bool rows_attn_ = [] { // QASR_CUDA_ROWS_ATTN=0: the fused single-row kernel per row instead (A/B)
         const char* e = std::getenv("QASR_CUDA_ROWS_ATTN");

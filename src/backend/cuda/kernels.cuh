@@ -149,6 +149,7 @@ void decode_attention(const DecAttnArgs& a, cudaStream_t s);
 // query heads per kv head). decode_attention_rows: the single-row kernel's body per row, its splits merged through
 // part/counter (cluster unused).
 bool rows_attention(const DecAttnArgs& a, RowsKv rk, int rows, cudaStream_t s);
+bool rows_attention_applies(int Hq, int Hkv, int hd); // whether rows_attention takes these heads
 void decode_attention_rows(const DecAttnArgs& a, RowsKv rk, int rows, cudaStream_t s);
 
 // Greedy choice: argmax (ties → lowest id) and its log-softmax; writes *tok, ring[*count % ring_size] =

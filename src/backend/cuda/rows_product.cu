@@ -14,6 +14,11 @@
 // within a step is permuted the same way for A (x from shared memory), which leaves the sum a dot product. The
 // first step group's weights are loaded before the dependency wait (programmatic dependent launch): the weights
 // of the next product stream in while the previous kernel finishes.
+//
+// MLX affine-quantized weights (4/6/8 bits): a lane loads the codes of the same 8 columns (4, 6 or 8 bytes) and
+// its row's scale and bias of their group, and dequantizes them to bf16(scale·q + bias) in registers — the values
+// dequant_bf16 gives the cuBLAS path — before the same two mma's. q becomes a float without a conversion
+// instruction: its bits under the exponent of 2^23, minus 2^23.
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -39,7 +44,10 @@ constexpr int kRpGroup = 8;   // 32-column steps whose weights a lane has in fli
 constexpr int kRpPad = 32;    // bf16 elements of padding per staged row: lanes (g, t) hit distinct banks
 
 struct RpArgs {
-    const uint16_t* w;
+    const uint8_t* w;      // bf16 values, or MLX codes (rows of K·bits/8 bytes)
+    const uint16_t* scales; // quantized: bf16 per (row, group of gs columns)
+    const uint16_t* biases;
+    int gs;
     int64_t N;     // output rows (SwiGLU: the gate rows; the up rows follow at N)
     int K, B;
     const float* x; // [B, K]
@@ -64,8 +72,60 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// A lane's 8 consecutive weights of one 32-column step as loaded: bf16 values, or MLX codes (8 × BITS bits) with
+// the scale and bias of their group (bf16 bits: scale | bias << 16).
+template <int BITS> struct RpRaw;
+template <> struct RpRaw<16> { uint4 v; };
+template <> struct RpRaw<8> { uint2 v; uint32_t sb; };
+template <> struct RpRaw<6> { uint32_t lo, hi; uint32_t sb; }; // 48 bits: 3 halfwords (the offset is 6-byte aligned)
+template <> struct RpRaw<4> { uint32_t v; uint32_t sb; };
+
+template <int BITS>
+__device__ __forceinline__ RpRaw<BITS> rp_load(const RpArgs& a, int64_t row, int col) {
+    RpRaw<BITS> r;
+    const uint8_t* p = a.w + row * (int64_t(a.K) * BITS / 8) + int64_t(col) * BITS / 8;
+    if constexpr (BITS == 16) r.v = __ldg(reinterpret_cast<const uint4*>(p));
+    else if constexpr (BITS == 8) r.v = __ldg(reinterpret_cast<const uint2*>(p));
+    else if constexpr (BITS == 4) r.v = __ldg(reinterpret_cast<const uint32_t*>(p));
+    else {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+        r.lo = uint32_t(__ldg(h)) | uint32_t(__ldg(h + 1)) << 16, r.hi = __ldg(h + 2);
+    }
+    if constexpr (BITS != 16) {
+        const int64_t gi = row * (a.K / a.gs) + col / a.gs;
+        r.sb = uint32_t(__ldg(a.scales + gi)) | uint32_t(__ldg(a.biases + gi)) << 16;
+    }
+    return r;
+}
+
+// Code j (0 … 7) of the 8 as float (exact: its bits under 2^23's exponent, minus 2^23).
+template <int BITS> __device__ __forceinline__ float rp_code(const RpRaw<BITS>& r, int j) {
+    uint32_t q;
+    if constexpr (BITS == 8) q = __byte_perm(j < 4 ? r.v.x : r.v.y, 0x4B000000u, 0x7540u | unsigned(j & 3));
+    else if constexpr (BITS == 4) q = ((r.v >> (4 * j)) & 15u) | 0x4B000000u;
+    else {
+        const uint64_t v = uint64_t(r.lo) | uint64_t(r.hi) << 32;
+        q = (uint32_t(v >> (6 * j)) & 63u) | 0x4B000000u;
+    }
+    return __uint_as_float(q) - 8388608.0f;
+}
+
+// The 8 weights as 4 bf16 pairs (the mma's B fragments).
+template <int BITS> __device__ __forceinline__ uint4 rp_weights(const RpRaw<BITS>& r) {
+    if constexpr (BITS == 16) {
+        return r.v;
+    } else {
+        const float sc = __uint_as_float(r.sb << 16), bi = __uint_as_float(r.sb & 0xFFFF0000u);
+        uint32_t o[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            o[i] = pack_bf16(fmaf(sc, rp_code<BITS>(r, 2 * i), bi), fmaf(sc, rp_code<BITS>(r, 2 * i + 1), bi));
+        return make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
 // P = 2 for SwiGLU (gate and up tiles share the A fragments).
-template <int EPI>
+template <int EPI, int BITS>
 __global__ void __launch_bounds__(kRpThreads, 2) k_rows_product(RpArgs a) {
     constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
     extern __shared__ __align__(16) uint16_t xs[]; // [16][K + kRpPad] bf16
@@ -73,14 +133,14 @@ __global__ void __launch_bounds__(kRpThreads, 2) k_rows_product(RpArgs a) {
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
     const int K = a.K, XS = K + kRpPad, KW = K / kRpWarps, NI = KW / 32;
     const int kw0 = warp * KW + 8 * t;
-    uint4 wv[P][kRpGroup];
+    RpRaw<BITS> wv[P][kRpGroup];
     const auto issue = [&](int64_t tile, int i0) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
-            const uint4* row = reinterpret_cast<const uint4*>(a.w + (tile * 8 + g + p * a.N) * K + kw0);
+            const int64_t row = tile * 8 + g + p * a.N;
 #pragma unroll
             for (int j = 0; j < kRpGroup; ++j)
-                if (i0 + j < NI) wv[p][j] = __ldg(row + (i0 + j) * 4); // 32 columns = 4 uint4 per step
+                if (i0 + j < NI) wv[p][j] = rp_load<BITS>(a, row, kw0 + (i0 + j) * 32);
         }
     };
     if (int64_t(blockIdx.x) < a.tiles) issue(blockIdx.x, 0); // before the wait: weights do not depend on it
@@ -126,8 +186,9 @@ __global__ void __launch_bounds__(kRpThreads, 2) k_rows_product(RpArgs a) {
                 const uint4 xb = *reinterpret_cast<const uint4*>(xb_row + (i0 + j) * 32);
 #pragma unroll
                 for (int p = 0; p < P; ++p) {
-                    mma_bf16(c[p], xa.x, xb.x, xa.y, xb.y, wv[p][j].x, wv[p][j].y);
-                    mma_bf16(c[p], xa.z, xb.z, xa.w, xb.w, wv[p][j].z, wv[p][j].w);
+                    const uint4 wb = rp_weights<BITS>(wv[p][j]);
+                    mma_bf16(c[p], xa.x, xb.x, xa.y, xb.y, wb.x, wb.y);
+                    mma_bf16(c[p], xa.z, xb.z, xa.w, xb.w, wb.z, wb.w);
                 }
             }
         }
@@ -162,31 +223,50 @@ __global__ void __launch_bounds__(kRpThreads, 2) k_rows_product(RpArgs a) {
 
 size_t rp_smem(int K) { return size_t(kRpRows) * (K + kRpPad) * 2; }
 
-template <int EPI> void prepare_rows_product(int K) {
+// k_rows_product<EPI, BITS> with its dynamic shared memory opted in (once per device and size), launched
+template <int EPI, int BITS> void launch_rows_product(const RpArgs& a, unsigned grid, cudaStream_t s) {
     static std::mutex mu;
     static std::set<std::pair<int, size_t>> done; // (device, bytes) opted in
     int dev = 0;
     QASR_CUDA(cudaGetDevice(&dev));
-    const size_t sm = rp_smem(K);
-    std::lock_guard<std::mutex> lk(mu);
-    if (sm <= 48 * 1024 || done.count({dev, sm})) return;
-    QASR_CUDA(cudaFuncSetAttribute(k_rows_product<EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
-    done.insert({dev, sm});
+    const size_t sm = rp_smem(a.K);
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        if (sm > 48 * 1024 && !done.count({dev, sm})) {
+            QASR_CUDA(cudaFuncSetAttribute(k_rows_product<EPI, BITS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
+            done.insert({dev, sm});
+        }
+    }
+    launch(k_rows_product<EPI, BITS>, dim3(grid), dim3(kRpThreads), sm, s, a);
+}
+
+template <int BITS> void launch_rows_product(Epi epi, const RpArgs& a, unsigned grid, cudaStream_t s) {
+    switch (epi) {
+    case Epi::Store: launch_rows_product<int(Epi::Store), BITS>(a, grid, s); break;
+    case Epi::Add: launch_rows_product<int(Epi::Add), BITS>(a, grid, s); break;
+    case Epi::SwiGLU: launch_rows_product<int(Epi::SwiGLU), BITS>(a, grid, s); break;
+    }
 }
 
 } // namespace
 
 bool rows_product_applies(const DMat& W, int B, Epi epi) {
     const int64_t N = epi == Epi::SwiGLU ? W.rows / 2 : W.rows;
-    return W.bits == 16 && B >= 1 && B <= kRpRows && W.cols % 256 == 0 && W.cols <= 6144 && N % 8 == 0 && N > 0 &&
-           reinterpret_cast<uintptr_t>(W.data) % 16 == 0 && device_has_mma();
+    // a lane's 8 codes are one aligned load (6-bit: halfwords); their columns lie in one group
+    const bool quant = (W.bits == 8 || W.bits == 6 || W.bits == 4) && W.scales && W.biases && W.gs >= 8 &&
+                       W.gs % 8 == 0 && W.cols % W.gs == 0;
+    const int align = W.bits == 16 ? 16 : W.bits == 8 ? 8 : W.bits == 4 ? 4 : 2;
+    return (W.bits == 16 || quant) && B >= 1 && B <= kRpRows && W.cols % 256 == 0 && W.cols <= 6144 && N % 8 == 0 &&
+           N > 0 && reinterpret_cast<uintptr_t>(W.data) % align == 0 && device_has_mma();
 }
 
 bool rows_product(const DMat& W, const float* x, int B, const float* norm_w, float eps, float* y, int ldy, Epi epi,
                   cudaStream_t s) {
     if (!rows_product_applies(W, B, epi)) return false;
     RpArgs a;
-    a.w = static_cast<const uint16_t*>(W.data);
+    a.w = static_cast<const uint8_t*>(W.data);
+    a.scales = reinterpret_cast<const uint16_t*>(W.scales), a.biases = reinterpret_cast<const uint16_t*>(W.biases);
+    a.gs = W.gs;
     a.N = epi == Epi::SwiGLU ? W.rows / 2 : W.rows;
     a.K = int(W.cols), a.B = B, a.x = x, a.norm_w = norm_w, a.eps = eps, a.y = y, a.ldy = ldy;
     a.tiles = a.N / 8;
@@ -204,11 +284,11 @@ bool rows_product(const DMat& W, const float* x, int B, const float* norm_w, flo
         return e && std::atoi(e) > 0 ? std::atoi(e) : 2;
     }();
     const unsigned grid = unsigned(std::min<int64_t>(a.tiles, int64_t(sms) * per_sm));
-    const size_t sm = rp_smem(a.K);
-    switch (epi) {
-    case Epi::Store: prepare_rows_product<int(Epi::Store)>(a.K); launch(k_rows_product<int(Epi::Store)>, dim3(grid), dim3(kRpThreads), sm, s, a); break;
-    case Epi::Add: prepare_rows_product<int(Epi::Add)>(a.K); launch(k_rows_product<int(Epi::Add)>, dim3(grid), dim3(kRpThreads), sm, s, a); break;
-    case Epi::SwiGLU: prepare_rows_product<int(Epi::SwiGLU)>(a.K); launch(k_rows_product<int(Epi::SwiGLU)>, dim3(grid), dim3(kRpThreads), sm, s, a); break;
+    switch (W.bits) {
+    case 16: launch_rows_product<16>(epi, a, grid, s); break;
+    case 8: launch_rows_product<8>(epi, a, grid, s); break;
+    case 6: launch_rows_product<6>(epi, a, grid, s); break;
+    default: launch_rows_product<4>(epi, a, grid, s); break;
     }
     return true;
 }
