@@ -585,7 +585,9 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
 // QASR_CUDA_ROWS_MMA=0 in bf16 and 4-bit (the cuBLAS path — quantized weights dequantized first — with the batched
 // attention kernel), "tiny" (head_dim 32, widths the row products do not take: the cuBLAS path and the
 // row-per-warp attention).
-void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn, bool rows_mma = true, int bits = 16) {
+// chosen: each checked choice's log-probability (NaN where the batched row chose another token), in order.
+void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn, bool rows_mma = true, int bits = 16,
+                                   std::vector<float>* chosen = nullptr) {
     const std::string tok_dir = tokenizer_dir();
     struct Env {
         Env(bool attn, bool mma) {
@@ -617,6 +619,10 @@ void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn, bo
     std::vector<int> fed(kRows);
     int near_ties = 0, checked = 0;
     double worst_lp = 0; // largest |Δ log-probability| of a chosen token
+    // The lone step's log-probabilities come from float32 activations and (quantized) weights dequantized in
+    // float32, the batched step's from bf16 operands: measured within 5.9e-3 (bf16), 7.7e-3 (8-bit) and 1.39e-2
+    // (4-bit: the same in the row products and the cuBLAS path, H200) — hence the per-width tolerance, and the
+    // test below that holds the two 4-bit paths to each other.
     const std::string where = preset + (bits < 16 ? " " + std::to_string(bits) + "-bit" : "") +
                               (rows_attn ? "" : " (QASR_CUDA_ROWS_ATTN=0)") + (rows_mma ? "" : " (QASR_CUDA_ROWS_MMA=0)");
     const auto top2_gap = [](const Tensor& l) {
@@ -629,6 +635,7 @@ void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn, bo
         const Tensor& l = logits[size_t(b)];
         const int want = int(std::max_element(l.ptr(), l.ptr() + l.cols()) - l.ptr());
         ++checked;
+        if (chosen) chosen->push_back(id == want ? lp : NAN);
         if (id != want) {
             EXPECT_LT(top2_gap(l), 2e-2f) << where << " " << what << " row " << b << ": " << id << " vs " << want
                                           << " without a near-tie";
@@ -637,7 +644,7 @@ void batched_rows_match_lone_steps(const std::string& preset, bool rows_attn, bo
             double lse = 0;
             const float mx = l.ptr()[want];
             for (int64_t i = 0; i < l.cols(); ++i) lse += std::exp(double(l.ptr()[i] - mx));
-            EXPECT_NEAR(lp, -std::log(lse), 1e-2) << where << " " << what << " row " << b;
+            EXPECT_NEAR(lp, -std::log(lse), bits == 4 ? 2e-2 : 1e-2) << where << " " << what << " row " << b;
             worst_lp = std::max(worst_lp, std::abs(double(lp) + std::log(lse)));
         }
         return want;
@@ -694,8 +701,17 @@ TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
     batched_rows_match_lone_steps("wide", false);
     batched_rows_match_lone_steps("wide", true, false); // the cuBLAS path with the rows' attention kernel
     batched_rows_match_lone_steps("wide", true, true, 8);  // quantized weights on the row products
-    batched_rows_match_lone_steps("wide", true, true, 4);
-    batched_rows_match_lone_steps("wide", true, false, 4); // and dequantized for the cuBLAS path
+    // 4-bit on the row products and dequantized for the cuBLAS path: the same bf16 weights; an activation's bf16
+    // rounding can differ by one step where the two paths' RMSNorm sums (other orders) differ in the last bit —
+    // measured within 3.2e-3 of each other (H200), against 1.39e-2 for each from the lone step
+    std::vector<float> fast, cublas;
+    batched_rows_match_lone_steps("wide", true, true, 4, &fast);
+    batched_rows_match_lone_steps("wide", true, false, 4, &cublas);
+    ASSERT_EQ(fast.size(), cublas.size());
+    for (size_t i = 0; i < fast.size(); ++i) {
+        if (std::isnan(fast[i]) || std::isnan(cublas[i])) continue;
+        EXPECT_NEAR(fast[i], cublas[i], 5e-3) << "choice " << i;
+    }
     batched_rows_match_lone_steps("tiny", true);        // head_dim 32: the cuBLAS path's row-per-warp attention
 }
 

@@ -38,7 +38,7 @@ namespace {
 
 using namespace detail;
 
-constexpr int kRpWarps = 8; // warps of a block (QASR_CUDA_ROWS_WARPS=16: 16, one block per SM, where K % 512 == 0)
+constexpr int kRpWarps = 8, kRpThreads = kRpWarps * kWarp;
 constexpr int kRpRows = kRowsProductMaxRows; // input rows of the mma's A (B ≤ 16, zero-padded)
 constexpr int kRpGroup = 8;   // 32-column steps whose weights a lane has in flight at once
 constexpr int kRpPad = 32;    // bf16 elements of padding per staged row: lanes (g, t) hit distinct banks
@@ -57,7 +57,6 @@ struct RpArgs {
     int ldy;
     int64_t tiles; // N / 8
     int early;     // trigger the successor's launch after the wait (else at the end)
-    int flat;      // stage the rows with 16 threads per row, 16 loads in flight each (else a warp per row, in turn)
 };
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -125,73 +124,14 @@ template <int BITS> __device__ __forceinline__ uint4 rp_weights(const RpRaw<BITS
     }
 }
 
-// The B input rows [B, K] (float32), RMS-normalised with norm_w when set and rounded to bf16, into xs (row stride
-// XS; rows B … 15 zero). The block's T threads take a row each T / 16: thread t stages float4 c + T/16·i of row
-// t / (T/16), c = t % (T/16): kL independent loads in flight per thread (one L2 round trip per T·kL bytes of a row),
-// the row's sum of squares over its threads by shuffles (a half-warp or a warp). A row that fits one pass is read
-// once.
-template <int kL, int T> // kL: loads in flight per thread (8 for SwiGLU: its prefetched gate and up weights hold
-                         // more registers)
-__device__ __forceinline__ void stage_rows(const RpArgs& a, uint16_t* xs, int XS) {
-    constexpr int TR = T / kRpRows; // threads per row
-    static_assert(TR == 16 || TR == 32, "a half-warp or a warp per staged row");
-    const int r = threadIdx.x / TR, c = threadIdx.x % TR, n4 = a.K / 4;
-    uint16_t* dst = xs + r * XS;
-    if (r >= a.B) {
-        for (int k = c; k < n4; k += TR) *reinterpret_cast<uint2*>(dst + 4 * k) = make_uint2(0, 0);
-        return;
-    }
-    const float4* src = reinterpret_cast<const float4*>(a.x + int64_t(r) * a.K);
-    const float4* nw4 = reinterpret_cast<const float4*>(a.norm_w);
-    float4 v[kL];
-    const auto load = [&](int k0) {
-#pragma unroll
-        for (int i = 0; i < kL; ++i) {
-            const int k = k0 + c + TR * i;
-            v[i] = k < n4 ? src[k] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-    };
-    const auto store = [&](int k0, float inv) {
-#pragma unroll
-        for (int i = 0; i < kL; ++i) {
-            const int k = k0 + c + TR * i;
-            if (k >= n4) break;
-            float4 x = v[i];
-            if (nw4) {
-                const float4 w = nw4[k];
-                x = make_float4(x.x * inv * w.x, x.y * inv * w.y, x.z * inv * w.z, x.w * inv * w.w);
-            }
-            *reinterpret_cast<uint2*>(dst + 4 * k) = make_uint2(pack_bf16(x.x, x.y), pack_bf16(x.z, x.w));
-        }
-    };
-    constexpr int kBatch = TR * kL; // float4 of the row per pass of its threads
-    float inv = 1.0f;
-    if (nw4) {
-        float ss = 0.0f;
-        for (int k0 = 0; k0 < n4; k0 += kBatch) {
-            load(k0);
-#pragma unroll
-            for (int i = 0; i < kL; ++i) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
-        }
-#pragma unroll
-        for (int o = TR / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        inv = rsqrtf(ss / float(a.K) + a.eps);
-        if (n4 <= kBatch) return store(0, inv); // the row is still in registers
-    }
-    for (int k0 = 0; k0 < n4; k0 += kBatch) {
-        load(k0);
-        store(k0, inv);
-    }
-}
-
-// P = 2 for SwiGLU (gate and up tiles share the A fragments). NW warps: 8 (two blocks per SM) or 16 (one).
-template <int EPI, int BITS, int NW>
-__global__ void __launch_bounds__(NW * kWarp, NW == 16 ? 1 : 2) k_rows_product(RpArgs a) {
+// P = 2 for SwiGLU (gate and up tiles share the A fragments).
+template <int EPI, int BITS>
+__global__ void __launch_bounds__(kRpThreads, 2) k_rows_product(RpArgs a) {
     constexpr int P = EPI == int(Epi::SwiGLU) ? 2 : 1;
     extern __shared__ __align__(16) uint16_t xs[]; // [16][K + kRpPad] bf16
-    __shared__ float red[NW][P][kRpRows][8];
+    __shared__ float red[kRpWarps][P][kRpRows][8];
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
-    const int K = a.K, XS = K + kRpPad, KW = K / NW, NI = KW / 32;
+    const int K = a.K, XS = K + kRpPad, KW = K / kRpWarps, NI = KW / 32;
     const int kw0 = warp * KW + 8 * t;
     RpRaw<BITS> wv[P][kRpGroup];
     const auto issue = [&](int64_t tile, int i0) {
@@ -206,9 +146,8 @@ __global__ void __launch_bounds__(NW * kWarp, NW == 16 ? 1 : 2) k_rows_product(R
     if (int64_t(blockIdx.x) < a.tiles) issue(blockIdx.x, 0); // before the wait: weights do not depend on it
     dep_wait();
     if (a.early) dep_launch(); // the successor's blocks may take SMs this kernel leaves (its own wait keeps order)
-    // the input rows, RMS-normalised (norm_w) and rounded to bf16, into shared memory
-    if (a.flat) stage_rows<P == 2 ? 8 : 16, NW * kWarp>(a, xs, XS);
-    else for (int r = warp; r < kRpRows; r += NW) { // warp w stages rows w, w + NW, …
+    // the input rows, RMS-normalised (norm_w) and rounded to bf16, into shared memory; warp w stages rows w, w + 8
+    for (int r = warp; r < kRpRows; r += kRpWarps) {
         uint16_t* dst = xs + r * XS;
         if (r >= a.B) {
             for (int k = lane * 8; k < K; k += kWarp * 8) *reinterpret_cast<uint4*>(dst + k) = make_uint4(0, 0, 0, 0);
@@ -268,7 +207,7 @@ __global__ void __launch_bounds__(NW * kWarp, NW == 16 ? 1 : 2) k_rows_product(R
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 v[p] = 0.0f;
-                for (int w = 0; w < NW; ++w) v[p] += red[w][p][b][j];
+                for (int w = 0; w < kRpWarps; ++w) v[p] += red[w][p][b][j];
             }
             if (b < a.B) {
                 float* y = a.y + int64_t(b) * a.ldy + tile * 8 + j;
@@ -284,8 +223,8 @@ __global__ void __launch_bounds__(NW * kWarp, NW == 16 ? 1 : 2) k_rows_product(R
 
 size_t rp_smem(int K) { return size_t(kRpRows) * (K + kRpPad) * 2; }
 
-// k_rows_product<EPI, BITS, NW> with its dynamic shared memory opted in (once per device and size), launched
-template <int EPI, int BITS, int NW> void launch_rows_product(const RpArgs& a, unsigned grid, cudaStream_t s) {
+// k_rows_product<EPI, BITS> with its dynamic shared memory opted in (once per device and size), launched
+template <int EPI, int BITS> void launch_rows_product(const RpArgs& a, unsigned grid, cudaStream_t s) {
     static std::mutex mu;
     static std::set<std::pair<int, size_t>> done; // (device, bytes) opted in
     int dev = 0;
@@ -294,28 +233,18 @@ template <int EPI, int BITS, int NW> void launch_rows_product(const RpArgs& a, u
     {
         std::lock_guard<std::mutex> lk(mu);
         if (sm > 48 * 1024 && !done.count({dev, sm})) {
-            QASR_CUDA(cudaFuncSetAttribute(k_rows_product<EPI, BITS, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(sm)));
+            QASR_CUDA(cudaFuncSetAttribute(k_rows_product<EPI, BITS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm)));
             done.insert({dev, sm});
         }
     }
-    launch(k_rows_product<EPI, BITS, NW>, dim3(grid), dim3(NW * kWarp), sm, s, a);
+    launch(k_rows_product<EPI, BITS>, dim3(grid), dim3(kRpThreads), sm, s, a);
 }
 
-template <int BITS, int NW> void launch_rows_product(Epi epi, const RpArgs& a, unsigned grid, cudaStream_t s) {
+template <int BITS> void launch_rows_product(Epi epi, const RpArgs& a, unsigned grid, cudaStream_t s) {
     switch (epi) {
-    case Epi::Store: launch_rows_product<int(Epi::Store), BITS, NW>(a, grid, s); break;
-    case Epi::Add: launch_rows_product<int(Epi::Add), BITS, NW>(a, grid, s); break;
-    case Epi::SwiGLU: launch_rows_product<int(Epi::SwiGLU), BITS, NW>(a, grid, s); break;
-    }
-}
-
-template <int NW> void launch_rows_product(int bits, Epi epi, const RpArgs& a, unsigned grid, cudaStream_t s) {
-    switch (bits) {
-    case 16: launch_rows_product<16, NW>(epi, a, grid, s); break;
-    case 8: launch_rows_product<8, NW>(epi, a, grid, s); break;
-    case 6: launch_rows_product<6, NW>(epi, a, grid, s); break;
-    default: launch_rows_product<4, NW>(epi, a, grid, s); break;
+    case Epi::Store: launch_rows_product<int(Epi::Store), BITS>(a, grid, s); break;
+    case Epi::Add: launch_rows_product<int(Epi::Add), BITS>(a, grid, s); break;
+    case Epi::SwiGLU: launch_rows_product<int(Epi::SwiGLU), BITS>(a, grid, s); break;
     }
 }
 
@@ -346,18 +275,7 @@ bool rows_product(const DMat& W, const float* x, int B, const float* norm_w, flo
         return e && std::string(e) == "0" ? 0 : 1;
     }();
     a.early = early;
-    static const int flat = [] { // QASR_CUDA_ROWS_STAGE=0: the rows staged a warp per row, in turn (A/B)
-        const char* e = std::getenv("QASR_CUDA_ROWS_STAGE");
-        return e && std::string(e) == "0" ? 0 : 1;
-    }();
-    a.flat = flat;
-    // one wave (two blocks of 8 warps fit an SM, one of 16), tiles beyond that in turn: the input rows are staged
-    // once a block
-    static const int warps16 = [] { // QASR_CUDA_ROWS_WARPS=16: blocks of 16 warps where K allows (A/B)
-        const char* e = std::getenv("QASR_CUDA_ROWS_WARPS");
-        return e && std::string(e) == "16";
-    }();
-    const bool w16 = warps16 && a.K % (16 * 32) == 0;
+    // one wave (two blocks fit an SM), tiles beyond that in turn: the input rows are staged once a block
     int dev = 0, sms = 0;
     QASR_CUDA(cudaGetDevice(&dev));
     QASR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -365,9 +283,13 @@ bool rows_product(const DMat& W, const float* x, int B, const float* norm_w, flo
         const char* e = std::getenv("QASR_CUDA_ROWS_BLOCKS");
         return e && std::atoi(e) > 0 ? std::atoi(e) : 2;
     }();
-    const unsigned grid = unsigned(std::min<int64_t>(a.tiles, int64_t(sms) * (w16 ? 1 : per_sm)));
-    if (w16) launch_rows_product<16>(W.bits, epi, a, grid, s);
-    else launch_rows_product<kRpWarps>(W.bits, epi, a, grid, s);
+    const unsigned grid = unsigned(std::min<int64_t>(a.tiles, int64_t(sms) * per_sm));
+    switch (W.bits) {
+    case 16: launch_rows_product<16>(epi, a, grid, s); break;
+    case 8: launch_rows_product<8>(epi, a, grid, s); break;
+    case 6: launch_rows_product<6>(epi, a, grid, s); break;
+    default: launch_rows_product<4>(epi, a, grid, s); break;
+    }
     return true;
 }
 
