@@ -63,7 +63,7 @@ options:
   --batch N                the running transcriptions decode together, up to N per step, on one engine thread
                            (each step reads the weights once for all). CPU: with all cores, same transcripts bit
                            for bit. GPU: encoder and prefill on each request's stream, the steps batched (≤ 128;
-                           the fast path ≤ 16 rows, bf16 weights)
+                           the fast path ≤ 16 rows, bf16 or MLX 4/6/8-bit weights)
   --max-queue N            requests that may wait for a slot (default 16); more are answered 503 at once
   --max-body-mb N          largest request body in MiB (default 100); larger is answered 413
   --max-audio-seconds S    longest audio (default 3600); longer is answered 413, checked while decoding
