@@ -26,6 +26,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cstdlib>
 #include <mutex>
@@ -248,6 +249,21 @@ template <int BITS> void launch_rows_product(Epi epi, const RpArgs& a, unsigned 
     }
 }
 
+// The current device's largest shared memory per block (opt-in), cached per device: the staged rows must fit
+// (K = 6144, the 1.7B down product, needs 197 KB: an H100/H200 has 227, an A100 163, an sm_89 GPU 99).
+size_t smem_optin() {
+    static std::atomic<int> cached[64] = {};
+    int dev = 0;
+    QASR_CUDA(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return 0;
+    if (!cached[dev].load(std::memory_order_relaxed)) {
+        int v = 0;
+        QASR_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        cached[dev].store(std::max(v, 1), std::memory_order_relaxed);
+    }
+    return size_t(cached[dev].load(std::memory_order_relaxed));
+}
+
 } // namespace
 
 bool rows_product_applies(const DMat& W, int B, Epi epi) {
@@ -256,8 +272,10 @@ bool rows_product_applies(const DMat& W, int B, Epi epi) {
     const bool quant = (W.bits == 8 || W.bits == 6 || W.bits == 4) && W.scales && W.biases && W.gs >= 8 &&
                        W.gs % 8 == 0 && W.cols % W.gs == 0;
     const int align = W.bits == 16 ? 16 : W.bits == 8 ? 8 : W.bits == 4 ? 4 : 2;
+    constexpr size_t kStatic = sizeof(float) * kRpWarps * 2 * kRpRows * 8; // red[] of the SwiGLU kernel
     return (W.bits == 16 || quant) && B >= 1 && B <= kRpRows && W.cols % 256 == 0 && W.cols <= 6144 && N % 8 == 0 &&
-           N > 0 && reinterpret_cast<uintptr_t>(W.data) % align == 0 && device_has_mma();
+           N > 0 && reinterpret_cast<uintptr_t>(W.data) % align == 0 && device_has_mma() &&
+           rp_smem(int(W.cols)) + kStatic <= smem_optin();
 }
 
 bool rows_product(const DMat& W, const float* x, int B, const float* norm_w, float eps, float* y, int ldy, Epi epi,
