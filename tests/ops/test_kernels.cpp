@@ -167,7 +167,7 @@ TEST(Kernels, Int16PrepMatchesDefinition) {
     SKIP_IF_FORCED_ISA_MISSING();
     if (!cpu::isa_supported(Isa::Avx512) || !__builtin_cpu_supports("avx512vnni")) GTEST_SKIP() << "no AVX512-VNNI";
     const cpu::KernelTable* T = cpu::avx512_kernels();
-    for (int bits : {4, 8})
+    for (int bits : {4, 6, 8})
         for (int gs : {64, 128})
             for (int64_t groups : {1, 5, 16, 17, 40}) {
                 const int64_t K = gs * groups;
@@ -183,8 +183,12 @@ TEST(Kernels, Int16PrepMatchesDefinition) {
                     EXPECT_EQ(xs[size_t(g)], s);
                     EXPECT_EQ(xp[size_t(K / 2 + g)], sc);
                     for (int j = 0; j < gs; ++j) {
-                        // 4- and 8-bit (gs % 64 == 0 here): per 64 columns the even ones, then the odd ones
-                        const int col = (j / 64) * 64 + (j % 64 < 32 ? 2 * (j % 64) : 2 * (j % 64 - 32) + 1);
+                        // 4- and 8-bit (gs % 64 == 0 here): per 64 columns the even ones, then the odd ones;
+                        // 6-bit: the pairs (4i, 4i+1), then the pairs (4i+2, 4i+3)
+                        const int jj = int(j % 64);
+                        const int col = int(j / 64) * 64 +
+                                        (bits == 6 ? 4 * ((jj % 32) / 2) + jj % 2 + (jj < 32 ? 0 : 2)
+                                                   : jj < 32 ? 2 * jj : 2 * (jj - 32) + 1);
                         ASSERT_EQ(xi[g * gs + j], int16_t(std::lrint(x[size_t(g * gs + col)] * inv)))
                             << "q" << bits << " gs" << gs << " group " << g << " j " << j;
                     }

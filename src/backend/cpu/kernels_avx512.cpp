@@ -33,18 +33,20 @@ bool use_avx2_for(int bits, int gs) { return bits == 6 && gs % 64 != 0; }
 
 // x order: 4-bit: per 32 columns the 16 even then the 16 odd ones; 6-bit: per 64 columns, columns 4i+r for
 // r = 0..3 (i < 16); 8-bit: natural.
-// 8- and 4-bit codes on CPUs with AVX512-VNNI: x is rounded per group to int16 (scale max|x_g|/32767, relative
-// error ≤ 1.5e-5, far below the weights' own) so that codes widened to int16 go through vpdpwssd: a quarter of
-// the instructions of the float path, which makes the decode memory-bound. Layout in the xp buffer (K floats):
-// int16 x[K] in its first K/2 floats, then the float group scales sx[K/gs]. Order of x: 4-bit, and 8-bit with
-// gs % 64 == 0: per 64 columns the 32 even ones, then the 32 odd ones (the 8-bit kernel splits 64 code bytes into
-// even and odd columns with an and and a shift; 4-bit: low and high nibbles); 8-bit otherwise: natural.
+// 8- and 4-bit codes on CPUs with AVX512-VNNI (6-bit with gs % 64 == 0 too): x is rounded per group to int16
+// (scale max|x_g|/32767, relative error ≤ 1.5e-5, far below the weights' own) so that codes widened to int16 go
+// through vpdpwssd: a quarter of the instructions of the float path, which makes the decode memory-bound. Layout
+// in the xp buffer (K floats): int16 x[K] in its first K/2 floats, then the float group scales sx[K/gs]. Order of
+// x: 4-bit, and 8-bit with gs % 64 == 0: per 64 columns the 32 even ones, then the 32 odd ones (the 8-bit kernel
+// splits 64 code bytes into even and odd columns with an and and a shift; 4-bit: low and high nibbles); 6-bit:
+// per 64 columns the pairs (4i, 4i+1), then the pairs (4i+2, 4i+3), i < 16 (a 3-byte group of 4 codes becomes
+// two 32-bit lanes of two int16 codes each); 8-bit otherwise: natural.
 bool vnni_for(int bits) {
     static const bool has = [] {
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512vnni") != 0;
     }();
-    return has && (bits == 8 || bits == 4);
+    return has && (bits == 8 || bits == 6 || bits == 4);
 }
 bool vnni_for(int bits, int gs) { return vnni_for(bits) && (bits == 8 || gs % 64 == 0); }
 
@@ -98,6 +100,11 @@ void prep_int16(const float* x, int64_t K, int bits, int gs, float* xp, float* x
                                            0x001a0018, 0x001e001c, 0x00220020, 0x00260024, 0x002a0028, 0x002e002c,
                                            0x00320030, 0x00360034, 0x003a0038, 0x003e003c);
     const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
+    // 6-bit: output lane k takes column 4·(k/2) + k%2 (pairs 01), or that + 2 (pairs 23)
+    const __m512i pairs01 = _mm512_setr_epi32(0x00010000, 0x00050004, 0x00090008, 0x000d000c, 0x00110010, 0x00150014,
+                                              0x00190018, 0x001d001c, 0x00210020, 0x00250024, 0x00290028, 0x002d002c,
+                                              0x00310030, 0x00350034, 0x00390038, 0x003d003c);
+    const __m512i pairs23 = _mm512_add_epi16(pairs01, _mm512_set1_epi16(2));
     for (int64_t g = 0; g < ng; ++g) {
         const float* xg = x + g * gs;
         __m512 mx = _mm512_setzero_ps();
@@ -117,6 +124,9 @@ void prep_int16(const float* x, int64_t K, int bits, int gs, float* xp, float* x
             if (bits == 4 || bits == 8) { // the 32 even columns, then the 32 odd ones (gs % 64 == 0 here)
                 _mm512_storeu_si512(o + b, _mm512_permutex2var_epi16(c0, even, c1));
                 _mm512_storeu_si512(o + b + 32, _mm512_permutex2var_epi16(c0, odd, c1));
+            } else if (bits == 6) {
+                _mm512_storeu_si512(o + b, _mm512_permutex2var_epi16(c0, pairs01, c1));
+                _mm512_storeu_si512(o + b + 32, _mm512_permutex2var_epi16(c0, pairs23, c1));
             } else {
                 _mm512_storeu_si512(o + b, c0);
                 _mm512_storeu_si512(o + b + 32, c1);
@@ -281,6 +291,26 @@ __attribute__((target("avx512vnni"))) void q_gemv_vnni8_split(const uint8_t* W, 
     }
 }
 
+// The 64 6-bit codes at q (48 bytes) as two vectors of 16 int32 lanes, each lane two int16 codes: lane i of c01
+// holds codes 4i (low half) and 4i+1, of c23 codes 4i+2 and 4i+3 — for vpdpwssd with x in the 6-bit pair order.
+// Each 3-byte group t = c0 | c1 << 6 | c2 << 12 | c3 << 18 is spread to a lane by one byte shuffle.
+inline void widen6_pairs(const uint8_t* q, __m512i& c01, __m512i& c23) {
+    const __m512i shuf = _mm512_set_epi8(                                                       //
+        -1, 15, 14, 13, -1, 12, 11, 10, -1, 9, 8, 7, -1, 6, 5, 4,                               // lane 3
+        -1, 11, 10, 9, -1, 8, 7, 6, -1, 5, 4, 3, -1, 2, 1, 0,                                   // lane 2
+        -1, 15, 14, 13, -1, 12, 11, 10, -1, 9, 8, 7, -1, 6, 5, 4,                               // lane 1
+        -1, 11, 10, 9, -1, 8, 7, 6, -1, 5, 4, 3, -1, 2, 1, 0);                                  // lane 0
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 8)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 24)), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 32)), 3);
+    const __m512i t = _mm512_shuffle_epi8(v, shuf);
+    const __m512i lo6 = _mm512_set1_epi32(63), hi6 = _mm512_set1_epi32(63 << 16);
+    // (a & b) | c: ternary-logic immediate 0xEA
+    c01 = _mm512_ternarylogic_epi32(_mm512_slli_epi32(t, 10), hi6, _mm512_and_si512(t, lo6), 0xEA);
+    c23 = _mm512_ternarylogic_epi32(_mm512_srli_epi32(t, 2), hi6, _mm512_and_si512(_mm512_srli_epi32(t, 12), lo6), 0xEA);
+}
+
 template <int BITS>
 __attribute__((target("avx512vnni"))) void q_gemv_vnni(const uint8_t* W, const uint16_t* scales,
                                                        const uint16_t* biases, int64_t K, int gs, const float* xp,
@@ -305,6 +335,13 @@ __attribute__((target("avx512vnni"))) void q_gemv_vnni(const uint8_t* W, const u
                     d = _mm512_dpwssd_epi32(
                         d, _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pg + j))),
                         _mm512_loadu_si512(xg + j));
+            } else if constexpr (BITS == 6) { // 64 columns = 48 bytes (gs % 64 == 0)
+                for (int j = 0; j < gs; j += 64) {
+                    __m512i c01, c23;
+                    widen6_pairs(pg + j / 4 * 3, c01, c23);
+                    d = _mm512_dpwssd_epi32(d, c01, _mm512_loadu_si512(xg + j));
+                    d = _mm512_dpwssd_epi32(d, c23, _mm512_loadu_si512(xg + j + 32));
+                }
             } else { // 64 columns = 32 bytes: low nibbles are the even columns, high nibbles the odd ones
                 for (int j = 0; j < gs; j += 64) {
                     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pg + j / 2));
@@ -395,6 +432,16 @@ __attribute__((target("avx512vnni"))) void q_gemv_vnni_multi(const uint8_t* W, c
                         d[b] = _mm512_dpwssd_epi32(
                             d[b], w, _mm512_loadu_si512(reinterpret_cast<const int16_t*>(xp[b]) + g * gs + j));
                 }
+            } else if constexpr (BITS == 6) {
+                for (int j = 0; j < gs; j += 64) {
+                    __m512i c01, c23;
+                    widen6_pairs(pg + j / 4 * 3, c01, c23);
+                    for (int b = 0; b < NB; ++b) {
+                        const int16_t* xg = reinterpret_cast<const int16_t*>(xp[b]) + g * gs;
+                        d[b] = _mm512_dpwssd_epi32(d[b], c01, _mm512_loadu_si512(xg + j));
+                        d[b] = _mm512_dpwssd_epi32(d[b], c23, _mm512_loadu_si512(xg + j + 32));
+                    }
+                }
             } else {
                 for (int j = 0; j < gs; j += 64) {
                     const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pg + j / 2));
@@ -441,6 +488,10 @@ bool a5_q_gemv_multi(const uint8_t* W, const uint16_t* scales, const uint16_t* b
         q_gemv_vnni_multi_n<4>(W, scales, biases, K, gs, xp, xs, nb, y, r0, r1);
         return true;
     }
+    if (bits == 6) {
+        q_gemv_vnni_multi_n<6>(W, scales, biases, K, gs, xp, xs, nb, y, r0, r1);
+        return true;
+    }
     switch (nb) {
     case 1: q_gemv_vnni8_split(W, scales, biases, K, gs, xp[0], xs[0], y[0], r0, r1); break;
     case 2: q_gemv_vnni8_split_multi<2>(W, scales, biases, K, gs, xp, xs, y, r0, r1); break;
@@ -456,6 +507,7 @@ void a5_q_gemv(const uint8_t* W, const uint16_t* scales, const uint16_t* biases,
     if (vnni_for(bits, gs)) {
         if (bits == 8 && gs % 64 == 0) return q_gemv_vnni8_split(W, scales, biases, K, gs, xp, xs, y, r0, r1);
         if (bits == 8) return q_gemv_vnni<8>(W, scales, biases, K, gs, xp, xs, y, r0, r1);
+        if (bits == 6) return q_gemv_vnni<6>(W, scales, biases, K, gs, xp, xs, y, r0, r1);
         return q_gemv_vnni<4>(W, scales, biases, K, gs, xp, xs, y, r0, r1);
     }
     switch (bits) {
