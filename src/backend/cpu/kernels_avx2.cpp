@@ -1,8 +1,8 @@
 // AVX2 + FMA kernel table (compiled with -mavx2 -mfma -mf16c; chosen at start-up only on CPUs that have them).
-// Quantized products: 8- and 4-bit codes (gs % 32 == 0) go through int16 arithmetic — x rounded per group to
+// Quantized products: 8-, 6- and 4-bit codes (gs % 32 == 0) go through int16 arithmetic — x rounded per group to
 // int16 (scale max|x_g|/32767, relative error ≤ 1.5e-5, as the AVX-512 VNNI path), codes widened to int16,
 // vpmaddwd pairs summed in int32 (exact), one float multiply-add per group — half or less of the instructions of
-// widening the codes to float; 6-bit (and other group sizes) use fused dequantize + FMA: codes widened to float
+// widening the codes to float; other group sizes use fused dequantize + FMA: codes widened to float
 // and multiplied with x permuted into the order the codes come out of the unpacking. Scale applied per group, bias
 // via the group sums of x.
 #include "backend/cpu/kernels.hpp"
@@ -31,7 +31,8 @@ inline __m256 u8x8_to_ps(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_e
 
 // Whether the int16 path takes these codes (then q_prep writes int16 x, natural order, in the first K/2 floats of
 // xp and the group scales sx[K/gs] after them).
-constexpr bool i16_for(int bits, int gs) { return (bits == 8 || bits == 4) && gs % 32 == 0; }
+// 8/4-bit x̂ in column order; 6-bit per 32 columns the pairs (4i, 4i+1), then the pairs (4i+2, 4i+3), i < 8.
+constexpr bool i16_for(int bits, int gs) { return (bits == 8 || bits == 6 || bits == 4) && gs % 32 == 0; }
 
 // x order per 32-column block on the float path: 4-bit: the 16 even columns then the 16 odd ones; 6-bit: columns
 // 4i+r for r = 0..3 (i < 8); 8-bit: natural order.
@@ -55,11 +56,23 @@ void a2_q_prep(const float* x, int64_t K, int bits, int gs, float* xp, float* xs
             const float sc = m > 0 ? m / 32767.0f : 1.0f;
             sx[g] = sc;
             const __m256 vi = _mm256_set1_ps(1.0f / sc);
-            for (int j = 0; j < gs; j += 16) { // round to nearest even (MXCSR), pack with saturation, lanes back in order
-                const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j), vi));
-                const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + j + 8), vi));
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(xi + g * gs + j),
-                                    _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
+            // 16 columns: round to nearest even (MXCSR), pack with saturation, lanes back in column order
+            const auto q16 = [&](const float* p) {
+                const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p), vi));
+                const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 8), vi));
+                return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+            };
+            __m256i* o = reinterpret_cast<__m256i*>(xi + g * gs);
+            if (bits == 6) { // 32-bit units = column pairs: even pairs of both halves, then the odd ones
+                const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+                for (int j = 0; j < gs; j += 32) {
+                    const __m256i a = _mm256_permutevar8x32_epi32(q16(xg + j), split);
+                    const __m256i b = _mm256_permutevar8x32_epi32(q16(xg + j + 16), split);
+                    _mm256_storeu_si256(o + j / 16, _mm256_permute2x128_si256(a, b, 0x20));
+                    _mm256_storeu_si256(o + j / 16 + 1, _mm256_permute2x128_si256(a, b, 0x31));
+                }
+            } else {
+                for (int j = 0; j < gs; j += 16) _mm256_storeu_si256(o + j / 16, q16(xg + j));
             }
         }
         return;
@@ -138,6 +151,22 @@ template <int BITS, int NB> inline void group_dot_i16(const uint8_t* p, const fl
     if constexpr (BITS == 8) {
         for (int j = 0; j < gs; j += 16)
             step(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j))), j);
+    } else if constexpr (BITS == 6) { // 32 columns = 24 bytes: a 3-byte group of 4 codes per 32-bit lane, split
+        const __m256i shuf = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, //
+                                              4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
+        const __m256i lo6 = _mm256_set1_epi32(63), hi6 = _mm256_set1_epi32(63 << 16);
+        for (int j = 0; j < gs; j += 32) {
+            const uint8_t* q = p + j / 4 * 3;
+            const __m256i t = _mm256_shuffle_epi8(
+                _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 8)),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(q))),
+                shuf);
+            // lane i: codes 4i | 4i+1 << 16, then 4i+2 | 4i+3 << 16
+            step(_mm256_or_si256(_mm256_and_si256(t, lo6), _mm256_and_si256(_mm256_slli_epi32(t, 10), hi6)), j);
+            step(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(t, 12), lo6),
+                                 _mm256_and_si256(_mm256_srli_epi32(t, 2), hi6)),
+                 j + 16);
+        }
     } else { // 4: a byte holds columns 2i (low nibble) and 2i+1; interleaved back into column order
         const __m128i m4 = _mm_set1_epi8(15);
         for (int j = 0; j < gs; j += 32) {
@@ -153,9 +182,7 @@ template <int BITS, int NB> inline void group_dot_i16(const uint8_t* p, const fl
 // One group's unscaled dot products for NB inputs on the path q_prep chose.
 template <int BITS, int NB> inline void group_dots(const uint8_t* p, const float* const* xp, int64_t K, int64_t g,
                                                    int gs, __m256* out) {
-    if constexpr (BITS == 8 || BITS == 4) {
-        if (i16_for(BITS, gs)) return group_dot_i16<BITS, NB>(p, xp, K, g, gs, out);
-    }
+    if (i16_for(BITS, gs)) return group_dot_i16<BITS, NB>(p, xp, K, g, gs, out);
     group_dot_multi<BITS, NB>(p, xp, g * gs, gs, out);
 }
 
