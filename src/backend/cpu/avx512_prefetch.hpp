@@ -8,8 +8,6 @@
 namespace qasr::cpu::a5 {
 
 constexpr int64_t kPrefetch = 2048; // bytes ahead for the bandwidth probe's stream (prefetcht0)
-constexpr int64_t kPrefetchL2 = 0; // extra L2 prefetch distance (0: off)
-constexpr bool kTwoRows = false; // two-row variant: no gain measured (kept for experiments)
 // Weight streams are prefetched into L2 (prefetcht1) kPrefetchFar bytes ahead: far enough to cross into the next
 // 4 KiB page before the loads get there (the hardware prefetchers stop at page boundaries), and into L2 only, so
 // the prefetches do not hold L1 fill buffers for the whole memory latency. Measured on the 8-bit decode of the

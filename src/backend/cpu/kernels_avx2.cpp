@@ -37,11 +37,7 @@ constexpr bool i16_for(int bits, int gs) { return (bits == 8 || bits == 6 || bit
 // x order per 32-column block on the float path: 4-bit: the 16 even columns then the 16 odd ones; 6-bit: columns
 // 4i+r for r = 0..3 (i < 8); 8-bit: natural order.
 void a2_q_prep(const float* x, int64_t K, int bits, int gs, float* xp, float* xs) {
-    for (int64_t g = 0; g < K / gs; ++g) {
-        float s = 0;
-        for (int j = 0; j < gs; ++j) s += x[g * gs + j];
-        xs[g] = s;
-    }
+    group_sums(x, K, gs, xs);
     if (i16_for(bits, gs)) {
         int16_t* xi = reinterpret_cast<int16_t*>(xp);
         float* sx = xp + K / 2;
@@ -77,19 +73,7 @@ void a2_q_prep(const float* x, int64_t K, int bits, int gs, float* xp, float* xs
         }
         return;
     }
-    if (bits == 4) {
-        for (int64_t b = 0; b < K; b += 32)
-            for (int i = 0; i < 16; ++i) {
-                xp[b + i] = x[b + 2 * i];
-                xp[b + 16 + i] = x[b + 2 * i + 1];
-            }
-    } else if (bits == 6) {
-        for (int64_t b = 0; b < K; b += 32)
-            for (int r = 0; r < 4; ++r)
-                for (int i = 0; i < 8; ++i) xp[b + 8 * r + i] = x[b + 4 * i + r];
-    } else {
-        std::memcpy(xp, x, size_t(K) * sizeof(float));
-    }
+    float_path_order(x, K, bits, 32, xp);
 }
 
 // Dot products of one group's codes with NB inputs' xp (gs values from `off`), unscaled: each chunk of codes

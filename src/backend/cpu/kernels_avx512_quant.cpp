@@ -131,24 +131,8 @@ void prep_int16(const float* x, int64_t K, int bits, int gs, float* xp, float* x
 void a5_q_prep(const float* x, int64_t K, int bits, int gs, float* xp, float* xs) {
     if (use_avx2_for(bits, gs)) return avx2_kernels()->q_prep(x, K, bits, gs, xp, xs);
     if (vnni_for(bits, gs)) return prep_int16(x, K, bits, gs, xp, xs);
-    for (int64_t g = 0; g < K / gs; ++g) {
-        float s = 0;
-        for (int j = 0; j < gs; ++j) s += x[g * gs + j];
-        xs[g] = s;
-    }
-    if (bits == 4) {
-        for (int64_t b = 0; b < K; b += 32)
-            for (int i = 0; i < 16; ++i) {
-                xp[b + i] = x[b + 2 * i];
-                xp[b + 16 + i] = x[b + 2 * i + 1];
-            }
-    } else if (bits == 6) {
-        for (int64_t b = 0; b < K; b += 64)
-            for (int r = 0; r < 4; ++r)
-                for (int i = 0; i < 16; ++i) xp[b + 16 * r + i] = x[b + 4 * i + r];
-    } else {
-        std::memcpy(xp, x, size_t(K) * sizeof(float));
-    }
+    group_sums(x, K, gs, xs);
+    float_path_order(x, K, bits, 64, xp);
 }
 
 template <int BITS> inline __m512 group_dot(const uint8_t* p, const float* xp, int gs) {
@@ -198,30 +182,8 @@ template <int BITS>
 void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int gs, const float* xp,
               const float* xs, float* y, int64_t r0, int64_t r1) {
     const int64_t ng = K / gs, row_bytes = K * BITS / 8, gbytes = int64_t(gs) * BITS / 8;
-    int64_t r = r0;
-    for (; kTwoRows && r + 2 <= r1; r += 2) { // two rows at a time: two independent streams and accumulator chains
-        const uint8_t* row0 = W + r * row_bytes;
-        const uint8_t* row1 = row0 + row_bytes;
-        const uint16_t* sc = scales + r * ng;
-        const uint16_t* bi = biases + r * ng;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        float bsum0 = 0, bsum1 = 0;
-        for (int64_t g = 0; g < ng; ++g) {
-            const uint8_t* p0 = row0 + g * gbytes;
-            const uint8_t* p1 = row1 + g * gbytes;
-            for (int64_t o = 0; o < gbytes; o += 64) {
-                prefetch_far(p0 + o);
-                prefetch_far(p1 + o);
-            }
-            acc0 = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[g])), group_dot<BITS>(p0, xp + g * gs, gs), acc0);
-            acc1 = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[ng + g])), group_dot<BITS>(p1, xp + g * gs, gs), acc1);
-            bsum0 += bf16f(bi[g]) * xs[g];
-            bsum1 += bf16f(bi[ng + g]) * xs[g];
-        }
-        y[r] = _mm512_reduce_add_ps(acc0) + bsum0;
-        y[r + 1] = _mm512_reduce_add_ps(acc1) + bsum1;
-    }
-    for (; r < r1; ++r) {
+    // (two rows at a time, as two independent streams, measured no faster: benchmarks.md, session 5)
+    for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* row = W + r * row_bytes;
         const uint16_t* sc = scales + r * ng;
         const uint16_t* bi = biases + r * ng;
@@ -229,10 +191,7 @@ void q_gemv_t(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, 
         float bsum = 0;
         for (int64_t g = 0; g < ng; ++g) {
             const uint8_t* pg = row + g * gbytes;
-            for (int64_t o = 0; o < gbytes; o += 64) {
-                prefetch_far(pg + o);
-                if constexpr (kPrefetchL2 > 0) _mm_prefetch(reinterpret_cast<const char*>(pg + kPrefetchL2 + o), _MM_HINT_T1);
-            }
+            for (int64_t o = 0; o < gbytes; o += 64) prefetch_far(pg + o);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(bf16f(sc[g])), group_dot<BITS>(pg, xp + g * gs, gs), acc);
             bsum += bf16f(bi[g]) * xs[g];
         }

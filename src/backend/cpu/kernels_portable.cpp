@@ -20,11 +20,7 @@ namespace {
 
 void p_q_prep(const float* x, int64_t K, int bits, int gs, float* xp, float* xs) {
     std::memcpy(xp, x, size_t(K) * sizeof(float));
-    for (int64_t g = 0; g < K / gs; ++g) {
-        float s = 0;
-        for (int j = 0; j < gs; ++j) s += x[g * gs + j];
-        xs[g] = s;
-    }
+    group_sums(x, K, gs, xs);
 }
 
 void p_q_gemv(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
