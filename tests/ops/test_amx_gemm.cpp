@@ -52,7 +52,7 @@ struct Q {
 } // namespace
 
 TEST(AmxQuantGemm, DequantToBf16IsBitExact) {
-    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int bits : {4, 6, 8})
         for (int gs : {32, 64, 128}) {
             const Q q(7, 384, bits, gs, 21);
@@ -66,7 +66,7 @@ TEST(AmxQuantGemm, DequantToBf16IsBitExact) {
 }
 
 TEST(AmxQuantGemm, MatchesDefinitionOnAwkwardSizes) {
-    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int bits : {4, 6, 8})
         for (int gs : {32, 64, 128})
             for (int64_t K : {128, 384, 640}) // 640 = 2 chunks of 256 + a 128 tail
@@ -99,7 +99,7 @@ TEST(AmxQuantGemm, MatchesDefinitionOnAwkwardSizes) {
 }
 
 TEST(AmxQuantGemm, SmallRowsFloat32MatchesDefinition) {
-    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int bits : {4, 6, 8})
         for (int gs : {32, 64, 128})
             for (int64_t M : {1, 2, 3, 7, 8, 9, 17, 33}) {
@@ -133,7 +133,7 @@ TEST(AmxQuantGemm, SmallRowsFloat32MatchesDefinition) {
 // on how many x rows are multiplied with it (the streaming finals rely on it): row m of a product of M rows equals,
 // bit for bit, the same row in a product of its first 16 rows.
 TEST(AmxQuantGemm, Bf16RowsUnalignedMatchDefinition) {
-    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int64_t K : {100, 640, 896})
         for (int64_t M : {1, 17, 33, 47, 70, 146}) {
             const int64_t N = 45, Kp = (K + 31) / 32 * 32, nb = (N + 31) / 32 * 32;
@@ -177,7 +177,7 @@ TEST(AmxQuantGemm, Bf16RowsUnalignedMatchDefinition) {
 // The quantized product's rows likewise do not depend on the number of x rows (C tiles kept in registers for ≤ 32
 // rows, stored and reloaded between column chunks for more).
 TEST(AmxQuantGemm, RowsDoNotDependOnM) {
-    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int bits : {4, 8}) {
         const int64_t K = 640, N = 70, n0 = 3, rows = 67, gs = 64;
         const Q q(N, K, bits, gs, uint32_t(500 + bits));

@@ -328,7 +328,7 @@ TEST(Kernels, RowNormsInBf16ScopeMatchRmsNorm) {
 // with 1 and 2 threads.
 TEST(Kernels, AmxPackXLayoutOnTheTeam) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
-    if (!cpu::amx_available()) GTEST_SKIP() << "no AMX on this CPU";
+    if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (const auto& [M, K] : {std::pair<int64_t, int64_t>{150, 1000}, {17, 3072}, {3, 64}}) {
         const auto x = qasr::test::randn(size_t(M * K), uint32_t(M + K), 2.0f);
         std::vector<uint16_t> b1(cpu::amx_packed_x_size(M, K)), b2(b1.size());

@@ -5,6 +5,7 @@
 // the way out. Blocks of 32 W rows × 32 x rows use all 8 tiles (4 C, 2 A, 2 B).
 #include "backend/cpu/amx_gemm.hpp"
 #include "backend/cpu/exp_avx512.hpp"
+#include "backend/cpu/kernels.hpp"
 #include "backend/cpu/transpose16.hpp"
 
 #include <immintrin.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -41,7 +43,7 @@ bool request_amx() {
 
 void amx_load_tile_config() {
     thread_local bool loaded = false;
-    if (loaded) return;
+    if (loaded || !amx_available()) return;
     TileConfig cfg;
     for (int t = 0; t < 8; ++t) {
         cfg.rows[t] = 16;
@@ -124,11 +126,62 @@ inline void deq_groups(const uint8_t* row, const uint16_t* sc, const uint16_t* b
     }
 }
 
+// The vector engine, for CPUs with AVX512-BF16 but no AMX tiles (AMD Zen 4 and later, Intel Cooper Lake; or
+// QASR_AMX=0): the same products on the same operands, vdpbf16ps instead of tdpbf16ps. Lane i of an x vector is
+// the pair (x[m0 + i][2p], x[m0 + i][2p + 1]) of px's layout as it is; each A row's pair (a[n][2p], a[n][2p + 1])
+// is broadcast, so a vector of 16 float32 sums per A row and 16 m accumulates yT[n][m0, m0 + 16) — the tile
+// engine's yT, summed pair by pair in k order (float32, as the tiles; the two engines may differ in the last bits).
+// 8 A rows × MV blocks of 16 m per register block (24 accumulators for MV = 3).
+template <int MV>
+inline void dot_rows8(const uint16_t* a, int64_t lda, int64_t kb0, int64_t nkb, const uint16_t* xb, int64_t mstride,
+                      float* c, int64_t Mp, bool acc) {
+    __m512 s[MV][8];
+    for (int i = 0; i < MV; ++i)
+        for (int n = 0; n < 8; ++n) s[i][n] = acc ? _mm512_loadu_ps(c + n * Mp + i * 16) : _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+        const uint16_t* xt = xb + (kb0 + kb) * 512;
+        const uint16_t* ak = a + kb * 32;
+        for (int p = 0; p < 16; ++p) {
+            __m512bh xv[MV];
+            for (int i = 0; i < MV; ++i) xv[i] = (__m512bh)_mm512_load_si512(xt + i * mstride + p * 32);
+            for (int n = 0; n < 8; ++n) {
+                int32_t pair;
+                std::memcpy(&pair, ak + n * lda + 2 * p, 4);
+                const __m512bh w = (__m512bh)_mm512_set1_epi32(pair);
+                for (int i = 0; i < MV; ++i) s[i][n] = _mm512_dpbf16_ps(s[i][n], xv[i], w);
+            }
+        }
+    }
+    for (int i = 0; i < MV; ++i)
+        for (int n = 0; n < 8; ++n) _mm512_storeu_ps(c + n * Mp + i * 16, s[i][n]);
+}
+
+// yT[n][m] (+= when acc) Σ a[n][k]·x[m][k0 + k] over k < kc (multiples of 32), for the 8-row groups holding rows
+// [0, nr) of a (rows up to the next multiple of 8 must be readable; their results are not used), every m < px.Mp.
+void dot_block(const uint16_t* a, int64_t lda, int64_t nr, int64_t k0, int64_t kc, const AmxPackedX& px, float* yT,
+               bool acc) {
+    const int64_t Mp = px.Mp, mstride = px.Kp / 32 * 512, blocks = Mp / 16;
+    for (int64_t n0 = 0; n0 < nr; n0 += 8)
+        for (int64_t b = 0; b < blocks;) {
+            // groups of 3 blocks of 16 m; a remainder of 1 after at least one group makes the last two groups 2 + 2
+            const int64_t left = blocks - b, mv = left == 4 ? 2 : std::min<int64_t>(3, left);
+            const uint16_t* xb = px.data + b * mstride;
+            float* c = yT + n0 * Mp + b * 16;
+            b += mv;
+            switch (mv) {
+            case 1: dot_rows8<1>(a + n0 * lda, lda, k0 / 32, kc / 32, xb, mstride, c, Mp, acc); break;
+            case 2: dot_rows8<2>(a + n0 * lda, lda, k0 / 32, kc / 32, xb, mstride, c, Mp, acc); break;
+            default: dot_rows8<3>(a + n0 * lda, lda, k0 / 32, kc / 32, xb, mstride, c, Mp, acc); break;
+            }
+        }
+}
+
 // One block of 32 rows of A (bf16, row stride lda, K a multiple of 32) times every m block of px → C tiles stored
 // into yT (32 rows, row stride Mp). Blocks of 32 m use all 8 tiles (4 C, 2 A, 2 B); a last block of 16 m uses 2 C.
 // pf, pf_bytes: memory to bring into L2 meanwhile (the next block's codes), spread over the k loop.
 void tile_block(const uint16_t* a0, int64_t lda, const AmxPackedX& px, float* yT, const uint8_t* pf = nullptr,
                 int64_t pf_bytes = 0) {
+    if (!amx_available()) return dot_block(a0, lda, 32, 0, px.Kp, px, yT, false);
     const int64_t KB = px.Kp / 32, Mp = px.Mp;
     const int64_t pf_step = pf ? std::max<int64_t>(64, (pf_bytes / (KB * ((Mp + 31) / 32)) + 63) / 64 * 64) : 0;
     int64_t pf_at = 0;
@@ -218,6 +271,15 @@ namespace {
 // divide each other.
 template <typename Fill>
 void block_rows(int64_t nr, int64_t K, int64_t KC, const AmxPackedX& px, float* yT, uint16_t* wb, Fill fill) {
+    if (!amx_available()) { // the vector engine: rows past nr are not computed (only those up to a multiple of 8)
+        if (nr % 8) std::fill(wb + nr * KC, wb + (nr + 7) / 8 * 8 * KC, uint16_t(0));
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            const int64_t kc = std::min(KC, K - k0);
+            for (int64_t r = 0; r < nr; ++r) fill(r, k0, kc, wb + r * KC);
+            dot_block(wb, KC, nr, k0, kc, px, yT, k0 > 0);
+        }
+        return;
+    }
     const int64_t Mp = px.Mp, KB = px.Kp / 32;
     const bool small = Mp <= 32;
     if (nr < 32) std::fill(wb + nr * KC, wb + 32 * KC, uint16_t(0));
@@ -461,7 +523,27 @@ void q_gemm_f32_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* b
 }
 
 bool amx_available() {
-    static const bool ok = request_amx();
+    static const bool ok = [] {
+        const char* e = std::getenv("QASR_AMX"); // QASR_AMX=0: as on a CPU without tiles (the vector engine, A/B)
+        return !(e && !std::strcmp(e, "0")) && request_amx();
+    }();
+    return ok;
+}
+
+bool bf16_gemm_available() {
+    static const bool vector_on = [] { // QASR_BF16_VECTOR=0: no vector engine (float32 sgemm there instead, A/B)
+        const char* e = std::getenv("QASR_BF16_VECTOR");
+        return !(e && !std::strcmp(e, "0"));
+    }();
+    return amx_available() || (vector_on && avx512_bf16_available() && kernels().isa == Isa::Avx512);
+}
+
+bool avx512_bf16_available() {
+    static const bool ok = [] {
+        unsigned a, b, c, d;
+        if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+        return (a & (1u << 5)) != 0; // AVX512_BF16
+    }();
     return ok;
 }
 

@@ -7,8 +7,17 @@
 
 namespace qasr::cpu {
 
-// True when the CPU has AMX-BF16 and the kernel granted this process the tile state (arch_prctl).
+// True when the CPU has AMX-BF16 and the kernel granted this process the tile state (arch_prctl); QASR_AMX=0
+// pretends it has not.
 bool amx_available();
+
+// True when the CPU has AVX512-BF16 (vdpbf16ps).
+bool avx512_bf16_available();
+
+// True when the bf16 products below can run: on AMX tiles, or else on AVX512-BF16 vectors with the AVX-512 kernel
+// table active (the vector engine: AMD Zen 4 and later, Intel Cooper Lake; QASR_BF16_VECTOR=0 turns it off). The callers gate on this; only
+// amx_causal_attention (prefill_avx512.hpp) needs the tiles themselves.
+bool bf16_gemm_available();
 
 // Loads the tile configuration every AMX kernel here uses (8 tiles of 16 rows × 64 bytes) on this thread, once.
 void amx_load_tile_config();
