@@ -545,7 +545,7 @@ TEST(Kernels, LinearOnWeightMatrixMatchesReference) {
                 ops::Bf16GemmScope scope(bf16);
                 std::vector<float> y(size_t(M * N));
                 ops::linear(x.data(), M, W, bias.data(), y.data());
-                const bool rounded = bf16 && M > 1 && ops::bf16_gemm_enabled() && cpu::bf16_gemm_available();
+                const bool rounded = bf16 && M > 1 && ops::bf16_gemm_enabled() && cpu::bf16_gemm_applies(M);
                 for (int64_t m = 0; m < M; ++m)
                     for (int64_t n = 0; n < N; ++n) {
                         double acc = bias[size_t(n)], sc = std::fabs(bias[size_t(n)]);

@@ -538,6 +538,8 @@ bool bf16_gemm_available() {
     return amx_available() || (vector_on && avx512_bf16_available() && kernels().isa == Isa::Avx512);
 }
 
+bool bf16_gemm_applies(int64_t M) { return amx_available() || (M >= 7 && bf16_gemm_available()); }
+
 bool avx512_bf16_available() {
     static const bool ok = [] {
         unsigned a, b, c, d;

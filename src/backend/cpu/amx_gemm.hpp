@@ -19,6 +19,11 @@ bool avx512_bf16_available();
 // amx_causal_attention (prefill_avx512.hpp) needs the tiles themselves.
 bool bf16_gemm_available();
 
+// Whether a product of M x rows takes these bf16 products: always on AMX; on the vector engine from 7 rows (below,
+// the float32 path's few-row kernels are faster: 0.6B 8-bit decoder matrices at 4 / 6 / 7 / 8 rows 69 / 69 / 68 /
+// 62 ms on the vector engine against 54 / 65 / 70 / 81 ms, 2 Zen 4 cores, bench/gemm_bench).
+bool bf16_gemm_applies(int64_t M);
+
 // Loads the tile configuration every AMX kernel here uses (8 tiles of 16 rows × 64 bytes) on this thread, once.
 void amx_load_tile_config();
 

@@ -26,7 +26,7 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
         fused = fused && Ws[i]->fmt == WFormat::Q && Ws[i]->group_size % 32 == 0;
     }
 #ifdef QASR_HAVE_AMX
-    if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_available()) {
+    if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_applies(M)) {
         struct Tile {
             size_t m;
             int64_t n0, rows;
@@ -62,7 +62,7 @@ void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, con
 #ifdef QASR_HAVE_AMX
     const bool fused = M > 1 && gate.fmt == WFormat::Q && up.fmt == WFormat::Q && gate.bits == up.bits &&
                        gate.group_size == up.group_size && gate.group_size % 32 == 0 && K % gate.group_size == 0;
-    if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_available() && cpu::kernels().isa == cpu::Isa::Avx512) {
+    if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_applies(M) && cpu::kernels().isa == cpu::Isa::Avx512) {
         thread_local std::vector<uint16_t> xbuf;
         xbuf.resize(cpu::amx_packed_x_size(M, K));
         cpu::AmxPackedX px;

@@ -97,7 +97,7 @@ __attribute__((target("avx512f,avx512bw"))) void row_norms(const uint8_t* row, c
 std::shared_ptr<const HeadScreen> head_screen(const WeightMatrix& W) {
 #ifdef QASR_HAVE_AMX
     const cpu::KernelTable& k = cpu::kernels();
-    if (W.fmt != WFormat::Q || !(W.bits == 4 || W.bits == 6 || W.bits == 8) || !cpu::bf16_gemm_available() ||
+    if (W.fmt != WFormat::Q || !(W.bits == 4 || W.bits == 6 || W.bits == 8) || !cpu::amx_available() ||
         k.isa != cpu::Isa::Avx512 || W.group_size % 32 != 0 || W.group_size > 1024 || W.cols % 32 != 0 ||
         W.cols > 16384 || W.rows <= 0)
         return nullptr;

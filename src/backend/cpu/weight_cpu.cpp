@@ -365,7 +365,7 @@ Bf16GemmScope::~Bf16GemmScope() { t_bf16 = prev_; }
 void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     const int64_t N = W.rows, K = W.cols;
 #ifdef QASR_HAVE_AMX
-    if (bf16_gemm_enabled() && cpu::bf16_gemm_available()) return amx_gemm(x, M, W, y);
+    if (bf16_gemm_enabled() && cpu::bf16_gemm_applies(M)) return amx_gemm(x, M, W, y);
 #endif
     const cpu::KernelTable& k = cpu::kernels();
 #ifdef QASR_HAVE_AMX
