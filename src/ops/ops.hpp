@@ -30,9 +30,9 @@ void gemv_batch(const float* x, int64_t B, const WeightMatrix& W, float* y);
 // The portable kernel (no BLAS, no bias), kept as the reference for kernel tests.
 void linear_portable(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y);
 void linear_portable_serial(const float* x, int64_t M, int64_t K, const float* W, int64_t N, float* y); // 1 thread
-// bf16 compute for matrix-matrix products (x and W rounded to bf16, float32 accumulation, on AMX where present):
+// bf16 compute for matrix-matrix products (x and W rounded to bf16, float32 accumulation, on AMX or AVX512-BF16 where present):
 // enabled for the calling thread while a Bf16GemmScope(true) lives (the model code opens one for quantized
-// checkpoints). QASR_GEMM=f32 or QASR_GEMM=bf16 overrides it everywhere. Without AMX the float32 path runs.
+// checkpoints). QASR_GEMM=f32 or QASR_GEMM=bf16 overrides it everywhere. Without either the float32 path runs.
 bool bf16_gemm_enabled();
 class Bf16GemmScope {
 public:

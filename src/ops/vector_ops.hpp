@@ -14,12 +14,12 @@ namespace qasr::ops {
 void silu_mul_fast(float* gate, const float* up, size_t n);
 
 // ys[i] = x·Ws[i]ᵀ (row-major [M, Ws[i]->rows]) for matrices of one input width, as ops::linear on each (same
-// values); quantized matrices in the bf16 scope with AMX go through one parallel pass with x packed once.
+// values); quantized matrices in the bf16 scope with AMX or AVX512-BF16 go through one parallel pass with x packed once.
 void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws, float* const* ys, size_t count);
 
 // h = silu(x·gateᵀ)·(x·upᵀ) [M, gate.rows] for two matrices of one shape: the values of linear_multi_rows on both
-// followed by silu_mul_fast (bit for bit). Quantized matrices in the bf16 scope with AMX and the AVX-512 table
-// are combined per 32-row block inside the product (cpu::amx_q_swiglu_rows: neither product is written out);
+// followed by silu_mul_fast (bit for bit). Quantized matrices in the bf16 scope with AMX or AVX512-BF16 and the AVX-512 table
+// are combined per 32-row block inside the product (cpu::bf16_q_swiglu_rows: neither product is written out);
 // otherwise it runs exactly that sequence (with a scratch buffer for the up product).
 void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, const WeightMatrix& up, float* h);
 

@@ -1,7 +1,7 @@
 // Every SIMD kernel table against the portable one on random inputs of awkward sizes (odd lengths, tails,
 // partial row ranges), plus ops::linear on WeightMatrix (M = 1 and M > 1, every format) against a float64
 // reference, and the AMX bf16 GEMM where the CPU has it. The ctest entries run this binary once per forced ISA.
-#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/dtype.hpp"
 #include "model/decoder.hpp"
@@ -545,7 +545,7 @@ TEST(Kernels, LinearOnWeightMatrixMatchesReference) {
                 ops::Bf16GemmScope scope(bf16);
                 std::vector<float> y(size_t(M * N));
                 ops::linear(x.data(), M, W, bias.data(), y.data());
-                const bool rounded = bf16 && M > 1 && ops::bf16_gemm_enabled() && cpu::bf16_gemm_applies(M);
+                const bool rounded = bf16 && M > 1 && ops::bf16_gemm_enabled() && cpu::bf16_gemm_available();
                 for (int64_t m = 0; m < M; ++m)
                     for (int64_t n = 0; n < N; ++n) {
                         double acc = bias[size_t(n)], sc = std::fabs(bias[size_t(n)]);
@@ -561,7 +561,7 @@ TEST(Kernels, LinearOnWeightMatrixMatchesReference) {
         }
 }
 
-TEST(Kernels, AmxGemmAwkwardSizes) {
+TEST(Kernels, Bf16GemmAwkwardSizes) {
     SKIP_IF_FORCED_ISA_MISSING();
     if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int64_t M : {1, 15, 17, 33})
@@ -569,13 +569,13 @@ TEST(Kernels, AmxGemmAwkwardSizes) {
             for (int64_t N : {32, 45}) {
                 const auto x = randn(size_t(M * K), 11), w = randn(size_t(N * K), 12);
                 const int64_t Kp = (K + 31) / 32 * 32, nb = (N + 31) / 32 * 32;
-                std::vector<uint16_t> xb(cpu::amx_packed_x_size(M, K)), wb(size_t(nb * Kp), 0);
-                cpu::AmxPackedX px;
-                cpu::amx_pack_x(x.data(), M, K, xb.data(), px);
+                std::vector<uint16_t> xb(cpu::bf16_packed_x_size(M, K)), wb(size_t(nb * Kp), 0);
+                cpu::Bf16PackedX px;
+                cpu::bf16_pack_x(x.data(), M, K, xb.data(), px);
                 for (int64_t r = 0; r < N; ++r)
                     for (int64_t k = 0; k < K; ++k) wb[size_t(r * Kp + k)] = f32_to_bf16(w[size_t(r * K + k)]);
                 std::vector<float> y(size_t(M * N), -7.0f);
-                cpu::amx_gemm_rows(wb.data(), Kp, nb, N, px, y.data(), N);
+                cpu::bf16_gemm_rows(wb.data(), Kp, nb, N, px, y.data(), N);
                 for (int64_t m = 0; m < M; ++m)
                     for (int64_t n = 0; n < N; ++n) {
                         double acc = 0;

@@ -1,7 +1,7 @@
 // Operators of the quantized checkpoints' multi-row decoder pass (ops/vector_ops.hpp and the AMX causal attention
 // behind ops::causal_attention over a bf16 cache), under each forced ISA (QASR_ISA; the AMX and AVX-512 kernels run
 // under avx512, the others check the fallbacks).
-#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/dtype.hpp"
 #include "ops/ops.hpp"
@@ -323,20 +323,20 @@ TEST(Kernels, RowNormsInBf16ScopeMatchRmsNorm) {
         }
 }
 
-// amx_pack_x (on the team for large x) writes the tile layout of its definition: tile (mb, kb) row p holds, for the
+// bf16_pack_x (on the team for large x) writes the tile layout of its definition: tile (mb, kb) row p holds, for the
 // 16 x rows of block mb, bf16(x[m][32kb + 2p]) and bf16(x[m][32kb + 2p + 1]) (zero past M and K); the same bytes
 // with 1 and 2 threads.
-TEST(Kernels, AmxPackXLayoutOnTheTeam) {
+TEST(Kernels, Bf16PackXLayoutOnTheTeam) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
     if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (const auto& [M, K] : {std::pair<int64_t, int64_t>{150, 1000}, {17, 3072}, {3, 64}}) {
         const auto x = qasr::test::randn(size_t(M * K), uint32_t(M + K), 2.0f);
-        std::vector<uint16_t> b1(cpu::amx_packed_x_size(M, K)), b2(b1.size());
-        cpu::AmxPackedX p1, p2;
+        std::vector<uint16_t> b1(cpu::bf16_packed_x_size(M, K)), b2(b1.size());
+        cpu::Bf16PackedX p1, p2;
         ops::set_num_threads(1);
-        cpu::amx_pack_x(x.data(), M, K, b1.data(), p1);
+        cpu::bf16_pack_x(x.data(), M, K, b1.data(), p1);
         ops::set_num_threads(2);
-        cpu::amx_pack_x(x.data(), M, K, b2.data(), p2);
+        cpu::bf16_pack_x(x.data(), M, K, b2.data(), p2);
         ops::set_num_threads(0);
         ASSERT_EQ(p1.Mp, p2.Mp);
         const int64_t KB = p1.Kp / 32;

@@ -5,7 +5,7 @@
 #include "backend/cpu/attention_decode.hpp"
 #include "backend/cpu/kernels.hpp"
 #ifdef QASR_HAVE_AMX
-#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/prefill_avx512.hpp"
 #endif
 #include "ops/ops.hpp"

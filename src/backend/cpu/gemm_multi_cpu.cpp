@@ -1,7 +1,7 @@
 // ops::linear_multi_rows (ops/vector_ops.hpp): several quantized matrices of one input in one pass over the thread
-// team. x is packed for the AMX tiles once (not once per matrix) and the 128-row tiles of every matrix form one
+// team. x is packed for the bf16 products (AMX tiles or AVX512-BF16 vectors) once (not once per matrix) and the 128-row tiles of every matrix form one
 // dynamically scheduled list, so the team meets one barrier instead of one per matrix and the last tiles of one
-// matrix overlap the first of the next. Each tile runs cpu::amx_q_gemm_rows as ops::linear does, whose rows do not
+// matrix overlap the first of the next. Each tile runs cpu::bf16_q_gemm_rows as ops::linear does, whose rows do not
 // depend on the tiling: the same values as one ops::linear per matrix.
 #include "ops/vector_ops.hpp"
 
@@ -9,7 +9,7 @@
 #include "ops/ops.hpp"
 #include "backend/cpu/kernels.hpp"
 #ifdef QASR_HAVE_AMX
-#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/bf16_gemm.hpp"
 #endif
 
 #include <algorithm>
@@ -26,7 +26,7 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
         fused = fused && Ws[i]->fmt == WFormat::Q && Ws[i]->group_size % 32 == 0;
     }
 #ifdef QASR_HAVE_AMX
-    if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_applies(M)) {
+    if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_available()) {
         struct Tile {
             size_t m;
             int64_t n0, rows;
@@ -38,14 +38,14 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
                 tiles.push_back({i, n0, std::min<int64_t>(128, N - n0)});
         }
         thread_local std::vector<uint16_t> xbuf;
-        xbuf.resize(cpu::amx_packed_x_size(M, K));
-        cpu::AmxPackedX px;
-        cpu::amx_pack_x(x, M, K, xbuf.data(), px);
+        xbuf.resize(cpu::bf16_packed_x_size(M, K));
+        cpu::Bf16PackedX px;
+        cpu::bf16_pack_x(x, M, K, xbuf.data(), px);
         const int nt = int(std::min<int64_t>(num_threads(), int64_t(tiles.size())));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (size_t t = 0; t < tiles.size(); ++t) {
             const WeightMatrix& W = *Ws[tiles[t].m];
-            cpu::amx_q_gemm_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size,
+            cpu::bf16_q_gemm_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size,
                                  tiles[t].n0, tiles[t].rows, px, ys[tiles[t].m] + tiles[t].n0, W.rows);
         }
         return;
@@ -62,11 +62,11 @@ void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, con
 #ifdef QASR_HAVE_AMX
     const bool fused = M > 1 && gate.fmt == WFormat::Q && up.fmt == WFormat::Q && gate.bits == up.bits &&
                        gate.group_size == up.group_size && gate.group_size % 32 == 0 && K % gate.group_size == 0;
-    if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_applies(M) && cpu::kernels().isa == cpu::Isa::Avx512) {
+    if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_available() && cpu::kernels().isa == cpu::Isa::Avx512) {
         thread_local std::vector<uint16_t> xbuf;
-        xbuf.resize(cpu::amx_packed_x_size(M, K));
-        cpu::AmxPackedX px;
-        cpu::amx_pack_x(x, M, K, xbuf.data(), px);
+        xbuf.resize(cpu::bf16_packed_x_size(M, K));
+        cpu::Bf16PackedX px;
+        cpu::bf16_pack_x(x, M, K, xbuf.data(), px);
         const cpu::QMatrixRef g{static_cast<const uint8_t*>(gate.data), gate.scales, gate.biases, gate.bits,
                                 gate.group_size};
         const cpu::QMatrixRef u{static_cast<const uint8_t*>(up.data), up.scales, up.biases, up.bits, up.group_size};
@@ -76,7 +76,7 @@ void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, con
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (int64_t t = 0; t < tiles; ++t) {
             const int64_t n0 = t * 64;
-            cpu::amx_q_swiglu_rows(g, u, K, n0, std::min<int64_t>(64, N - n0), px, h + n0, N);
+            cpu::bf16_q_swiglu_rows(g, u, K, n0, std::min<int64_t>(64, N - n0), px, h + n0, N);
         }
         return;
     }

@@ -15,7 +15,7 @@
 #include "ops/ops.hpp"
 
 #ifdef QASR_HAVE_AMX
-#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/bf16_gemm.hpp"
 #include <immintrin.h>
 #endif
 
@@ -137,13 +137,13 @@ void head_argmax(const float* h, int64_t n, const WeightMatrix& W, const HeadScr
     const auto* codes = static_cast<const uint8_t*>(W.data);
     {
         thread_local std::vector<uint16_t> xbuf;
-        xbuf.resize(cpu::amx_packed_x_size(n, K));
-        cpu::AmxPackedX px;
-        cpu::amx_pack_x(h, n, K, xbuf.data(), px);
+        xbuf.resize(cpu::bf16_packed_x_size(n, K));
+        cpu::Bf16PackedX px;
+        cpu::bf16_pack_x(h, n, K, xbuf.data(), px);
         const int64_t tiles = (V + 127) / 128;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(int(std::min<int64_t>(num_threads(), tiles)))
         for (int64_t t = 0; t < tiles; ++t)
-            cpu::amx_q_gemm_rows(codes, W.scales, W.biases, K, W.bits, W.group_size, t * 128,
+            cpu::bf16_q_gemm_rows(codes, W.scales, W.biases, K, W.bits, W.group_size, t * 128,
                                  std::min<int64_t>(128, V - t * 128), px, approx.data() + t * 128, V);
     }
     const double u = std::ldexp(1.0, -24), acc = 2.0 * double(K + 64) * u; // both sums' accumulation, with margin

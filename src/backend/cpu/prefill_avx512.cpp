@@ -9,7 +9,7 @@
 // sgemm's time.
 #include "backend/cpu/prefill_avx512.hpp"
 
-#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/exp_avx512.hpp"
 #include "backend/cpu/transpose16.hpp"
 

@@ -1,7 +1,7 @@
 // WeightMatrix helpers and ops::linear on WeightMatrix: matrix-vector products (decode, M = 1) run the fused
 // per-ISA kernels over row blocks on all threads; matrix-matrix products (prefill, encoder) expand tiles of W to
 // float32 in a scratch buffer and hand them to sgemm (OpenBLAS) or the portable kernel.
-#include "backend/cpu/amx_gemm.hpp"
+#include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/gemv.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/error.hpp"
@@ -309,12 +309,12 @@ int env_gemm_mode() { // -1: QASR_GEMM=f32, 1: QASR_GEMM=bf16, 0: as the model a
 thread_local bool t_bf16 = false;
 
 #ifdef QASR_HAVE_AMX
-void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
+void bf16_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     const int64_t N = W.rows, K = W.cols, Kp = (K + 31) / 32 * 32;
     thread_local std::vector<uint16_t> xbuf;
-    xbuf.resize(cpu::amx_packed_x_size(M, K));
-    cpu::AmxPackedX px;
-    cpu::amx_pack_x(x, M, K, xbuf.data(), px);
+    xbuf.resize(cpu::bf16_packed_x_size(M, K));
+    cpu::Bf16PackedX px;
+    cpu::bf16_pack_x(x, M, K, xbuf.data(), px);
     // 128-row tiles, or 64 when that leaves too few tiles to balance the team (e.g. N = 896 → 14 tiles).
     const int64_t nbt = (N + 127) / 128 >= 4 * int64_t(num_threads()) ? 128 : 64;
     const int64_t tiles = (N + nbt - 1) / nbt;
@@ -323,11 +323,11 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     for (int64_t t = 0; t < tiles; ++t) {
         const int64_t n0 = t * nbt, rows = std::min(N, n0 + nbt) - n0, nb = (rows + 31) / 32 * 32;
         if (W.fmt == WFormat::BF16 && K == Kp && rows == nb) {
-            cpu::amx_gemm_rows(static_cast<const uint16_t*>(W.data) + n0 * K, K, nb, rows, px, y + n0, N);
+            cpu::bf16_gemm_rows(static_cast<const uint16_t*>(W.data) + n0 * K, K, nb, rows, px, y + n0, N);
             continue;
         }
         if (W.fmt == WFormat::Q) { // dequantized 32 rows at a time, inside the kernel
-            cpu::amx_q_gemm_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, n0,
+            cpu::bf16_q_gemm_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size, n0,
                                  rows, px, y + n0, N);
             continue;
         }
@@ -341,9 +341,9 @@ void amx_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
                 std::memcpy(wb.data() + r * Kp, static_cast<const uint16_t*>(W.data) + (n0 + r) * K, size_t(K) * 2);
         } else {
             const float* src = static_cast<const float*>(W.data) + n0 * K;
-            for (int64_t r = 0; r < rows; ++r) cpu::amx_f32_to_bf16(src + r * K, wb.data() + r * Kp, size_t(K));
+            for (int64_t r = 0; r < rows; ++r) cpu::f32_to_bf16_rows(src + r * K, wb.data() + r * Kp, size_t(K));
         }
-        cpu::amx_gemm_rows(wb.data(), Kp, nb, rows, px, y + n0, N);
+        cpu::bf16_gemm_rows(wb.data(), Kp, nb, rows, px, y + n0, N);
     }
 }
 #endif
@@ -365,7 +365,7 @@ Bf16GemmScope::~Bf16GemmScope() { t_bf16 = prev_; }
 void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     const int64_t N = W.rows, K = W.cols;
 #ifdef QASR_HAVE_AMX
-    if (bf16_gemm_enabled() && cpu::bf16_gemm_applies(M)) return amx_gemm(x, M, W, y);
+    if (bf16_gemm_enabled() && cpu::bf16_gemm_available()) return bf16_gemm(x, M, W, y);
 #endif
     const cpu::KernelTable& k = cpu::kernels();
 #ifdef QASR_HAVE_AMX

@@ -1,9 +1,11 @@
-// AMX bf16 GEMM (compiled with -mamx-tile -mamx-bf16 -mavx512f -mavx512bf16; used only after amx_available()).
-// Roles are swapped so that W needs no packing: each C tile is 16 rows of W (the A operand, read straight from
+// bf16 GEMM on AMX tiles or AVX512-BF16 vectors (compiled with -mamx-tile -mamx-bf16 -mavx512f -mavx512bf16; the
+// tile instructions run only after amx_available(), the vector ones only after bf16_gemm_available()).
+// AMX: roles are swapped so that W needs no packing: each C tile is 16 rows of W (the A operand, read straight from
 // row-major bf16 weights) times 16 columns of xᵀ (the B operand, x packed once per product into the VNNI pair
 // layout: tile (m16, k32) row r holds (x[m][2r], x[m][2r+1]) for the 16 m). C tiles hold yᵀ and are transposed on
-// the way out. Blocks of 32 W rows × 32 x rows use all 8 tiles (4 C, 2 A, 2 B).
-#include "backend/cpu/amx_gemm.hpp"
+// the way out. Blocks of 32 W rows × 32 x rows use all 8 tiles (4 C, 2 A, 2 B). The vector engine (dot_block) reads
+// the same packed x and W rows and writes the same yT, so everything around the products is shared.
+#include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/exp_avx512.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/transpose16.hpp"
@@ -156,11 +158,57 @@ inline void dot_rows8(const uint16_t* a, int64_t lda, int64_t kb0, int64_t nkb, 
         for (int n = 0; n < 8; ++n) _mm512_storeu_ps(c + n * Mp + i * 16, s[i][n]);
 }
 
+// Few x rows (M ≤ 8, one block of 16 m): the roles turned — a vector of 16 A rows per x row, each x pair broadcast —
+// so that no lane is idle for want of x rows. The A rows' pairs come from a 16 × 16 transpose of 32-bit lanes per
+// 32 columns; yT's 16 × 16 block is transposed in and out around the chunk. Every sum is the chain dot_rows8 makes
+// (the pairs in k order, each product pair commuting), so a row's result does not depend on M, bit for bit.
+template <int M>
+inline void dot_rows16_few(const uint16_t* a, int64_t lda, int64_t kb0, int64_t nkb, const uint16_t* xb, float* c,
+                           bool acc) {
+    __m512 s[16];
+    if (acc) {
+        for (int n = 0; n < 16; ++n) s[n] = _mm512_loadu_ps(c + n * 16);
+        transpose16x16(s); // s[m]: yT[n][m] over the 16 n
+    } else {
+        for (int m = 0; m < M; ++m) s[m] = _mm512_setzero_ps();
+    }
+    const int32_t* x32 = reinterpret_cast<const int32_t*>(xb);
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+        __m512 w[16];
+        for (int n = 0; n < 16; ++n) w[n] = _mm512_loadu_ps(reinterpret_cast<const float*>(a + n * lda + kb * 32));
+        transpose16x16(w); // w[p]: the pair p of the 16 rows
+        const int32_t* xp = x32 + (kb0 + kb) * 256;
+        for (int p = 0; p < 16; ++p)
+            for (int m = 0; m < M; ++m)
+                s[m] = _mm512_dpbf16_ps(s[m], (__m512bh)w[p], (__m512bh)_mm512_set1_epi32(xp[p * 16 + m]));
+    }
+    for (int m = M; m < 16; ++m) s[m] = _mm512_setzero_ps();
+    transpose16x16(s);
+    for (int n = 0; n < 16; ++n) _mm512_storeu_ps(c + n * 16, s[n]);
+}
+
 // yT[n][m] (+= when acc) Σ a[n][k]·x[m][k0 + k] over k < kc (multiples of 32), for the 8-row groups holding rows
-// [0, nr) of a (rows up to the next multiple of 8 must be readable; their results are not used), every m < px.Mp.
-void dot_block(const uint16_t* a, int64_t lda, int64_t nr, int64_t k0, int64_t kc, const AmxPackedX& px, float* yT,
+// [0, nr) of a (rows up to the next multiple of 16 must be readable; their results are not used), every m < px.Mp.
+void dot_block(const uint16_t* a, int64_t lda, int64_t nr, int64_t k0, int64_t kc, const Bf16PackedX& px, float* yT,
                bool acc) {
     const int64_t Mp = px.Mp, mstride = px.Kp / 32 * 512, blocks = Mp / 16;
+    if (Mp == 16 && px.M <= 8) {
+        for (int64_t n0 = 0; n0 < nr; n0 += 16) {
+            const uint16_t* an = a + n0 * lda;
+            float* c = yT + n0 * 16;
+            switch (px.M) {
+            case 1: dot_rows16_few<1>(an, lda, k0 / 32, kc / 32, px.data, c, acc); break;
+            case 2: dot_rows16_few<2>(an, lda, k0 / 32, kc / 32, px.data, c, acc); break;
+            case 3: dot_rows16_few<3>(an, lda, k0 / 32, kc / 32, px.data, c, acc); break;
+            case 4: dot_rows16_few<4>(an, lda, k0 / 32, kc / 32, px.data, c, acc); break;
+            case 5: dot_rows16_few<5>(an, lda, k0 / 32, kc / 32, px.data, c, acc); break;
+            case 6: dot_rows16_few<6>(an, lda, k0 / 32, kc / 32, px.data, c, acc); break;
+            case 7: dot_rows16_few<7>(an, lda, k0 / 32, kc / 32, px.data, c, acc); break;
+            default: dot_rows16_few<8>(an, lda, k0 / 32, kc / 32, px.data, c, acc); break;
+            }
+        }
+        return;
+    }
     for (int64_t n0 = 0; n0 < nr; n0 += 8)
         for (int64_t b = 0; b < blocks;) {
             // groups of 3 blocks of 16 m; a remainder of 1 after at least one group makes the last two groups 2 + 2
@@ -179,7 +227,7 @@ void dot_block(const uint16_t* a, int64_t lda, int64_t nr, int64_t k0, int64_t k
 // One block of 32 rows of A (bf16, row stride lda, K a multiple of 32) times every m block of px → C tiles stored
 // into yT (32 rows, row stride Mp). Blocks of 32 m use all 8 tiles (4 C, 2 A, 2 B); a last block of 16 m uses 2 C.
 // pf, pf_bytes: memory to bring into L2 meanwhile (the next block's codes), spread over the k loop.
-void tile_block(const uint16_t* a0, int64_t lda, const AmxPackedX& px, float* yT, const uint8_t* pf = nullptr,
+void tile_block(const uint16_t* a0, int64_t lda, const Bf16PackedX& px, float* yT, const uint8_t* pf = nullptr,
                 int64_t pf_bytes = 0) {
     if (!amx_available()) return dot_block(a0, lda, 32, 0, px.Kp, px, yT, false);
     const int64_t KB = px.Kp / 32, Mp = px.Mp;
@@ -254,7 +302,7 @@ void transpose_out(const float* yT, int64_t Mp, int64_t M, int64_t n_valid, floa
 
 } // namespace
 
-void amx_q_to_bf16(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+void bf16_q_dequant(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                    uint16_t* out, int64_t ldo, int64_t r0, int64_t r1) {
     const int64_t ng = K / gs, row_bytes = K * bits / 8;
     for (int64_t r = r0; r < r1; ++r)
@@ -270,9 +318,9 @@ namespace {
 // column chunks (exact: float32 stored and reloaded). K (a multiple of 32) and KC (a multiple of 32) need not
 // divide each other.
 template <typename Fill>
-void block_rows(int64_t nr, int64_t K, int64_t KC, const AmxPackedX& px, float* yT, uint16_t* wb, Fill fill) {
-    if (!amx_available()) { // the vector engine: rows past nr are not computed (only those up to a multiple of 8)
-        if (nr % 8) std::fill(wb + nr * KC, wb + (nr + 7) / 8 * 8 * KC, uint16_t(0));
+void block_rows(int64_t nr, int64_t K, int64_t KC, const Bf16PackedX& px, float* yT, uint16_t* wb, Fill fill) {
+    if (!amx_available()) { // the vector engine: rows past nr are not computed (only those up to a multiple of 16)
+        if (nr % 16) std::fill(wb + nr * KC, wb + (nr + 15) / 16 * 16 * KC, uint16_t(0));
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
             const int64_t kc = std::min(KC, K - k0);
             for (int64_t r = 0; r < nr; ++r) fill(r, k0, kc, wb + r * KC);
@@ -340,7 +388,7 @@ void block_rows(int64_t nr, int64_t K, int64_t KC, const AmxPackedX& px, float* 
 // Rows [0, rows) of A in blocks of 32 (fill(r, k0, kc, dst) with r counted from 0) → y[m, r] for r < rows,
 // m < px.M.
 template <typename Fill>
-void chunked_rows(int64_t rows, int64_t K, int64_t KC, const AmxPackedX& px, float* y, int64_t ldy, Fill fill) {
+void chunked_rows(int64_t rows, int64_t K, int64_t KC, const Bf16PackedX& px, float* y, int64_t ldy, Fill fill) {
     amx_load_tile_config();
     thread_local std::vector<uint16_t> wbv;
     thread_local std::vector<float> yTv;
@@ -374,8 +422,8 @@ void transpose_swiglu_out(const float* gT, const float* uT, int64_t Mp, int64_t 
 
 } // namespace
 
-void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
-                     int64_t n0, int64_t rows, const AmxPackedX& px, float* y, int64_t ldy) {
+void bf16_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
+                     int64_t n0, int64_t rows, const Bf16PackedX& px, float* y, int64_t ldy) {
     amx_load_tile_config();
     const int64_t Mp = px.Mp, Kp = px.Kp, ng = K / gs, row_bytes = K * bits / 8;
     thread_local std::vector<uint16_t> wbv;
@@ -391,7 +439,7 @@ void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* b
             if (Kp != K)
                 for (int64_t r = 0; r < nr; ++r) std::fill(wb + r * Kp + K, wb + (r + 1) * Kp, uint16_t(0));
             if (nr < 32) std::fill(wb + nr * Kp, wb + 32 * Kp, uint16_t(0));
-            amx_q_to_bf16(W, scales, biases, K, bits, gs, wb, Kp, n0 + b0, n0 + b0 + nr);
+            bf16_q_dequant(W, scales, biases, K, bits, gs, wb, Kp, n0 + b0, n0 + b0 + nr);
             const int64_t nxt = std::min<int64_t>(32, rows - b0 - nr); // the next block's codes, into L2 meanwhile
             tile_block(wb, Kp, px, yT, W + (n0 + b0 + nr) * row_bytes, nxt * row_bytes);
             transpose_out(yT, Mp, px.M, nr, y + b0, ldy);
@@ -412,8 +460,8 @@ void amx_q_gemm_rows(const uint8_t* W, const uint16_t* scales, const uint16_t* b
     });
 }
 
-void amx_q_swiglu_rows(const QMatrixRef& gate, const QMatrixRef& up, int64_t K, int64_t n0, int64_t rows,
-                       const AmxPackedX& px, float* h, int64_t ldh) {
+void bf16_q_swiglu_rows(const QMatrixRef& gate, const QMatrixRef& up, int64_t K, int64_t n0, int64_t rows,
+                       const Bf16PackedX& px, float* h, int64_t ldh) {
     amx_load_tile_config();
     const int bits = gate.bits, gs = gate.gs;
     const int64_t ng = K / gs, row_bytes = K * bits / 8;
@@ -538,8 +586,6 @@ bool bf16_gemm_available() {
     return amx_available() || (vector_on && avx512_bf16_available() && kernels().isa == Isa::Avx512);
 }
 
-bool bf16_gemm_applies(int64_t M) { return amx_available() || (M >= 7 && bf16_gemm_available()); }
-
 bool avx512_bf16_available() {
     static const bool ok = [] {
         unsigned a, b, c, d;
@@ -549,7 +595,7 @@ bool avx512_bf16_available() {
     return ok;
 }
 
-void amx_f32_to_bf16(const float* in, uint16_t* out, size_t n) {
+void f32_to_bf16_rows(const float* in, uint16_t* out, size_t n) {
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(in + i + 16), _mm512_loadu_ps(in + i));
@@ -558,13 +604,13 @@ void amx_f32_to_bf16(const float* in, uint16_t* out, size_t n) {
     for (; i < n; ++i) out[i] = bf16_rne(in[i]);
 }
 
-size_t amx_packed_x_size(int64_t M, int64_t K) {
+size_t bf16_packed_x_size(int64_t M, int64_t K) {
     const int64_t Mp = (M + 15) / 16 * 16, Kp = (K + 31) / 32 * 32;
-    return size_t(Mp * Kp) + 32; // + 64 bytes: amx_pack_x aligns the tiles to 64 bytes inside the buffer
+    return size_t(Mp * Kp) + 32; // + 64 bytes: bf16_pack_x aligns the tiles to 64 bytes inside the buffer
 }
 
 // Layout: tile (mb, kb) at ((mb * KB) + kb) * 512 uint16; inside, row r (k pair) × 16 m × 2.
-void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX& px) {
+void bf16_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, Bf16PackedX& px) {
     const int64_t Mp = (M + 15) / 16 * 16, Kp = (K + 31) / 32 * 32, KB = Kp / 32;
     out = align64(out);
     px = {out, M, Mp, Kp};
@@ -595,7 +641,7 @@ void amx_pack_x(const float* x, int64_t M, int64_t K, uint16_t* out, AmxPackedX&
         }
 }
 
-void amx_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const AmxPackedX& px, float* y,
+void bf16_gemm_rows(const uint16_t* Wt, int64_t ldw, int64_t nb, int64_t n_valid, const Bf16PackedX& px, float* y,
                    int64_t ldy) {
     if (px.Mp <= 32) { // few x rows: each A tile is loaded once, a copy would cost more than it saves
         amx_load_tile_config();

@@ -1,9 +1,9 @@
-// The fused quantized AMX product (amx_q_gemm_rows: MLX affine codes dequantized to bf16 inside the kernel, 32
-// rows at a time, column chunks in L1) and its dequantization (amx_q_to_bf16, vectorized per width) against their
+// The fused quantized AMX product (bf16_q_gemm_rows: MLX affine codes dequantized to bf16 inside the kernel, 32
+// rows at a time, column chunks in L1) and its dequantization (bf16_q_dequant, vectorized per width) against their
 // definitions on awkward sizes: odd M on both sides of the 16/32-row tile blocks, N not a multiple of 32, K with
 // a tail after the 256-column chunks, every width and group size, partial row ranges. Also the 16 × 16 register
-// transpose of the output through amx_gemm_rows.
-#include "backend/cpu/amx_gemm.hpp"
+// transpose of the output through bf16_gemm_rows.
+#include "backend/cpu/bf16_gemm.hpp"
 #include "core/dtype.hpp"
 
 #include "random_util.hpp"
@@ -51,21 +51,21 @@ struct Q {
 
 } // namespace
 
-TEST(AmxQuantGemm, DequantToBf16IsBitExact) {
+TEST(Bf16QuantGemm, DequantToBf16IsBitExact) {
     if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int bits : {4, 6, 8})
         for (int gs : {32, 64, 128}) {
             const Q q(7, 384, bits, gs, 21);
             const int64_t r0 = 2, r1 = 7, ldo = 384 + 32;
             std::vector<uint16_t> out(size_t((r1 - r0) * ldo), 0xdead);
-            cpu::amx_q_to_bf16(q.codes.data(), q.s.data(), q.b.data(), q.K, bits, gs, out.data(), ldo, r0, r1);
+            cpu::bf16_q_dequant(q.codes.data(), q.s.data(), q.b.data(), q.K, bits, gs, out.data(), ldo, r0, r1);
             for (int64_t r = r0; r < r1; ++r)
                 for (int64_t k = 0; k < q.K; ++k)
                     ASSERT_EQ(out[size_t((r - r0) * ldo + k)], q.w_bf16(r, k)) << bits << "-bit gs " << gs << " r " << r << " k " << k;
         }
 }
 
-TEST(AmxQuantGemm, MatchesDefinitionOnAwkwardSizes) {
+TEST(Bf16QuantGemm, MatchesDefinitionOnAwkwardSizes) {
     if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int bits : {4, 6, 8})
         for (int gs : {32, 64, 128})
@@ -75,12 +75,12 @@ TEST(AmxQuantGemm, MatchesDefinitionOnAwkwardSizes) {
                     const int64_t N = 77, n0 = 5, rows = 67; // blocks of 32, 32, 3 rows, starting mid-matrix
                     const Q q(N, K, bits, gs, uint32_t(100 + bits + gs + M));
                     const auto x = randn(size_t(M * K), uint32_t(7 + M));
-                    std::vector<uint16_t> xb(cpu::amx_packed_x_size(M, K));
-                    cpu::AmxPackedX px;
-                    cpu::amx_pack_x(x.data(), M, K, xb.data(), px);
+                    std::vector<uint16_t> xb(cpu::bf16_packed_x_size(M, K));
+                    cpu::Bf16PackedX px;
+                    cpu::bf16_pack_x(x.data(), M, K, xb.data(), px);
                     const int64_t ldy = rows + 3;
                     std::vector<float> y(size_t(M * ldy), -7.0f);
-                    cpu::amx_q_gemm_rows(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, n0, rows, px, y.data(), ldy);
+                    cpu::bf16_q_gemm_rows(q.codes.data(), q.s.data(), q.b.data(), K, bits, gs, n0, rows, px, y.data(), ldy);
                     for (int64_t m = 0; m < M; ++m) {
                         for (int64_t r = 0; r < rows; ++r) {
                             double acc = 0, sc = 0;
@@ -98,7 +98,7 @@ TEST(AmxQuantGemm, MatchesDefinitionOnAwkwardSizes) {
                 }
 }
 
-TEST(AmxQuantGemm, SmallRowsFloat32MatchesDefinition) {
+TEST(Bf16QuantGemm, SmallRowsFloat32MatchesDefinition) {
     if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int bits : {4, 6, 8})
         for (int gs : {32, 64, 128})
@@ -126,13 +126,13 @@ TEST(AmxQuantGemm, SmallRowsFloat32MatchesDefinition) {
             }
 }
 
-// amx_gemm_rows over more than 32 x rows (weights copied in 256-column chunks into the aligned buffer, C tiles
+// bf16_gemm_rows over more than 32 x rows (weights copied in 256-column chunks into the aligned buffer, C tiles
 // stored and reloaded between chunks) and over at most 32 (A tiles read where the weights lie), with the weights
 // and the packed-x buffer both off 64-byte alignment as a checkpoint's tensors are: against the definition, K with
 // a tail after the 256-column chunks and a K padded to 32, N not a multiple of 32. Each output row must not depend
 // on how many x rows are multiplied with it (the streaming finals rely on it): row m of a product of M rows equals,
 // bit for bit, the same row in a product of its first 16 rows.
-TEST(AmxQuantGemm, Bf16RowsUnalignedMatchDefinition) {
+TEST(Bf16QuantGemm, Bf16RowsUnalignedMatchDefinition) {
     if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int64_t K : {100, 640, 896})
         for (int64_t M : {1, 17, 33, 47, 70, 146}) {
@@ -143,13 +143,13 @@ TEST(AmxQuantGemm, Bf16RowsUnalignedMatchDefinition) {
             if (reinterpret_cast<uintptr_t>(wb) % 64 == 0) wb += 4;
             for (int64_t r = 0; r < N; ++r)
                 for (int64_t k = 0; k < K; ++k) wb[r * Kp + k] = f32_to_bf16(w[size_t(r * K + k)]);
-            std::vector<uint16_t> xstore(cpu::amx_packed_x_size(M, K) + 8);
-            cpu::AmxPackedX px;
-            cpu::amx_pack_x(x.data(), M, K, xstore.data() + 3, px); // the packer aligns inside its buffer
+            std::vector<uint16_t> xstore(cpu::bf16_packed_x_size(M, K) + 8);
+            cpu::Bf16PackedX px;
+            cpu::bf16_pack_x(x.data(), M, K, xstore.data() + 3, px); // the packer aligns inside its buffer
             ASSERT_EQ(reinterpret_cast<uintptr_t>(px.data) % 64, 0u);
             const int64_t ldy = N + 3;
             std::vector<float> y(size_t(M * ldy), -7.0f);
-            cpu::amx_gemm_rows(wb, Kp, nb, N, px, y.data(), ldy);
+            cpu::bf16_gemm_rows(wb, Kp, nb, N, px, y.data(), ldy);
             for (int64_t m = 0; m < M; ++m) {
                 for (int64_t n = 0; n < N; ++n) {
                     double acc = 0, sc = 0;
@@ -163,11 +163,11 @@ TEST(AmxQuantGemm, Bf16RowsUnalignedMatchDefinition) {
                 for (int64_t n = N; n < ldy; ++n) ASSERT_EQ(y[size_t(m * ldy + n)], -7.0f) << "wrote past the rows";
             }
             const int64_t M16 = std::min<int64_t>(M, 16);
-            std::vector<uint16_t> xb16(cpu::amx_packed_x_size(M16, K));
-            cpu::AmxPackedX px16;
-            cpu::amx_pack_x(x.data(), M16, K, xb16.data(), px16);
+            std::vector<uint16_t> xb16(cpu::bf16_packed_x_size(M16, K));
+            cpu::Bf16PackedX px16;
+            cpu::bf16_pack_x(x.data(), M16, K, xb16.data(), px16);
             std::vector<float> y16(size_t(M16 * ldy), -7.0f);
-            cpu::amx_gemm_rows(wb, Kp, nb, N, px16, y16.data(), ldy);
+            cpu::bf16_gemm_rows(wb, Kp, nb, N, px16, y16.data(), ldy);
             for (int64_t m = 0; m < M16; ++m)
                 for (int64_t n = 0; n < N; ++n)
                     ASSERT_EQ(y16[size_t(m * ldy + n)], y[size_t(m * ldy + n)]) << "K " << K << " M " << M << " m " << m << " n " << n;
@@ -176,19 +176,19 @@ TEST(AmxQuantGemm, Bf16RowsUnalignedMatchDefinition) {
 
 // The quantized product's rows likewise do not depend on the number of x rows (C tiles kept in registers for ≤ 32
 // rows, stored and reloaded between column chunks for more).
-TEST(AmxQuantGemm, RowsDoNotDependOnM) {
+TEST(Bf16QuantGemm, RowsDoNotDependOnM) {
     if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
     for (int bits : {4, 8}) {
         const int64_t K = 640, N = 70, n0 = 3, rows = 67, gs = 64;
         const Q q(N, K, bits, gs, uint32_t(500 + bits));
         const auto x = randn(size_t(146 * K), 77);
         std::vector<float> ref;
-        for (int64_t M : {146, 60, 33, 16, 9, 1}) {
-            std::vector<uint16_t> xb(cpu::amx_packed_x_size(M, K));
-            cpu::AmxPackedX px;
-            cpu::amx_pack_x(x.data(), M, K, xb.data(), px);
+        for (int64_t M : {146, 60, 33, 16, 9, 8, 5, 2, 1}) {
+            std::vector<uint16_t> xb(cpu::bf16_packed_x_size(M, K));
+            cpu::Bf16PackedX px;
+            cpu::bf16_pack_x(x.data(), M, K, xb.data(), px);
             std::vector<float> y(size_t(M * rows));
-            cpu::amx_q_gemm_rows(q.codes.data(), q.s.data(), q.b.data(), K, bits, int(gs), n0, rows, px, y.data(), rows);
+            cpu::bf16_q_gemm_rows(q.codes.data(), q.s.data(), q.b.data(), K, bits, int(gs), n0, rows, px, y.data(), rows);
             if (ref.empty()) ref = y;
             for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << bits << "-bit M " << M << " at " << i;
         }
