@@ -7,7 +7,8 @@
 #
 #   scripts/bench_cpu.sh [BUILD_DIR] [WORK_DIR]
 #   env: AUDIO (default ../shared/audio/jfk.wav), TOKENS (32), ROUNDS (5), RUNS (1), WARMUP (1), THREADS (2),
-#        VARIANTS ("bf16 q8 q6 q4"; "q8+hp" = q8 with QASR_WEIGHTS=hugepages), ANTIREZ_BIN,
+#        VARIANTS ("bf16 q8 q6 q4"; "q8+hp" = q8 with QASR_WEIGHTS=hugepages; "q8+novec" = q8 with
+#        QASR_BF16_VECTOR=0, i.e. float32 sgemm instead of the AVX512-BF16 products), ANTIREZ_BIN,
 #        EVICT (1: drop the checkpoints from the page cache first, so that qasr's mapping reads them in as huge
 #        folios, as on a first load after boot; 0: keep the page cache as it is)
 set -euo pipefail
@@ -45,8 +46,10 @@ R="$W/rounds.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
   for v in $VARIANTS; do
     load=$(cut -d' ' -f1 /proc/loadavg)
-    d=${v%+hp}; hp=""; [ "$d" != "$v" ] && hp=hugepages  # "q8+hp": QASR_WEIGHTS=hugepages
-    QASR_WEIGHTS=$hp "$Q" bench -m "$W/$d" --audio "$AUDIO" --threads "$THREADS" --ignore-eos --max-new-tokens "$TOKENS" \
+    d=${v%%+*}; hp=""; novec=""  # "q8+hp": QASR_WEIGHTS=hugepages; "q8+novec": QASR_BF16_VECTOR=0
+    case "$v" in *+hp*) hp=hugepages ;; esac
+    case "$v" in *+novec*) novec=0 ;; esac
+    QASR_WEIGHTS=$hp QASR_BF16_VECTOR=$novec "$Q" bench -m "$W/$d" --audio "$AUDIO" --threads "$THREADS" --ignore-eos --max-new-tokens "$TOKENS" \
       --runs "$RUNS" --warmup "$WARMUP" --json | jq -c --arg v "$v" --arg load "$load" --arg round "$round" \
       --arg mb "$(stat -c %s "$W/$d/model.safetensors")" '. + {variant: $v, load: ($load|tonumber),
         round: ($round|tonumber), file_MB: (($mb|tonumber)/1e6)}' >> "$R"
