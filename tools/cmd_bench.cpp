@@ -53,6 +53,9 @@ options:
   --ignore-eos           decode exactly --max-new-tokens tokens (fixed decode length)
   --isa portable|avx2|avx512   force the kernel ISA (default: best supported; env QASR_ISA)
   --device D             cpu (default), cuda or cuda:N: run the model on a GPU (no DRAM probe then)
+  --compute C            the CPU's matrix-matrix products: auto (bf16 for quantized checkpoints, float32
+                         for float ones; default), bf16 (about half the encoder/prefill time on AMX or
+                         AVX512-BF16 CPUs) or f32
   --bw-mb N              size of the bandwidth probe buffer in MiB (default 1024; 0 skips the probe)
   --api-warmup           run Transcriber::warmup() (as load_with_warmup does) before the runs
   --clients N            then RUNS rounds of N concurrent requests (a server's load): per-request latency, the
@@ -210,7 +213,7 @@ int cmd_bench(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) // `qasr bench --stream ...` is the streaming benchmark of `qasr stream --bench`
         if (std::string(argv[i]) == "--stream") return cmd_stream(argc, argv);
     Args a(argc, argv, 2);
-    std::string model_dir, audio_path, v, isa, device = "cpu";
+    std::string model_dir, audio_path, v, isa, device = "cpu", compute = "auto";
     double seconds = 11.0;
     int runs = 3, warmup = 1, threads = 0, clients = 1, batch = 1;
     size_t bw_mb = 1024;
@@ -241,6 +244,8 @@ int cmd_bench(int argc, char** argv) {
             isa = v;
         } else if (a.option("--device", v)) {
             device = v;
+        } else if (a.option("--compute", v)) {
+            compute = v;
         } else if (a.option("--bw-mb", v)) {
             bw_mb = size_t(to_long("--bw-mb", v, 0, 1 << 20));
         } else if (a.flag("--api-warmup")) {
@@ -273,6 +278,7 @@ int cmd_bench(int argc, char** argv) {
     LoadOptions lo;
     lo.threads = threads;
     lo.device = device;
+    lo.compute = compute;
     const Transcriber asr = Transcriber::load(model_dir, lo);
     const double load_ms = sw.ms();
     sw.reset();
@@ -401,6 +407,10 @@ int cmd_bench(int argc, char** argv) {
                         {"weights", {{"decoder", fmt_dec}, {"head", fmt_head}, {"encoder", fmt_enc}}},
                         {"device", model->device ? model->device->name() : std::string("cpu")},
                         {"isa", cpu::kernels().name},
+                        {"products", model->device ? std::string("device")
+                                     : model->weights.dec.bf16_compute && std::string(ops::bf16_gemm_engine()) != "none"
+                                         ? std::string("bf16 ") + ops::bf16_gemm_engine()
+                                         : std::string("f32")},
                         {"threads", ops::num_threads()},
                         {"audio_seconds", double(audio.size()) / 16000.0},
                         {"runs", runs},
@@ -433,10 +443,11 @@ int cmd_bench(int argc, char** argv) {
     if (clients > 1) j["clients"] = cj;
     if (!bj.is_null()) j["clients_batched"] = bj;
     if (!json_only)
-        std::printf("bench dec=%s head=%s enc=%s isa=%s threads=%d audio=%.2fs runs=%d | load %.0f ms | mel %.1f "
+        std::printf("bench dec=%s head=%s enc=%s isa=%s products=%s threads=%d audio=%.2fs runs=%d | load %.0f ms | mel %.1f "
                     "encode %.1f prefill %.1f decode %.1f ms (%d tok) | %.2f ms/tok %.1f tok/s | RTF %.3f | decode "
                     "%.2f GB/s of %.2f GB/s DRAM (%.0f%%) | peak RSS %.0f MB\n",
-                    fmt_dec.c_str(), fmt_head.c_str(), fmt_enc.c_str(), cpu::kernels().name, ops::num_threads(),
+                    fmt_dec.c_str(), fmt_head.c_str(), fmt_enc.c_str(), cpu::kernels().name,
+                    j["products"].get<std::string>().c_str(), ops::num_threads(),
                     double(audio.size()) / 16000.0, runs, load_ms, median(mel), median(enc), median(pre), dec_ms,
                     n_tokens, ms_tok, 1000.0 / ms_tok, median(rtf), dec_gbps, dram,
                     dram > 0 ? 100.0 * dec_gbps / dram : 0.0, rss_mb);

@@ -57,6 +57,9 @@ options:
   --host ADDR              address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)
   --port N                 port (default 8080; 0: any free port — the line "listening on ..." names it)
   --device D               cpu (default), cuda or cuda:N
+  --compute C              the CPU's matrix-matrix products: auto (bf16 for quantized checkpoints, float32
+                           for float ones; default), bf16 (about half the encoder/prefill time on AMX or
+                           AVX512-BF16 CPUs) or f32
   --threads N              CPU threads per transcription (default: the cores divided by --parallel)
   --parallel N             transcriptions at once (default 1 on the CPU, 4 on a GPU; with --batch, the batch);
                            each has its own session
@@ -153,6 +156,8 @@ int cmd_serve(int argc, char** argv) {
             lo.device = v;
         } else if (a.option("--threads", v)) {
             lo.threads = int(to_long("--threads", v, 1, 1024));
+        } else if (a.option("--compute", v)) {
+            lo.compute = v;
         } else if (a.option("--parallel", v)) {
             parallel = int(to_long("--parallel", v, 1, 256));
         } else if (a.option("--batch", v)) {

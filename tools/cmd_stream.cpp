@@ -57,6 +57,7 @@ options:
   --threads N              CPU threads
   --device D               cpu (default), cuda or cuda:N: encoder layers and decoder on a GPU (the log-mel and
                            the conv stem stay on the CPU; when built with the CUDA backend)
+  --compute C              the CPU's matrix-matrix products: auto (default), bf16 or f32 (see qasr transcribe)
   --no-itn                 no inverse text normalization of finals
   --exact-final            decode the final token by token without the rolled-back prefix or a draft: the
                            offline pipeline bit for bit, at the cost of a full decode when the key is released
@@ -96,6 +97,7 @@ bool parse_common(Args& a, Common& c) {
         return c.so.max_segment_windows = int(to_long("--segment-windows", v, 1, 1000)), true;
     if (a.option("--threads", v)) return c.lo.threads = int(to_long("--threads", v, 1, 1024)), true;
     if (a.option("--device", c.lo.device)) return true;
+    if (a.option("--compute", c.lo.compute)) return true;
     if (a.flag("--no-itn")) return c.so.itn = false, true;
     if (a.flag("--exact-final")) return c.so.exact_final = true, true;
     if (a.flag("--no-speculative")) return c.so.speculative = false, true;

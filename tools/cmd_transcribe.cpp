@@ -27,6 +27,9 @@ options:
   --format text|json       output format (json: one object per file with tokens, logprobs, timings)
   --threads N              CPU threads (default: all cores)
   --device D               cpu (default), cuda or cuda:N (when built with the CUDA backend)
+  --compute C              the CPU's matrix-matrix products: auto (bf16 for quantized checkpoints, float32
+                           for float ones; default), bf16 (about half the encoder/prefill time on AMX or
+                           AVX512-BF16 CPUs) or f32
   --max-new-tokens N       cap on generated tokens (default: ceil(seconds*20)+64)
   --ignore-eos             decode exactly --max-new-tokens argmax tokens; no EOS or repetition stop
   --temperature T          sampling temperature (default 0: greedy)
@@ -83,6 +86,8 @@ int cmd_transcribe(int argc, char** argv) {
             lo.threads = int(to_long("--threads", v, 1, 1024));
         } else if (a.option("--device", v)) {
             lo.device = v;
+        } else if (a.option("--compute", v)) {
+            lo.compute = v;
         } else if (a.option("--max-new-tokens", v)) {
             o.decode.max_new_tokens = int(to_long("--max-new-tokens", v, 1, 1000000));
         } else if (a.flag("--ignore-eos")) {

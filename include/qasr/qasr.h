@@ -36,6 +36,7 @@ typedef struct {
     int warmup;    /* non-zero: run a warm-up transcription after loading */
     const char* device; /* NULL or "cpu"; "cuda" / "cuda:N" with the CUDA backend */
     int max_batch;      /* > 1 lets concurrent transcriptions decode together, up to this many (1: each alone) */
+    const char* compute; /* NULL or "auto"; "bf16" or "f32": the CPU's matrix-matrix products (LoadOptions::compute) */
 } qasr_load_params;
 
 typedef struct {

@@ -46,6 +46,12 @@ struct LoadOptions {
     // differ from the unbatched one where its two best logits are within rounding of each other. 1: every call
     // decodes on its own.
     int max_batch = 1;
+    // The CPU's matrix-matrix products (encoder, prefill, stream steps): "auto" rounds activations and weights to
+    // bf16 for quantized checkpoints (already approximations) and keeps float32 for float ones (the reference's
+    // arithmetic); "bf16" rounds for every checkpoint (about half the encoder and prefill time on CPUs with AMX or
+    // AVX512-BF16, at bf16's precision); "f32" keeps float32 for every checkpoint. Decode steps and the GPU backend
+    // are not affected.
+    std::string compute = "auto";
 };
 
 struct TokenInfo {

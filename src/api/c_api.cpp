@@ -72,7 +72,7 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
 
 extern "C" {
 
-qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1}; }
+qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
 qasr_transcribe_params qasr_default_transcribe_params(void) { return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1}; }
 
@@ -85,6 +85,7 @@ qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qas
         o.threads = p.n_threads;
         o.max_batch = p.max_batch;
         if (p.device) o.device = p.device;
+        if (p.compute) o.compute = p.compute;
         auto t = p.warmup ? qasr::Transcriber::load_with_warmup(dir, o) : qasr::Transcriber::load(dir, o);
         *out = new qasr_model{std::move(t)};
     });

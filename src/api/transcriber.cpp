@@ -46,7 +46,9 @@ Transcriber Transcriber::load(const std::string& model_dir, const LoadOptions& o
     ops::set_num_threads(opts.threads);
     auto impl = std::make_unique<Impl>();
     if (opts.max_batch < 1 || opts.max_batch > 1024) fail("options", "max_batch must be in [1, 1024]");
-    impl->model = Model::load(model_dir, opts.device);
+    if (opts.compute != "auto" && opts.compute != "bf16" && opts.compute != "f32")
+        fail("options", "compute must be auto, bf16 or f32, got \"" + opts.compute + "\"");
+    impl->model = Model::load(model_dir, opts.device, opts.compute);
     if (opts.max_batch > 1) impl->engine = std::make_unique<BatchEngine>(impl->model, opts.max_batch);
     return Transcriber(std::move(impl));
 }

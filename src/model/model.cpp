@@ -26,7 +26,10 @@ const ops::HeadScreen* Model::head_screen() const {
     return caches->head.get();
 }
 
-std::shared_ptr<const Model> Model::load(const std::string& dir, const std::string& device) {
+std::shared_ptr<const Model> Model::load(const std::string& dir, const std::string& device,
+                                         const std::string& compute) {
+    if (compute != "auto" && compute != "bf16" && compute != "f32")
+        fail("loader", "compute \"" + compute + "\": expected auto, bf16 or f32");
     Stopwatch sw;
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail("loader", dir + ": not a model directory");
@@ -44,6 +47,7 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     try {
         TensorStore store = TensorStore::open_dir(dir);
         m->weights = load_weights(store, m->hp);
+        if (compute != "auto") m->weights.enc.bf16_compute = m->weights.dec.bf16_compute = compute == "bf16";
         t_weights = sw.ms();
         warm.join();
         t_ctx = sw.ms();

@@ -37,8 +37,10 @@ struct Model {
     double load_ms = 0;
     std::shared_ptr<const DeviceContext> device; // null: the CPU ops; else the accelerator holding the weights
 
-    // device: "cpu" (default), "cuda", "cuda:N" (see backend/device.hpp).
-    static std::shared_ptr<const Model> load(const std::string& dir, const std::string& device = "cpu");
+    // device: "cpu" (default), "cuda", "cuda:N" (see backend/device.hpp). compute: the CPU's matrix-matrix products
+    // (LoadOptions::compute): "auto" (bf16 for quantized checkpoints, float32 for float ones), "bf16" or "f32".
+    static std::shared_ptr<const Model> load(const std::string& dir, const std::string& device = "cpu",
+                                             const std::string& compute = "auto");
     bool is_eos(int id) const { return std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end(); }
     // Row norms of the LM head for the screened greedy choice over several rows (ops::head_screen; null where it
     // does not apply), computed on the first call (one pass over the head).

@@ -34,6 +34,8 @@ void linear_portable_serial(const float* x, int64_t M, int64_t K, const float* W
 // enabled for the calling thread while a Bf16GemmScope(true) lives (the model code opens one for quantized
 // checkpoints). QASR_GEMM=f32 or QASR_GEMM=bf16 overrides it everywhere. Without either the float32 path runs.
 bool bf16_gemm_enabled();
+// Where bf16 products run on this CPU: "amx", "avx512-bf16", or "none" (the float32 path takes them).
+const char* bf16_gemm_engine();
 class Bf16GemmScope {
 public:
     explicit Bf16GemmScope(bool on);

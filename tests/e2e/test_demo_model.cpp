@@ -3,6 +3,7 @@
 #include "api/transcriber_impl.hpp"
 #include "audio/audio.hpp"
 #include "core/error.hpp"
+#include "ops/ops.hpp"
 #include "qasr/qasr.hpp"
 
 #include <gtest/gtest.h>
@@ -59,6 +60,41 @@ TEST(DemoModel, TranscriptsEqualTransformers) {
         same += res.raw_text == r.raw;
     }
     std::printf("%d/%zu transcripts identical to transformers\n", same, rows.size());
+}
+
+// LoadOptions::compute = "bf16" on a float checkpoint: the encoder's and prefill's products take bf16 (AMX or
+// AVX512-BF16 where the CPU has them; the float32 path elsewhere). The trained model's transcripts must survive
+// that rounding; "f32" must be the default's arithmetic bit for bit (a float checkpoint's "auto").
+TEST(DemoModel, Bf16ComputeKeepsTheTranscripts) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const auto rows = expected();
+    ASSERT_GE(rows.size(), 50u);
+    qasr::LoadOptions lo;
+    lo.compute = "bf16";
+    qasr::Transcriber b = qasr::Transcriber::load(dir, lo);
+    lo.compute = "f32";
+    qasr::Transcriber f = qasr::Transcriber::load(dir, lo);
+    qasr::Transcriber d = qasr::Transcriber::load(dir);
+    EXPECT_TRUE(b.impl().model->weights.dec.bf16_compute && b.impl().model->weights.enc.bf16_compute);
+    EXPECT_FALSE(f.impl().model->weights.dec.bf16_compute || f.impl().model->weights.enc.bf16_compute);
+    qasr::TranscribeOptions o;
+    o.itn = false;
+    int same = 0;
+    for (const auto& r : rows) {
+        const std::string path = std::string(QASR_SOURCE_DIR) + "/" + r.path;
+        const auto rb = b.transcribe_file(path, o);
+        same += rb.raw_text == r.raw;
+        const auto rf = f.transcribe_file(path, o), rd = d.transcribe_file(path, o);
+        ASSERT_EQ(rf.tokens.size(), rd.tokens.size()) << r.path;
+        for (size_t i = 0; i < rf.tokens.size(); ++i) {
+            EXPECT_EQ(rf.tokens[i].id, rd.tokens[i].id) << r.path << " token " << i;
+            EXPECT_EQ(rf.tokens[i].logprob, rd.tokens[i].logprob) << r.path << " token " << i;
+        }
+    }
+    std::printf("bf16 compute (%s): %d/%zu transcripts identical to transformers fp32\n", qasr::ops::bf16_gemm_engine(),
+                same, rows.size());
+    EXPECT_EQ(same, int(rows.size()));
 }
 
 TEST(DemoModel, SamplesPrintTheirTranscript) { // what the README's first command prints

@@ -63,6 +63,22 @@ int main(void) {
     qasr_load_params lp = qasr_default_load_params();
     lp.warmup = 0;
     CHECK(lp.max_batch == 1);
+    CHECK(lp.compute == NULL);
+    {   /* the CPU's products: an unknown choice is refused; bf16 gives the sample's transcript */
+        qasr_load_params c = lp;
+        c.compute = "fast";
+        CHECK(qasr_model_load(dir, &c, &m) == QASR_ERR_INVALID_ARGUMENT && m == NULL && strstr(qasr_last_error(), "compute") != NULL);
+        c.compute = "bf16";
+        CHECK(qasr_model_load(dir, &c, &m) == QASR_OK);
+        qasr_result* rc = NULL;
+        char* want_c = read_text(txt);
+        CHECK(m && qasr_transcribe_file(m, wav, NULL, &rc) == QASR_OK);
+        CHECK(rc && want_c && strcmp(qasr_result_text(rc), want_c) == 0);
+        qasr_result_free(rc);
+        free(want_c);
+        qasr_model_free(m);
+        m = NULL;
+    }
     {   /* the batch engine: a bad size is refused; a batched model gives the same transcript */
         qasr_load_params b = lp;
         b.max_batch = 0;

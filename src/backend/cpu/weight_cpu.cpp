@@ -359,6 +359,14 @@ bool bf16_gemm_enabled() {
     return e > 0 || (e == 0 && t_bf16);
 }
 
+const char* bf16_gemm_engine() {
+#ifdef QASR_HAVE_AMX
+    if (cpu::amx_available()) return "amx";
+    if (cpu::bf16_gemm_available()) return "avx512-bf16";
+#endif
+    return "none";
+}
+
 Bf16GemmScope::Bf16GemmScope(bool on) : prev_(t_bf16) { t_bf16 = on; }
 Bf16GemmScope::~Bf16GemmScope() { t_bf16 = prev_; }
 
