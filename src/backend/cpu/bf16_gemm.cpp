@@ -9,6 +9,7 @@
 #include "backend/cpu/exp_avx512.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/transpose16.hpp"
+#include "core/dtype.hpp"
 
 #include <immintrin.h>
 
@@ -58,14 +59,6 @@ void amx_load_tile_config() {
 }
 
 namespace {
-
-inline uint16_t bf16_rne(float f) {
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    if ((b & 0x7fffffffu) > 0x7f800000u) return uint16_t((b >> 16) | 0x40);
-    b += 0x7fffu + ((b >> 16) & 1u);
-    return uint16_t(b >> 16);
-}
 
 #include "backend/cpu/kernels_generic.inc"
 
@@ -601,7 +594,7 @@ void f32_to_bf16_rows(const float* in, uint16_t* out, size_t n) {
         const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(in + i + 16), _mm512_loadu_ps(in + i));
         _mm512_storeu_si512(out + i, (__m512i)v);
     }
-    for (; i < n; ++i) out[i] = bf16_rne(in[i]);
+    for (; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
 size_t bf16_packed_x_size(int64_t M, int64_t K) {
