@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <limits>
 #include <memory>
@@ -491,6 +492,31 @@ TEST(Kernels, KvCacheKeepsPositionsAcrossGrowth) {
     c.write(0, specials, specials, 0, 1);
     for (int64_t i = 0; i < m; ++i)
         EXPECT_EQ(static_cast<const uint16_t*>(c.k[0])[i], f32_to_bf16(specials[i])) << specials[i];
+}
+
+// A finished session's arena is kept for the next one (no fresh mapping, no first-touch zeroing): a cache of the
+// same size gets the same memory back, the stale contents behind its len never read (the positions written since
+// read back as written). QASR_KV_POOL=0 turns the pool off.
+TEST(Kernels, KvCacheArenaIsReusedByTheNextSession) {
+    const char* e = std::getenv("QASR_KV_POOL");
+    if (e && !std::strcmp(e, "0")) GTEST_SKIP() << "QASR_KV_POOL=0";
+    const int64_t H = 2, hd = 64, row = H * hd;
+    const void* first = nullptr;
+    for (int round = 0; round < 3; ++round) {
+        KvCache c;
+        c.reset(3);
+        c.reserve(40, H, hd, true);
+        if (round == 0) first = c.k[0];
+        else EXPECT_EQ(c.k[0], first) << "round " << round;
+        const auto k = randn(size_t(40 * row), uint32_t(10 + round)), v = randn(size_t(40 * row), uint32_t(20 + round));
+        for (size_t l = 0; l < 3; ++l) c.write(l, k.data(), v.data(), 0, 40);
+        c.len = 40;
+        for (int64_t j = 0; j < 40; ++j)
+            for (int64_t i = 0; i < row; ++i) {
+                const size_t at = size_t(((i / hd) * c.cap + j) * hd + i % hd);
+                ASSERT_EQ(static_cast<const uint16_t*>(c.v[2])[at], f32_to_bf16(v[size_t(j * row + i)]));
+            }
+    }
 }
 
 // Matrix-vector products large enough to be split over the threads (contiguous shares, blocks stolen from the

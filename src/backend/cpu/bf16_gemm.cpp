@@ -180,8 +180,9 @@ inline void dot_rows16_few(const uint16_t* a, int64_t lda, int64_t kb0, int64_t 
     for (int n = 0; n < 16; ++n) _mm512_storeu_ps(c + n * 16, s[n]);
 }
 
-// yT[n][m] (+= when acc) Σ a[n][k]·x[m][k0 + k] over k < kc (multiples of 32), for the 8-row groups holding rows
-// [0, nr) of a (rows up to the next multiple of 16 must be readable; their results are not used), every m < px.Mp.
+// yT[n][m] (+= when acc) Σ a[n][k]·x[m][k0 + k] over k < kc (multiples of 32), for the groups of 8 rows (16 with few
+// x rows) holding rows [0, nr) of a (rows up to the next multiple of 16 must be readable; their results are not
+// used), every m < px.Mp.
 void dot_block(const uint16_t* a, int64_t lda, int64_t nr, int64_t k0, int64_t kc, const Bf16PackedX& px, float* yT,
                bool acc) {
     const int64_t Mp = px.Mp, mstride = px.Kp / 32 * 512, blocks = Mp / 16;
