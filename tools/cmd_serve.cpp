@@ -34,16 +34,19 @@ Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish
 
   POST /v1/audio/transcriptions   OpenAI's API: multipart/form-data with `file` (WAV; mp3, flac, ogg/opus, m4a,
                                   webm with FFmpeg) and optional `language` (en, English, auto), `prompt`
-                                  (context: names, terms), `response_format` (json | text | verbose_json),
-                                  `temperature`, and qasr's `itn` (true|false), `max_new_tokens`, `top_p`, `seed`,
-                                  `ignore_eos` (with max_new_tokens: benchmarks on random weights).
+                                  (context: names, terms), `response_format` (json | text | verbose_json with
+                                  segments | srt | vtt), `temperature`, and qasr's `itn` (true|false),
+                                  `segment_seconds` (cut at pauses into pieces of at most this many seconds for
+                                  segment times; 10 for srt/vtt unless given, else 0: whole), `max_new_tokens`,
+                                  `top_p`, `seed`, `ignore_eos` (with max_new_tokens: benchmarks on random weights).
                                   The audio may also be the raw request body, the fields then query parameters.
   POST /inference                 the same (whisper.cpp's server path)
   POST /v1/streams                live dictation: opens a stream (fields language, prompt, itn, chunk_seconds,
                                   pause_seconds) → {"id": ID}
   POST /v1/streams/ID/audio       raw 16 kHz mono s16le PCM as it is recorded → the partial text so far
                                   {"stable", "unstable", "text", ...}
-  POST /v1/streams/ID/finish      the final transcript (response_format as above); push-to-talk: on key release
+  POST /v1/streams/ID/finish      the final transcript (response_format json, text or verbose_json); push-to-talk:
+                                  on key release
   GET, DELETE /v1/streams/ID      the partial text; drop the stream
   GET  /health                    {"status": "ok", "running", "waiting", "streams", ...}
   GET  /v1/models                 the loaded model

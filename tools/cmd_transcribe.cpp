@@ -9,11 +9,16 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <set>
 #include <iterator>
 
 namespace qasr::cli {
 namespace {
+
+namespace fs = std::filesystem;
 
 const char* kHelp = R"(usage: qasr transcribe -m MODEL_DIR [options] FILE...
 
@@ -24,7 +29,13 @@ options:
   -m, --model DIR          model directory (config.json, *.safetensors, tokenizer files)
   --language L             force the language (English, en, Chinese, zh, ...); default: detect
   --context TEXT           context for the system prompt (names, terms)
-  --format text|json       output format (json: one object per file with tokens, logprobs, timings)
+  --format F               text (default), json (one object per file: segments, tokens, logprobs, timings),
+                           srt or vtt (subtitles; segments of at most 10 s unless --segment-seconds says)
+  --segment-seconds S      cut the audio at pauses into pieces of at most S seconds (2..1200), each
+                           transcribed on its own, for segment timestamps; text output then prints
+                           "[00:00:01.230 --> 00:00:04.560]  text" lines (default 0: the audio whole)
+  -o, --output-dir DIR     write each transcript to DIR/NAME.txt|json|srt|vtt (NAME: the input's file
+                           name without its extension; "stdin" for "-") instead of standard output
   --threads N              CPU threads (default: all cores)
   --device D               cpu (default), cuda or cuda:N (when built with the CUDA backend)
   --compute C              the CPU's matrix-matrix products: auto (bf16 for quantized checkpoints, float32
@@ -46,13 +57,17 @@ options:
 )";
 
 nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
-    nlohmann::json toks = nlohmann::json::array();
+    nlohmann::json toks = nlohmann::json::array(), segs = nlohmann::json::array();
     for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
+    for (const auto& s : r.segments)
+        segs.push_back({{"start", s.start}, {"end", s.end}, {"text", s.text}, {"language", s.language},
+                        {"first_token", s.first_token}, {"n_tokens", s.n_tokens}});
     return {{"file", file},
             {"text", r.text},
             {"language", r.language},
             {"raw_text", r.raw_text},
             {"finish_reason", finish_reason_name(r.finish)},
+            {"segments", segs},
             {"tokens", toks},
             {"n_prompt_tokens", r.n_prompt_tokens},
             {"n_audio_tokens", r.n_audio_tokens},
@@ -63,11 +78,34 @@ nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
               {"prefill", r.timings.prefill_ms}, {"decode", r.timings.decode_ms}}}};
 }
 
+std::string render(const std::string& file, const TranscriptionResult& r, const std::string& format, bool raw,
+                   bool timestamps) {
+    if (format == "json") return to_json(file, r).dump() + "\n";
+    if (format == "srt") return to_srt(r.segments);
+    if (format == "vtt") return to_vtt(r.segments);
+    if (raw) return r.raw_text + "\n";
+    return timestamps ? to_timestamped_text(r.segments) : r.text + "\n";
+}
+
+// DIR/NAME.EXT for an input: its file name without the extension ("stdin" for "-"), NAME-2.EXT, NAME-3.EXT, ...
+// for later inputs of the same name
+std::string output_path(const std::string& dir, const std::string& input, const std::string& format,
+                        std::set<std::string>& taken) {
+    std::string name = input == "-" ? "stdin" : fs::path(input).stem().string();
+    if (name.empty()) name = "transcript";
+    const std::string ext = "." + (format == "text" ? std::string("txt") : format);
+    std::string path = (fs::path(dir) / (name + ext)).string();
+    for (int k = 2; taken.count(path); ++k) path = (fs::path(dir) / (name + "-" + std::to_string(k) + ext)).string();
+    taken.insert(path);
+    return path;
+}
+
 } // namespace
 
 int cmd_transcribe(int argc, char** argv) {
     Args a(argc, argv, 2);
-    std::string model, format = "text", v;
+    std::string model, format = "text", out_dir, v;
+    double segment_seconds = -1; // -1: 10 for subtitles, else 0
     std::vector<std::string> files;
     TranscribeOptions o;
     LoadOptions lo;
@@ -81,7 +119,13 @@ int cmd_transcribe(int argc, char** argv) {
         } else if (a.option("--language", o.language)) {
         } else if (a.option("--context", o.context)) {
         } else if (a.option("--format", format)) {
-            if (format != "text" && format != "json") throw std::invalid_argument("--format must be text or json");
+            if (format != "text" && format != "json" && format != "srt" && format != "vtt")
+                throw std::invalid_argument("--format must be text, json, srt or vtt");
+        } else if (a.option("--segment-seconds", v)) {
+            segment_seconds = to_double("--segment-seconds", v, 0.0, 1200.0);
+            if (segment_seconds != 0 && segment_seconds < 2)
+                throw std::invalid_argument("--segment-seconds must be 0 (off) or between 2 and 1200");
+        } else if (a.option("-o", out_dir) || a.option("--output-dir", out_dir)) {
         } else if (a.option("--threads", v)) {
             lo.threads = int(to_long("--threads", v, 1, 1024));
         } else if (a.option("--device", v)) {
@@ -121,6 +165,13 @@ int cmd_transcribe(int argc, char** argv) {
     if (o.decode.ignore_eos && o.decode.max_new_tokens <= 0)
         throw std::invalid_argument("--ignore-eos needs --max-new-tokens N");
     if (!o.language.empty()) o.language = canonical_language(o.language);
+    const bool subtitles = format == "srt" || format == "vtt";
+    o.segment_seconds = segment_seconds >= 0 ? segment_seconds : subtitles ? 10.0 : 0.0;
+    if (subtitles && files.size() > 1 && out_dir.empty())
+        throw std::invalid_argument("several inputs with --format " + format + " need --output-dir DIR (one file each)");
+    if (!out_dir.empty() && !fs::is_directory(out_dir))
+        throw std::invalid_argument("--output-dir " + out_dir + ": not a directory");
+    std::set<std::string> written;
     // One input: the warm-up pass would pay the first-call costs (kernel loading, cuBLAS shapes, graph capture, page
     // faults) for a request that is not made, before paying them again in part for the real one.
     const bool do_warm = warm < 0 ? files.size() > 1 : warm == 1;
@@ -133,9 +184,18 @@ int cmd_transcribe(int argc, char** argv) {
         } else {
             r = t.transcribe_file(f, o);
         }
-        if (format == "json") std::cout << to_json(f, r).dump() << "\n";
-        else std::cout << (raw ? r.raw_text : r.text) << "\n";
-        std::cout.flush();
+        const std::string text = render(f, r, format, raw, o.segment_seconds > 0);
+        if (out_dir.empty()) {
+            std::cout << text;
+            std::cout.flush();
+        } else {
+            const std::string path = output_path(out_dir, f, format, written);
+            std::ofstream out(path, std::ios::binary);
+            out << text;
+            out.close();
+            if (!out) throw std::runtime_error("cannot write " + path);
+            if (!quiet) std::cerr << "wrote " << path << "\n";
+        }
         if (!quiet) std::cerr << summary_line(r) << "\n";
     }
     return 0;

@@ -1,7 +1,7 @@
 // `qasr serve`: HTTP transcription for many clients, on cpp-httplib (Debian's libcpp-httplib).
 //
 // Routes: POST /v1/audio/transcriptions (OpenAI's request and response shapes: multipart field `file`, `language`,
-// `prompt`, `response_format` json|text|verbose_json, `temperature`) and POST /inference (whisper.cpp's server
+// `prompt`, `response_format` json|text|verbose_json|srt|vtt, `temperature`) and POST /inference (whisper.cpp's server
 // path, the same handler); the audio may also be the raw request body with the fields as query parameters.
 // GET /health, GET /metrics (Prometheus) and GET /v1/models; live streams under /v1/streams (serve_streams.cpp).
 // Every error is a JSON body {"error": {"message", "type", "code"}} with a status that says whose fault it is: 400 bad request or audio, 401 key, 404/405 route, 413 too large or too long,

@@ -138,10 +138,16 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
         if (*v == "json" || v->empty()) r.format = Format::Json;
         else if (*v == "text") r.format = Format::Text;
         else if (*v == "verbose_json") r.format = Format::VerboseJson;
-        else if (*v == "srt" || *v == "vtt")
-            throw HttpError(400, "response_format '" + *v + "' needs timestamps, which Qwen3-ASR does not produce: use "
-                                 "json, text or verbose_json");
-        else throw HttpError(400, "response_format must be json, text or verbose_json, got '" + *v + "'");
+        else if (*v == "srt") r.format = Format::Srt;
+        else if (*v == "vtt") r.format = Format::Vtt;
+        else throw HttpError(400, "response_format must be json, text, verbose_json, srt or vtt, got '" + *v + "'");
+    }
+    if (const auto* v = get("segment_seconds")) {
+        r.opts.segment_seconds = to_number("segment_seconds", *v, 0, 1200);
+        if (r.opts.segment_seconds != 0 && r.opts.segment_seconds < 2)
+            throw HttpError(400, "field 'segment_seconds' must be 0 (off) or between 2 and 1200, got '" + *v + "'");
+    } else if (r.format == Format::Srt || r.format == Format::Vtt) {
+        r.opts.segment_seconds = 10;
     }
     if (const auto* v = get("temperature")) r.opts.decode.temperature = float(to_number("temperature", *v, 0, 100));
     if (const auto* v = get("top_p")) r.opts.decode.top_p = float(to_number("top_p", *v, 1e-6, 1));
@@ -170,18 +176,34 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f) {
         res.set_content(r.text + "\n", "text/plain; charset=utf-8");
         return;
     }
+    if (f == Format::Srt || f == Format::Vtt) {
+        res.set_content(f == Format::Srt ? to_srt(r.segments) : to_vtt(r.segments),
+                        f == Format::Srt ? "application/x-subrip; charset=utf-8" : "text/vtt; charset=utf-8");
+        return;
+    }
     json j;
     if (f == Format::Json) {
         j = {{"text", r.text}};
     } else {
-        json toks = json::array();
+        json toks = json::array(), segs = json::array();
         for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
+        for (size_t i = 0; i < r.segments.size(); ++i) { // OpenAI's segment fields that qasr has, + language
+            const Segment& s = r.segments[i];
+            json ids = json::array();
+            double lp = 0;
+            for (size_t k = s.first_token; k < s.first_token + s.n_tokens && k < r.tokens.size(); ++k)
+                ids.push_back(r.tokens[k].id), lp += r.tokens[k].logprob;
+            segs.push_back({{"id", i}, {"start", s.start}, {"end", s.end}, {"text", s.text}, {"tokens", ids},
+                            {"avg_logprob", s.n_tokens ? lp / double(s.n_tokens) : 0.0},
+                            {"language", lower(s.language)}});
+        }
         j = {{"task", "transcribe"},
              {"language", lower(r.language)},
              {"duration", r.audio_seconds},
              {"text", r.text},
              {"raw_text", r.raw_text},
              {"finish_reason", finish_reason_name(r.finish)},
+             {"segments", segs},
              {"tokens", toks},
              {"rtf", r.rtf},
              {"timings_ms",

@@ -61,14 +61,15 @@ struct Upload {
 };
 Upload read_upload(const httplib::Request& req, bool need_audio = true);
 
-enum class Format { Json, Text, VerboseJson };
+enum class Format { Json, Text, VerboseJson, Srt, Vtt };
 
 struct Fields {
     TranscribeOptions opts;
     Format format = Format::Json;
 };
 // OpenAI's fields (language, prompt, response_format, temperature) and qasr's (itn, max_new_tokens, top_p, seed,
-// ignore_eos, context); unknown fields are ignored (e.g. `model`).
+// ignore_eos, context, segment_seconds); unknown fields are ignored (e.g. `model`). response_format srt and vtt
+// segment the audio (segment_seconds, 10 unless given).
 Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults);
 bool to_bool(const std::string& field, const std::string& v);
 double to_number(const std::string& field, const std::string& v, double lo, double hi);

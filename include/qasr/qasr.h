@@ -48,6 +48,8 @@ typedef struct {
     float top_p;
     uint64_t seed;
     int itn;               /* non-zero: inverse text normalization of the final text */
+    double segment_seconds; /* > 0: cut at pauses into pieces of at most this many seconds (2..1200), each
+                               transcribed alone, for segment times (TranscribeOptions::segment_seconds); 0: whole */
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);
@@ -74,6 +76,13 @@ size_t qasr_result_n_tokens(const qasr_result* r);
 int qasr_result_token_id(const qasr_result* r, size_t i);         /* -1 when out of range */
 float qasr_result_token_logprob(const qasr_result* r, size_t i);  /* 0 when out of range */
 const char* qasr_result_finish_reason(const qasr_result* r);      /* "eos", "token_cap", "repetition", "empty" */
+/* Segments (qasr::Segment): pieces with a non-empty text, in order; times in seconds. Out of range: 0 / "". */
+size_t qasr_result_n_segments(const qasr_result* r);
+double qasr_result_segment_start(const qasr_result* r, size_t i);
+double qasr_result_segment_end(const qasr_result* r, size_t i);
+const char* qasr_result_segment_text(const qasr_result* r, size_t i);
+/* The result as SubRip ("srt") or WebVTT ("vtt") subtitles; NULL for another format. Valid until qasr_result_free. */
+const char* qasr_result_subtitles(qasr_result* r, const char* format);
 void qasr_result_free(qasr_result* r);
 
 /* Streaming (live dictation). Events arrive through the optional callback (called inside push/finish, on the

@@ -34,6 +34,12 @@ struct TranscribeOptions {
     bool itn = true;           // inverse text normalization of the final text (English, Chinese)
     size_t min_samples = 8000; // zero-pad shorter clips (the reference feature extractor does)
     double max_piece_seconds = 1200; // longer audio is split at quiet points and transcribed piece by piece
+    // > 0: segment timestamps (subtitles). The audio is cut at pauses into pieces of at most this many seconds
+    // (2 ..= max_piece_seconds), each transcribed on its own; pieces without speech (every 10 ms frame 35 dB under
+    // the loudest, or under -60 dBFS) are skipped; the texts are joined with a space except between scripts written
+    // without spaces. A cut can fall inside a word where the span holds no pause, and pieces do not share context:
+    // 0 (default) transcribes the audio whole, as the reference does.
+    double segment_seconds = 0;
 };
 
 struct LoadOptions {
@@ -67,6 +73,15 @@ struct Timings {
     double total_ms() const { return mel_ms + encode_ms + prefill_ms + decode_ms; }
 };
 
+// A stretch of the transcript with its time in the audio. Without TranscribeOptions::segment_seconds there is one
+// segment per transcribed piece (one for audio up to max_piece_seconds).
+struct Segment {
+    double start = 0, end = 0;  // seconds: the first and last 10 ms frame of the piece above the quiet level
+                                // (the whole piece when none is)
+    std::string text, language; // the piece's transcript (ITN applied unless disabled) and language
+    size_t first_token = 0, n_tokens = 0; // its generated tokens in TranscriptionResult::tokens
+};
+
 struct TranscriptionResult {
     std::string text;      // parsed, repetition-fixed, ITN applied (unless disabled)
     std::string language;  // detected or forced language name; "" when none
@@ -78,6 +93,7 @@ struct TranscriptionResult {
     double rtf = 0;        // (mel + encode + prefill + decode) / audio seconds
     Timings timings;
     FinishReason finish = FinishReason::Empty;
+    std::vector<Segment> segments; // pieces with a non-empty text, in order
 };
 
 // Live transcription (see Stream below).
@@ -108,6 +124,13 @@ struct StreamEvent {
     double audio_seconds = 0;
     std::string text() const { return stable + unstable; }
 };
+
+// Segment output: SubRip ("1\n00:00:00,000 --> 00:00:02,690\ntext\n", cues separated by blank lines), WebVTT
+// ("WEBVTT" header, markup characters escaped) and "[00:00:00.000 --> 00:00:02.690]  text" lines. Line breaks in
+// a text become spaces.
+std::string to_srt(const std::vector<Segment>& segments);
+std::string to_vtt(const std::vector<Segment>& segments);
+std::string to_timestamped_text(const std::vector<Segment>& segments);
 
 // One fixed, machine-parsable summary line shared by the CLI and `qasr bench`.
 std::string summary_line(const TranscriptionResult& r);

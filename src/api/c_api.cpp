@@ -14,6 +14,7 @@ struct qasr_model {
 };
 struct qasr_result {
     qasr::TranscriptionResult r;
+    std::string subtitles; // qasr_result_subtitles' last answer
 };
 struct qasr_stream {
     qasr_stream_callback cb = nullptr;
@@ -65,6 +66,7 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
     o.decode.top_p = d.top_p;
     o.decode.seed = d.seed;
     o.itn = d.itn != 0;
+    o.segment_seconds = d.segment_seconds;
     return o;
 }
 
@@ -74,7 +76,7 @@ extern "C" {
 
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
-qasr_transcribe_params qasr_default_transcribe_params(void) { return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1}; }
+qasr_transcribe_params qasr_default_transcribe_params(void) { return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0}; }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {
     if (!dir || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model_dir and out must not be NULL");
@@ -97,14 +99,14 @@ qasr_status qasr_transcribe_file(const qasr_model* m, const char* path, const qa
                                  qasr_result** out) {
     if (!m || !path || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model, path and out must not be NULL");
     *out = nullptr;
-    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{m->t.transcribe_file(path, to_options(params))}; });
+    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{m->t.transcribe_file(path, to_options(params)), {}}; });
 }
 
 qasr_status qasr_transcribe_memory(const qasr_model* m, const void* data, size_t size, const qasr_transcribe_params* params,
                                    qasr_result** out) {
     if (!m || !out || (!data && size)) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model, data and out must not be NULL");
     *out = nullptr;
-    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{m->t.transcribe_memory(data, size, to_options(params))}; });
+    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{m->t.transcribe_memory(data, size, to_options(params)), {}}; });
 }
 
 qasr_status qasr_transcribe_pcm(const qasr_model* m, const float* samples, size_t n, const qasr_transcribe_params* params,
@@ -113,7 +115,7 @@ qasr_status qasr_transcribe_pcm(const qasr_model* m, const float* samples, size_
     *out = nullptr;
     return guarded(QASR_ERR_INTERNAL, [&] {
         std::vector<float> pcm(samples, samples + n);
-        *out = new qasr_result{m->t.transcribe(pcm, to_options(params))};
+        *out = new qasr_result{m->t.transcribe(pcm, to_options(params)), {}};
     });
 }
 
@@ -128,6 +130,27 @@ float qasr_result_token_logprob(const qasr_result* r, size_t i) {
     return r && i < r->r.tokens.size() ? r->r.tokens[i].logprob : 0.0f;
 }
 const char* qasr_result_finish_reason(const qasr_result* r) { return r ? qasr::finish_reason_name(r->r.finish) : ""; }
+size_t qasr_result_n_segments(const qasr_result* r) { return r ? r->r.segments.size() : 0; }
+double qasr_result_segment_start(const qasr_result* r, size_t i) {
+    return r && i < r->r.segments.size() ? r->r.segments[i].start : 0.0;
+}
+double qasr_result_segment_end(const qasr_result* r, size_t i) {
+    return r && i < r->r.segments.size() ? r->r.segments[i].end : 0.0;
+}
+const char* qasr_result_segment_text(const qasr_result* r, size_t i) {
+    return r && i < r->r.segments.size() ? r->r.segments[i].text.c_str() : "";
+}
+const char* qasr_result_subtitles(qasr_result* r, const char* format) {
+    if (!r || !format) return nullptr;
+    const std::string f = format;
+    if (f != "srt" && f != "vtt") return nullptr;
+    try {
+        r->subtitles = f == "srt" ? qasr::to_srt(r->r.segments) : qasr::to_vtt(r->r.segments);
+    } catch (...) { // out of memory
+        return nullptr;
+    }
+    return r->subtitles.c_str();
+}
 void qasr_result_free(qasr_result* r) { delete r; }
 
 qasr_stream_params qasr_default_stream_params(void) { return {nullptr, nullptr, 2.0f, 5, 2, 3, 0, 1}; }
@@ -190,7 +213,7 @@ int qasr_stream_next_event(qasr_stream* s, qasr_stream_event* ev) {
 qasr_status qasr_stream_finish(qasr_stream* s, qasr_result** out) {
     if (!s || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "stream and out must not be NULL");
     *out = nullptr;
-    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{s->s->finish()}; });
+    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{s->s->finish(), {}}; });
 }
 
 void qasr_stream_free(qasr_stream* s) { delete s; }

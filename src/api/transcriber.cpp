@@ -5,11 +5,13 @@
 #include "audio/audio.hpp"
 #include "ops/ops.hpp"
 #include "pipeline/long_audio.hpp"
+#include "pipeline/segments.hpp"
 #include "pipeline/session.hpp"
 #include "pipeline/stream.hpp"
 #include "qasr/qasr.hpp"
 #include "api/transcriber_impl.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -118,21 +120,45 @@ TranscriptionResult Transcriber::transcribe_memory(const void* data, size_t size
 
 TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
     if (!(opts.max_piece_seconds >= 10.0)) fail("options", "max_piece_seconds must be at least 10");
+    const bool segmented = opts.segment_seconds != 0;
+    if (segmented && !(opts.segment_seconds >= 2.0 && opts.segment_seconds <= opts.max_piece_seconds))
+        fail("options", "segment_seconds must be 0 (off) or between 2 and max_piece_seconds");
     std::unique_ptr<Session> own;
     const auto run = [&](const std::vector<float>& a) {
         if (impl_->engine) return impl_->engine->run(a, opts);
         if (!own) own = std::make_unique<Session>(impl_->model);
         return own->run(a, opts);
     };
-    const auto pieces = split_long_audio(samples, opts.max_piece_seconds);
-    if (pieces.size() == 1) return run(samples);
-    // Long audio: independent requests per piece (spec §8.1), texts joined without a separator (§7.5).
+    const auto pieces =
+        segmented ? split_at_pauses(samples, opts.segment_seconds) : split_long_audio(samples, opts.max_piece_seconds);
+    const float quiet = quiet_level(samples);
+    const auto seconds = [](size_t i) { return double(i) / kSampleRate; };
+    // The piece [b, e)'s segment (none for an empty text): times are its speech extent [sb, se), the whole piece
+    // without one
+    const auto add_segment = [&](std::vector<Segment>& out, const TranscriptionResult& r, size_t b, size_t e,
+                                 std::pair<size_t, size_t> speech, size_t first_token) {
+        if (r.text.empty()) return;
+        if (speech.first == speech.second) speech = {b, e};
+        out.push_back({seconds(speech.first), seconds(speech.second), r.text, r.language, first_token,
+                       r.tokens.size()});
+    };
+    if (pieces.size() == 1 && !segmented) {
+        TranscriptionResult r = run(samples);
+        add_segment(r.segments, r, 0, samples.size(), speech_extent(samples, 0, samples.size(), quiet), 0);
+        return r;
+    }
+    // Independent requests per piece (spec §8.1); long-audio texts joined without a separator (§7.5), segments'
+    // with a space where the script has them; pieces without speech are skipped.
     TranscriptionResult all;
     std::vector<std::string> langs;
     for (const auto& [b, e] : pieces) {
+        const auto speech = speech_extent(samples, b, e, quiet);
+        if (segmented && speech.first == speech.second) continue; // no speech in this piece
         const std::vector<float> piece(samples.begin() + long(b), samples.begin() + long(e));
         TranscriptionResult r = run(piece);
-        all.text += r.text;
+        const size_t first_token = all.tokens.size();
+        if (segmented) append_segment_text(all.text, r.text);
+        else all.text += r.text;
         all.raw_text += r.raw_text;
         langs.push_back(r.language);
         all.tokens.insert(all.tokens.end(), r.tokens.begin(), r.tokens.end());
@@ -143,11 +169,12 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         all.timings.prefill_ms += r.timings.prefill_ms;
         all.timings.decode_ms += r.timings.decode_ms;
         all.finish = r.finish;
+        add_segment(all.segments, r, b, e, speech, first_token);
     }
     all.language = merge_languages(langs);
     all.timings.load_ms = impl_->model->load_ms;
     all.audio_seconds = double(samples.size()) / kSampleRate;
-    all.rtf = all.timings.total_ms() / 1000.0 / all.audio_seconds;
+    all.rtf = all.audio_seconds > 0 ? all.timings.total_ms() / 1000.0 / all.audio_seconds : 0.0;
     return all;
 }
 

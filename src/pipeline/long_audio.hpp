@@ -13,6 +13,10 @@ namespace qasr {
 std::vector<std::pair<size_t, size_t>> split_long_audio(const std::vector<float>& audio, double limit_seconds = 1200.0,
                                                         int sample_rate = 16000);
 
+// Inside [lo, hi) (hi - lo > win): the quietest `win`-sample window by the moving sum of |x| (its first minimum),
+// then that window's first minimum-|x| sample.
+size_t quietest_point(const std::vector<float>& x, size_t lo, size_t hi, size_t win);
+
 // Languages of consecutive pieces merged as the toolkit does: empty entries and consecutive duplicates dropped,
 // joined with ",".
 std::string merge_languages(const std::vector<std::string>& langs);

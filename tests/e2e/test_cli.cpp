@@ -1,6 +1,7 @@
 // End-to-end tests of the qasr binary: a random-weight tiny checkpoint transcribes; bad model directories,
 // missing/mis-shaped tensors, truncated safetensors, non-audio and empty files and bad options each give one
 // clear error line and a non-zero exit status; `qasr dev logits` gives consistent argmaxes, margins and top logits.
+#include "audio/audio.hpp"
 #include "core/dtype.hpp"
 #include "io/safetensors.hpp"
 #include "model/random_checkpoint.hpp"
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <cstdio>
@@ -104,6 +106,96 @@ TEST(Cli, TranscribesWithTinyModel) {
     CliRun w = run("transcribe -m " + tiny() + " --format json --ignore-eos --max-new-tokens 12 -q --warmup " + kWav);
     EXPECT_EQ(w.status, 0) << w.err;
     EXPECT_EQ(nlohmann::json::parse(w.out)["tokens"], j["tokens"]);
+}
+
+// 16-bit mono 16 kHz WAV of `x`
+void write_wav16(const std::string& path, const std::vector<float>& x) {
+    std::ofstream f(path, std::ios::binary);
+    const auto u32 = [&](uint32_t v) { f.write(reinterpret_cast<const char*>(&v), 4); };
+    const auto u16 = [&](uint16_t v) { f.write(reinterpret_cast<const char*>(&v), 2); };
+    f.write("RIFF", 4), u32(uint32_t(36 + 2 * x.size())), f.write("WAVEfmt ", 8), u32(16), u16(1), u16(1), u32(16000),
+        u32(32000), u16(2), u16(16), f.write("data", 4), u32(uint32_t(2 * x.size()));
+    for (float v : x) u16(uint16_t(int16_t(std::lround(std::clamp(v, -1.0f, 1.0f) * 32767.0f))));
+}
+
+// Subtitles from the demo model: the two bundled samples with a 1.5 s pause between them give two cues at the
+// samples' times whose texts are the samples' transcripts; srt/vtt/timestamped text/json agree; --output-dir
+// writes one file per input; bad combinations fail with one line.
+TEST(Cli, SubtitlesOfTwoSamples) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    std::vector<float> x;
+    std::vector<double> bounds;
+    for (const char* name : {"demo_en", "demo_de"}) {
+        const auto a = load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/" + name + ".wav");
+        bounds.push_back(double(x.size()) / 16000);
+        x.insert(x.end(), a.begin(), a.end());
+        bounds.push_back(double(x.size()) / 16000);
+        x.insert(x.end(), 24000, 0.0f);
+    }
+    const std::string wav = scratch() + "/two.wav";
+    write_wav16(wav, x);
+    CliRun srt = run("transcribe -m " + demo + " --format srt --segment-seconds 5 -q " + wav);
+    ASSERT_EQ(srt.status, 0) << srt.err;
+    // 1\nHH:MM:SS,mmm --> HH:MM:SS,mmm\ntext\n\n2\n...
+    std::istringstream in(srt.out);
+    std::string line;
+    std::vector<std::string> texts;
+    for (int cue = 1; std::getline(in, line); ++cue) {
+        ASSERT_EQ(line, std::to_string(cue)) << srt.out;
+        ASSERT_TRUE(std::getline(in, line));
+        int h0, m0, s0, ms0, h1, m1, s1, ms1;
+        ASSERT_EQ(std::sscanf(line.c_str(), "%d:%d:%d,%d --> %d:%d:%d,%d", &h0, &m0, &s0, &ms0, &h1, &m1, &s1, &ms1), 8)
+            << line;
+        const double a = h0 * 3600 + m0 * 60 + s0 + ms0 / 1000.0, b = h1 * 3600 + m1 * 60 + s1 + ms1 / 1000.0;
+        ASSERT_LE(size_t(cue), bounds.size() / 2) << srt.out;
+        EXPECT_GE(a, bounds[2 * cue - 2] - 1e-9) << line; // inside the sample
+        EXPECT_LT(a, b) << line;
+        EXPECT_LE(b, bounds[2 * cue - 1] + 1e-9) << line;
+        ASSERT_TRUE(std::getline(in, line));
+        texts.push_back(line);
+        if (std::getline(in, line)) {
+            ASSERT_EQ(line, "") << srt.out;
+        }
+    }
+    ASSERT_EQ(texts.size(), 2u) << srt.out;
+    for (int i = 0; i < 2; ++i) {
+        std::ifstream want(std::string(QASR_SOURCE_DIR) + (i ? "/samples/demo_de.txt" : "/samples/demo_en.txt"));
+        std::string w;
+        std::getline(want, w);
+        EXPECT_EQ(texts[size_t(i)], w);
+    }
+    CliRun vtt = run("transcribe -m " + demo + " --format vtt --segment-seconds 5 -q " + wav);
+    ASSERT_EQ(vtt.status, 0) << vtt.err;
+    EXPECT_EQ(vtt.out.rfind("WEBVTT\n\n", 0), 0u) << vtt.out;
+    EXPECT_NE(vtt.out.find(texts[0]), std::string::npos) << vtt.out;
+    CliRun txt = run("transcribe -m " + demo + " --segment-seconds 5 -q " + wav);
+    ASSERT_EQ(txt.status, 0) << txt.err;
+    EXPECT_EQ(lines(txt.out), 2) << txt.out;
+    EXPECT_NE(txt.out.find("]  " + texts[1] + "\n"), std::string::npos) << txt.out;
+    CliRun js = run("transcribe -m " + demo + " --segment-seconds 5 --format json -q " + wav);
+    ASSERT_EQ(js.status, 0) << js.err;
+    const auto j = nlohmann::json::parse(js.out);
+    ASSERT_EQ(j["segments"].size(), 2u);
+    EXPECT_EQ(j["segments"][1]["text"], texts[1]);
+    EXPECT_EQ(j["text"], texts[0] + " " + texts[1]);
+    // several inputs: --output-dir, one file each (a repeated name gets -2)
+    const std::string od = scratch() + "/subs";
+    fs::create_directories(od);
+    CliRun two = run("transcribe -m " + demo + " --format srt -q -o " + od + " " + wav + " " + wav);
+    ASSERT_EQ(two.status, 0) << two.err;
+    EXPECT_EQ(two.out, "");
+    std::ifstream f1(od + "/two.srt"), f2(od + "/two-2.srt");
+    const std::string s1((std::istreambuf_iterator<char>(f1)), std::istreambuf_iterator<char>());
+    const std::string s2((std::istreambuf_iterator<char>(f2)), std::istreambuf_iterator<char>());
+    EXPECT_NE(s1.find(texts[1]), std::string::npos) << s1; // 10 s segments by default: one or two cues
+    EXPECT_EQ(s1, s2);
+    for (const std::string& args : {"--format srt " + wav + " " + wav, "--segment-seconds 1 " + wav,
+                                   "--segment-seconds 5000 " + wav, "--format srt -o " + od + "/nope " + wav}) {
+        CliRun r = run("transcribe -m " + demo + " " + args);
+        EXPECT_NE(r.status, 0) << args;
+        EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
+    }
 }
 
 // `qasr bench --clients N`: concurrent requests on one model (a server's load) give the one-client tokens, and the

@@ -174,6 +174,27 @@ TEST_F(Serve, MultipartUploadGivesTheCliTranscriptInEveryFormat) {
     EXPECT_EQ(j["finish_reason"], "eos");
     EXPECT_GT(j["tokens"].size(), 5u);
     EXPECT_GT(j["rtf"].get<double>(), 0.0);
+    ASSERT_EQ(j["segments"].size(), 1u); // the whole upload: one segment over its speech, all tokens
+    EXPECT_EQ(j["segments"][0]["text"], en_text_);
+    EXPECT_EQ(j["segments"][0]["tokens"].size(), j["tokens"].size());
+    EXPECT_LT(j["segments"][0]["avg_logprob"].get<double>(), 0.0);
+    EXPECT_GE(j["segments"][0]["start"].get<double>(), 0.0);
+    EXPECT_LE(j["segments"][0]["end"].get<double>(), 3.04);
+
+    // subtitles: one cue for this 3 s sample, the CLI's text
+    r = post_file(c, en_, {{"response_format", "srt", "", ""}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "application/x-subrip; charset=utf-8");
+    EXPECT_EQ(r->body.rfind("1\n00:00:0", 0), 0u) << r->body;
+    EXPECT_NE(r->body.find(" --> 00:00:0"), std::string::npos) << r->body;
+    EXPECT_EQ(r->body.substr(r->body.find('\n', 4) + 1), en_text_ + "\n") << r->body;
+    r = post_file(c, de_, {{"response_format", "vtt", "", ""}, {"segment_seconds", "20", "", ""}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "text/vtt; charset=utf-8");
+    EXPECT_EQ(r->body.rfind("WEBVTT\n\n00:00:0", 0), 0u) << r->body;
+    EXPECT_NE(r->body.find("\n" + de_text_ + "\n"), std::string::npos) << r->body;
 }
 
 TEST_F(Serve, RawBodyWithQueryFieldsAndWhisperCppPath) {
@@ -211,7 +232,8 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     cases.push_back({post_file(c, en_.substr(0, 30)), 400, "audio"}); // a truncated WAV header
     cases.push_back({c.Post("/v1/audio/transcriptions", "", "audio/wav"), 400, "no audio"});
     cases.push_back({post_file(c, en_, {{"language", "klingon", "", ""}}), 400, "unsupported language"});
-    cases.push_back({post_file(c, en_, {{"response_format", "srt", "", ""}}), 400, "timestamps"});
+    cases.push_back({post_file(c, en_, {{"response_format", "xml", "", ""}}), 400, "response_format"});
+    cases.push_back({post_file(c, en_, {{"segment_seconds", "1", "", ""}}), 400, "segment_seconds"});
     cases.push_back({post_file(c, en_, {{"temperature", "hot", "", ""}}), 400, "temperature"});
     cases.push_back({post_file(c, en_, {{"stream", "true", "", ""}}), 400, "not supported"});
     cases.push_back({post_file(c, en_, {{"itn", "maybe", "", ""}}), 400, "true or false"});
@@ -439,6 +461,9 @@ TEST_F(Serve, LiveStreamGivesPartialsAndTheOfflineFinal) {
     r = c.Post(("/v1/streams/" + id + "/audio").c_str(), std::string("abc"), "application/octet-stream");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << r->body; // odd byte count
+    r = c.Post(("/v1/streams/" + id + "/finish?response_format=srt").c_str(), "", "application/octet-stream");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body; // a stream's final has no segments; the stream stays open
     r = c.Post(("/v1/streams/" + id + "/finish?response_format=verbose_json").c_str(), "", "application/octet-stream");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;

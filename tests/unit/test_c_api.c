@@ -110,6 +110,23 @@ int main(void) {
     CHECK(qasr_result_token_id(r, 100000) == -1);
     CHECK(strcmp(qasr_result_finish_reason(r), "eos") == 0);
     CHECK(qasr_result_rtf(r) > 0.0);
+    /* one segment (the whole file), inside the 3.04 s sample; subtitles from it */
+    CHECK(qasr_result_n_segments(r) == 1 && want && strcmp(qasr_result_segment_text(r, 0), want) == 0);
+    CHECK(qasr_result_segment_start(r, 0) >= 0.0 && qasr_result_segment_start(r, 0) < qasr_result_segment_end(r, 0));
+    CHECK(qasr_result_segment_end(r, 0) <= 3.04 && qasr_result_segment_end(r, 5) == 0.0);
+    CHECK(strcmp(qasr_result_segment_text(r, 1), "") == 0);
+    const char* srt = qasr_result_subtitles(r, "srt");
+    CHECK(srt && strncmp(srt, "1\n00:00:0", 9) == 0 && want && strstr(srt, want) != NULL);
+    const char* vtt = qasr_result_subtitles(r, "vtt");
+    CHECK(vtt && strncmp(vtt, "WEBVTT\n", 7) == 0);
+    CHECK(qasr_result_subtitles(r, "txt") == NULL && qasr_result_subtitles(NULL, "srt") == NULL);
+    qasr_result_free(r);
+    tp = qasr_default_transcribe_params();
+    tp.segment_seconds = 1.0; /* below 2 s */
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_ERR_INVALID_ARGUMENT && r == NULL);
+    tp.segment_seconds = 5.0;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
+    CHECK(r && qasr_result_n_segments(r) == 1 && want && strcmp(qasr_result_text(r), want) == 0);
     qasr_result_free(r);
 
     float silence[100] = {0};

@@ -1,9 +1,15 @@
-// Output parsing (spec §7.3) and the repetition fixer (§7.4); language names (§7.6).
+// Output parsing (spec §7.3) and the repetition fixer (§7.4); language names (§7.6); long-audio and pause splitting,
+// segment joining and subtitle formats.
 #include "core/error.hpp"
 #include "pipeline/long_audio.hpp"
+#include "pipeline/segments.hpp"
+#include "qasr/qasr.hpp"
 #include "text/output.hpp"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
 
 using namespace qasr;
 
@@ -73,4 +79,114 @@ TEST(LongAudio, SplitsAtTheQuietestWindowNearTheLimit) {
     EXPECT_EQ(p.back().second, x.size());
     EXPECT_EQ(split_long_audio(std::vector<float>(1000, 0.1f), 10.0).size(), 1u);
     EXPECT_EQ(merge_languages({"English", "", "English", "Chinese", "Chinese", "English"}), "English,Chinese,English");
+}
+
+namespace {
+// Tone bursts (440 Hz, amplitude 0.3) at the given [start, end) seconds over a -70 dBFS noise floor.
+std::vector<float> bursts(double seconds, const std::vector<std::pair<double, double>>& on) {
+    std::vector<float> x(size_t(seconds * 16000));
+    uint32_t r = 12345;
+    for (auto& v : x) {
+        r = r * 1664525u + 1013904223u;
+        v = 3e-4f * (float(r >> 8) / float(1u << 24) * 2.0f - 1.0f);
+    }
+    for (const auto& [a, b] : on)
+        for (size_t i = size_t(a * 16000); i < size_t(b * 16000); ++i) x[i] = 0.3f * std::sin(6.2831853f * 440.0f * float(i) / 16000.0f);
+    return x;
+}
+} // namespace
+
+TEST(Segments, CutsInsidePausesAndNeverExceedTheLimit) {
+    const std::vector<std::pair<double, double>> on = {{0.3, 3.1}, {4.0, 6.2}, {7.0, 9.9}, {10.8, 11.5}, {12.6, 15.2}};
+    const auto x = bursts(16.0, on);
+    for (double max : {4.0, 5.0, 8.0}) {
+        const auto p = split_at_pauses(x, max);
+        ASSERT_FALSE(p.empty());
+        EXPECT_EQ(p.front().first, 0u);
+        EXPECT_EQ(p.back().second, x.size());
+        for (size_t i = 0; i < p.size(); ++i) {
+            EXPECT_LE(p[i].second - p[i].first, size_t(max * 16000)) << max;
+            if (i) {
+                EXPECT_EQ(p[i].first, p[i - 1].second);
+            }
+            if (i + 1 == p.size()) continue;
+            const double cut = double(p[i].second) / 16000;
+            bool in_pause = true; // no cut inside a burst
+            for (const auto& [a, b] : on) in_pause = in_pause && !(cut > a && cut < b);
+            EXPECT_TRUE(in_pause) << "max " << max << ": cut at " << cut << " s";
+        }
+    }
+    // max 4 s: each burst alone, every cut in the middle of its pause (±10 ms frames); the third pause is searched
+    // only up to 6.6 + 4 = 10.6 s
+    const auto p = split_at_pauses(x, 4.0);
+    ASSERT_EQ(p.size(), 5u);
+    const double mids[] = {(3.1 + 4.0) / 2, (6.2 + 7.0) / 2, (9.9 + 10.6) / 2, (11.5 + 12.6) / 2};
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(double(p[i].second) / 16000, mids[i], 0.02) << i;
+    // a 1 s pause wins over a shorter one (150 ms inside a burst) anywhere in the span
+    const auto y = bursts(8.6, {{0.2, 2.0}, {2.15, 3.2}, {4.2, 8.4}});
+    const auto q = split_at_pauses(y, 5.0);
+    ASSERT_EQ(q.size(), 2u);
+    EXPECT_NEAR(double(q[0].second) / 16000, 3.7, 0.02);
+    // no pause anywhere: cuts at the quietest window, pieces still bounded
+    const auto tone = bursts(20.0, {{0.0, 20.0}});
+    for (const auto& [a, b] : split_at_pauses(tone, 6.0)) EXPECT_LE(b - a, 6u * 16000);
+    EXPECT_EQ(split_at_pauses(std::vector<float>(1000, 0.1f), 2.0).size(), 1u);
+    EXPECT_EQ(split_at_pauses({}, 2.0).size(), 1u);
+}
+
+TEST(Segments, SpeechExtentFindsTheBurstsAndSilenceHasNone) {
+    const auto x = bursts(8.0, {{1.0, 2.5}, {4.0, 5.25}});
+    const float level = quiet_level(x);
+    EXPECT_NEAR(level, 0.3f / std::sqrt(2.0f) * 0.0178f, 2e-4f); // 35 dB under the tone's RMS
+    auto [b, e] = speech_extent(x, 0, x.size(), level);
+    EXPECT_NEAR(double(b) / 16000, 1.0, 0.011);
+    EXPECT_NEAR(double(e) / 16000, 5.25, 0.011);
+    std::tie(b, e) = speech_extent(x, 16000 * 3, 16000 * 6, level); // frames counted from the range's start
+    EXPECT_NEAR(double(b) / 16000, 4.0, 0.011);
+    EXPECT_NEAR(double(e) / 16000, 5.25, 0.011);
+    std::tie(b, e) = speech_extent(x, 16000 * 6, x.size(), level);
+    EXPECT_EQ(b, e);
+    EXPECT_EQ(b, 16000u * 6);
+    const std::vector<float> silence(16000, 1e-4f);
+    EXPECT_FLOAT_EQ(quiet_level(silence), 1e-3f); // the -60 dBFS floor
+    EXPECT_EQ(speech_extent(silence, 0, silence.size(), quiet_level(silence)).second, 0u);
+}
+
+TEST(Segments, TextsJoinWithASpaceExceptInUnspacedScripts) {
+    std::string s;
+    append_segment_text(s, "Hello there.");
+    EXPECT_EQ(s, "Hello there.");
+    append_segment_text(s, "How are you?");
+    EXPECT_EQ(s, "Hello there. How are you?");
+    append_segment_text(s, "");
+    append_segment_text(s, " Fine");
+    EXPECT_EQ(s, "Hello there. How are you? Fine");
+    std::string z = "你好。";
+    append_segment_text(z, "今天天气很好");
+    EXPECT_EQ(z, "你好。今天天气很好");
+    append_segment_text(z, "OK");
+    EXPECT_EQ(z, "你好。今天天气很好OK");
+    std::string j = "こんにちは";
+    append_segment_text(j, "世界");
+    EXPECT_EQ(j, "こんにちは世界");
+    std::string t = "สวัสดี";
+    append_segment_text(t, "ครับ");
+    EXPECT_EQ(t, "สวัสดีครับ");
+    std::string k = "안녕하세요.";
+    append_segment_text(k, "감사합니다");
+    EXPECT_EQ(k, "안녕하세요. 감사합니다"); // Korean is written with spaces
+}
+
+TEST(Segments, SubRipWebVttAndTimestampedLines) {
+    std::vector<Segment> s(2);
+    s[0].start = 0.0104, s[0].end = 2.6896, s[0].text = "The concert starts at 8:30.";
+    s[1].start = 3725.5, s[1].end = 3727.0004, s[1].text = "a --> b\n<i>&\r\nc";
+    EXPECT_EQ(to_srt(s), "1\n00:00:00,010 --> 00:00:02,690\nThe concert starts at 8:30.\n\n"
+                         "2\n01:02:05,500 --> 01:02:07,000\na -> b <i>& c\n");
+    EXPECT_EQ(to_vtt(s), "WEBVTT\n\n00:00:00.010 --> 00:00:02.690\nThe concert starts at 8:30.\n\n"
+                         "01:02:05.500 --> 01:02:07.000\na -> b &lt;i&gt;&amp; c\n");
+    EXPECT_EQ(to_timestamped_text(s), "[00:00:00.010 --> 00:00:02.690]  The concert starts at 8:30.\n"
+                                      "[01:02:05.500 --> 01:02:07.000]  a -> b <i>& c\n");
+    EXPECT_EQ(to_srt({}), "");
+    EXPECT_EQ(to_vtt({}), "WEBVTT\n");
 }
