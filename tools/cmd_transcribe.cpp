@@ -176,7 +176,20 @@ int cmd_transcribe(int argc, char** argv) {
     // faults) for a request that is not made, before paying them again in part for the real one.
     const bool do_warm = warm < 0 ? files.size() > 1 : warm == 1;
     Transcriber t = do_warm ? Transcriber::load_with_warmup(model, lo) : Transcriber::load(model, lo);
+    // Subtitles and timestamped lines on standard output: each segment as soon as its piece is transcribed
+    const bool live = out_dir.empty() && !raw && (subtitles || (format == "text" && o.segment_seconds > 0));
     for (const auto& f : files) {
+        int cues = 0;
+        if (live) {
+            if (format == "vtt") std::cout << "WEBVTT\n" << std::flush;
+            o.on_segment = [&](const Segment& s) {
+                std::cout << (format == "srt"   ? (cues ? "\n" : "") + to_srt({s}, cues + 1)
+                              : format == "vtt" ? to_vtt({s}, false)
+                                                : to_timestamped_text({s}))
+                          << std::flush;
+                ++cues;
+            };
+        }
         TranscriptionResult r;
         if (f == "-") {
             std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
@@ -184,11 +197,11 @@ int cmd_transcribe(int argc, char** argv) {
         } else {
             r = t.transcribe_file(f, o);
         }
-        const std::string text = render(f, r, format, raw, o.segment_seconds > 0);
-        if (out_dir.empty()) {
+        const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0);
+        if (!live && out_dir.empty()) {
             std::cout << text;
             std::cout.flush();
-        } else {
+        } else if (!live) {
             const std::string path = output_path(out_dir, f, format, written);
             std::ofstream out(path, std::ios::binary);
             out << text;

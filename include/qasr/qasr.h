@@ -50,6 +50,9 @@ typedef struct {
     int itn;               /* non-zero: inverse text normalization of the final text */
     double segment_seconds; /* > 0: cut at pauses into pieces of at most this many seconds (2..1200), each
                                transcribed alone, for segment times (TranscribeOptions::segment_seconds); 0: whole */
+    /* NULL or called on the calling thread with each segment as soon as its piece is transcribed */
+    void (*on_segment)(const char* text, double start_seconds, double end_seconds, void* user_data);
+    void* user_data;
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);

@@ -27,6 +27,15 @@ struct DecodeOptions {
     int repetition_limit = 10; // stop when one token would repeat more often than this in a row (0: off)
 };
 
+// A stretch of the transcript with its time in the audio. Without TranscribeOptions::segment_seconds there is one
+// segment per transcribed piece (one for audio up to max_piece_seconds).
+struct Segment {
+    double start = 0, end = 0;  // seconds: the first and last 10 ms frame of the piece above the quiet level
+                                // (the whole piece when none is)
+    std::string text, language; // the piece's transcript (ITN applied unless disabled) and language
+    size_t first_token = 0, n_tokens = 0; // its generated tokens in TranscriptionResult::tokens
+};
+
 struct TranscribeOptions {
     std::string language;      // "" = detect; else a supported name or ISO code ("English", "en")
     std::string context;       // system-prompt context (names, terms)
@@ -40,6 +49,9 @@ struct TranscribeOptions {
     // without spaces. A cut can fall inside a word where the span holds no pause, and pieces do not share context:
     // 0 (default) transcribes the audio whole, as the reference does.
     double segment_seconds = 0;
+    // Called on the calling thread with each segment as soon as its piece is transcribed (before transcribe*
+    // returns): a long file's segments can be shown while the rest is still being transcribed.
+    std::function<void(const Segment&)> on_segment;
 };
 
 struct LoadOptions {
@@ -71,15 +83,6 @@ const char* finish_reason_name(FinishReason r);
 struct Timings {
     double load_ms = 0, mel_ms = 0, encode_ms = 0, prefill_ms = 0, decode_ms = 0;
     double total_ms() const { return mel_ms + encode_ms + prefill_ms + decode_ms; }
-};
-
-// A stretch of the transcript with its time in the audio. Without TranscribeOptions::segment_seconds there is one
-// segment per transcribed piece (one for audio up to max_piece_seconds).
-struct Segment {
-    double start = 0, end = 0;  // seconds: the first and last 10 ms frame of the piece above the quiet level
-                                // (the whole piece when none is)
-    std::string text, language; // the piece's transcript (ITN applied unless disabled) and language
-    size_t first_token = 0, n_tokens = 0; // its generated tokens in TranscriptionResult::tokens
 };
 
 struct TranscriptionResult {
@@ -128,8 +131,10 @@ struct StreamEvent {
 // Segment output: SubRip ("1\n00:00:00,000 --> 00:00:02,690\ntext\n", cues separated by blank lines), WebVTT
 // ("WEBVTT" header, markup characters escaped) and "[00:00:00.000 --> 00:00:02.690]  text" lines. Line breaks in
 // a text become spaces.
-std::string to_srt(const std::vector<Segment>& segments);
-std::string to_vtt(const std::vector<Segment>& segments);
+// first_index numbers the first SubRip cue and header=false leaves out the WebVTT header, so that segments can be
+// written one by one as they arrive (TranscribeOptions::on_segment) with the same result.
+std::string to_srt(const std::vector<Segment>& segments, int first_index = 1);
+std::string to_vtt(const std::vector<Segment>& segments, bool header = true);
 std::string to_timestamped_text(const std::vector<Segment>& segments);
 
 // One fixed, machine-parsable summary line shared by the CLI and `qasr bench`.

@@ -67,6 +67,11 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
     o.decode.seed = d.seed;
     o.itn = d.itn != 0;
     o.segment_seconds = d.segment_seconds;
+    if (d.on_segment) {
+        const auto cb = d.on_segment;
+        void* user = d.user_data;
+        o.on_segment = [cb, user](const qasr::Segment& s) { cb(s.text.c_str(), s.start, s.end, user); };
+    }
     return o;
 }
 
@@ -76,7 +81,7 @@ extern "C" {
 
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
-qasr_transcribe_params qasr_default_transcribe_params(void) { return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0}; }
+qasr_transcribe_params qasr_default_transcribe_params(void) { return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr}; }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {
     if (!dir || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model_dir and out must not be NULL");

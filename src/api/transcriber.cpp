@@ -141,6 +141,7 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         if (speech.first == speech.second) speech = {b, e};
         out.push_back({seconds(speech.first), seconds(speech.second), r.text, r.language, first_token,
                        r.tokens.size()});
+        if (opts.on_segment) opts.on_segment(out.back());
     };
     if (pieces.size() == 1 && !segmented) {
         TranscriptionResult r = run(samples);

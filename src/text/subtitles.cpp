@@ -44,19 +44,19 @@ std::string cue_text(const std::string& t, bool vtt) {
 
 } // namespace
 
-std::string to_srt(const std::vector<Segment>& segments) {
+std::string to_srt(const std::vector<Segment>& segments, int first_index) {
     std::string o;
-    int n = 0;
+    int n = first_index - 1;
     for (const auto& s : segments) {
-        if (n) o += "\n";
+        if (n >= first_index) o += "\n";
         o += std::to_string(++n) + "\n" + timestamp(s.start, ',') + " --> " + timestamp(s.end, ',') + "\n" +
              cue_text(s.text, false) + "\n";
     }
     return o;
 }
 
-std::string to_vtt(const std::vector<Segment>& segments) {
-    std::string o = "WEBVTT\n";
+std::string to_vtt(const std::vector<Segment>& segments, bool header) {
+    std::string o = header ? "WEBVTT\n" : "";
     for (const auto& s : segments)
         o += "\n" + timestamp(s.start, '.') + " --> " + timestamp(s.end, '.') + "\n" + cue_text(s.text, true) + "\n";
     return o;

@@ -190,6 +190,15 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     const std::string s2((std::istreambuf_iterator<char>(f2)), std::istreambuf_iterator<char>());
     EXPECT_NE(s1.find(texts[1]), std::string::npos) << s1; // 10 s segments by default: one or two cues
     EXPECT_EQ(s1, s2);
+    // standard output gets the cues as their pieces finish; the file written at the end is the same text
+    CliRun one = run("transcribe -m " + demo + " --format srt --segment-seconds 5 -q -o " + od + " " + wav);
+    ASSERT_EQ(one.status, 0) << one.err;
+    std::ifstream f3(od + "/two.srt");
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(f3)), std::istreambuf_iterator<char>()), srt.out);
+    CliRun vtt_file = run("transcribe -m " + demo + " --format vtt --segment-seconds 5 -q -o " + od + " " + wav);
+    ASSERT_EQ(vtt_file.status, 0) << vtt_file.err;
+    std::ifstream f4(od + "/two.vtt");
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(f4)), std::istreambuf_iterator<char>()), vtt.out);
     for (const std::string& args : {"--format srt " + wav + " " + wav, "--segment-seconds 1 " + wav,
                                    "--segment-seconds 5000 " + wav, "--format srt -o " + od + "/nope " + wav}) {
         CliRun r = run("transcribe -m " + demo + " " + args);

@@ -130,7 +130,16 @@ TEST(DemoModel, SegmentsAreTheClipsOfAConcatenation) {
     qasr::TranscribeOptions o;
     o.itn = false;
     o.segment_seconds = 4.5;
+    std::vector<qasr::Segment> live; // on_segment: each segment as its piece finishes, the same as the result's
+    o.on_segment = [&](const qasr::Segment& s) { live.push_back(s); };
     const auto r = t.transcribe(audio, o);
+    ASSERT_EQ(live.size(), r.segments.size());
+    for (size_t i = 0; i < live.size(); ++i) {
+        EXPECT_EQ(live[i].text, r.segments[i].text);
+        EXPECT_EQ(live[i].start, r.segments[i].start);
+        EXPECT_EQ(live[i].first_token, r.segments[i].first_token);
+    }
+    o.on_segment = nullptr;
     ASSERT_EQ(r.segments.size(), clips.size()) << r.text;
     std::string joined;
     size_t tokens = 0;

@@ -32,6 +32,10 @@ static char* read_text(const char* path) {
     return buf;
 }
 
+static void count_segment(const char* text, double start, double end, void* user) {
+    if (text && text[0] && start < end) ++*(int*)user;
+}
+
 int main(void) {
     const char* root = QASR_SOURCE_DIR;
     char dir[1024], tok[1100], wav[1100], txt[1100];
@@ -125,8 +129,12 @@ int main(void) {
     tp.segment_seconds = 1.0; /* below 2 s */
     CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_ERR_INVALID_ARGUMENT && r == NULL);
     tp.segment_seconds = 5.0;
+    int live = 0;
+    tp.on_segment = count_segment;
+    tp.user_data = &live;
     CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
     CHECK(r && qasr_result_n_segments(r) == 1 && want && strcmp(qasr_result_text(r), want) == 0);
+    CHECK(live == 1);
     qasr_result_free(r);
 
     float silence[100] = {0};

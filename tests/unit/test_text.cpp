@@ -187,6 +187,9 @@ TEST(Segments, SubRipWebVttAndTimestampedLines) {
                          "01:02:05.500 --> 01:02:07.000\na -> b &lt;i&gt;&amp; c\n");
     EXPECT_EQ(to_timestamped_text(s), "[00:00:00.010 --> 00:00:02.690]  The concert starts at 8:30.\n"
                                       "[01:02:05.500 --> 01:02:07.000]  a -> b <i>& c\n");
+    // one at a time (TranscribeOptions::on_segment): the same text
+    EXPECT_EQ(to_srt({s[0]}) + "\n" + to_srt({s[1]}, 2), to_srt(s));
+    EXPECT_EQ(to_vtt({s[0]}) + to_vtt({s[1]}, false), to_vtt(s));
     EXPECT_EQ(to_srt({}), "");
     EXPECT_EQ(to_vtt({}), "WEBVTT\n");
 }
