@@ -56,6 +56,7 @@ std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>&
     std::vector<std::pair<size_t, size_t>> out;
     const size_t n = x.size(), limit = std::max<size_t>(2, size_t(max_seconds * sr)), win = size_t(sr / 10);
     const float level = quiet_level(x);
+    const size_t lead = size_t(sr) / 5;
     const auto quiet = [&](size_t i) { return i < n && frame_rms(&x[i], std::min(kFrame, n - i)) <= level; };
     size_t start = 0;
     while (n - start > limit) {
@@ -73,8 +74,9 @@ std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>&
             if (e > lo && e - f >= win && e - f >= best_len) best_len = e - f, best_a = std::max(f, lo), best_b = std::min(e, hi);
             f = e;
         }
-        // its middle within [lo, hi); no pause: the quietest 100 ms window of [start + limit/2, hi)
-        size_t cut = best_len ? best_a + (best_b - best_a) / 2
+        // its middle within [lo, hi), or later so that at most 200 ms of it lead into the next piece; no pause: the
+        // quietest 100 ms window of [start + limit/2, hi)
+        size_t cut = best_len ? std::max(best_a + (best_b - best_a) / 2, best_b > lead ? best_b - lead : 0)
                               : (limit / 2 > win ? quietest_point(x, start + limit / 2, hi, win) : hi);
         cut = std::clamp(cut, start + 1, hi);
         out.emplace_back(start, cut);

@@ -99,11 +99,11 @@ TEST(DemoModel, Bf16ComputeKeepsTheTranscripts) {
 }
 
 // TranscribeOptions::segment_seconds: held-out clips (en and de, at most 3 s) laid end to end with 1 s pauses
-// are cut in the middle of the pauses, one clip per segment; each segment's text is its piece's transcript (the
+// are cut in the pauses, one clip per segment; each segment's text is its piece's transcript (the
 // piece transcribed alone), its times the clip's speech, and the whole text the segments joined with spaces.
 // Without the option the same audio gives one segment spanning the speech. How many segments equal the clips' own
-// transcripts is printed: the demo model, trained on tight clips, is thrown by the half second of pause before a
-// clip in some of them.
+// transcripts is printed, not asserted: the demo model, trained on tight clips, is thrown by some pause lengths
+// before a clip (8/8 with the 200 ms lead, 4/8 with the pauses cut in the middle).
 TEST(DemoModel, SegmentsAreTheClipsOfAConcatenation) {
     const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
     if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";

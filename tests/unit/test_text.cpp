@@ -116,17 +116,21 @@ TEST(Segments, CutsInsidePausesAndNeverExceedTheLimit) {
             EXPECT_TRUE(in_pause) << "max " << max << ": cut at " << cut << " s";
         }
     }
-    // max 4 s: each burst alone, every cut in the middle of its pause (±10 ms frames); the third pause is searched
-    // only up to 6.6 + 4 = 10.6 s
+    // max 4 s: each burst alone, every cut 200 ms before the next burst (later than its pause's middle; ±10 ms
+    // frames); the third pause is searched only up to 6.8 + 4 = 10.8 s, the fourth only from 10.6 + 1 = 11.6 s
     const auto p = split_at_pauses(x, 4.0);
     ASSERT_EQ(p.size(), 5u);
-    const double mids[] = {(3.1 + 4.0) / 2, (6.2 + 7.0) / 2, (9.9 + 10.6) / 2, (11.5 + 12.6) / 2};
+    const double mids[] = {4.0 - 0.2, 7.0 - 0.2, 10.8 - 0.2, 12.6 - 0.2};
     for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(double(p[i].second) / 16000, mids[i], 0.02) << i;
-    // a 1 s pause wins over a shorter one (150 ms inside a burst) anywhere in the span
+    // a 1 s pause wins over a shorter one (150 ms inside a burst) anywhere in the span; a short pause is cut in
+    // its middle
     const auto y = bursts(8.6, {{0.2, 2.0}, {2.15, 3.2}, {4.2, 8.4}});
     const auto q = split_at_pauses(y, 5.0);
     ASSERT_EQ(q.size(), 2u);
-    EXPECT_NEAR(double(q[0].second) / 16000, 3.7, 0.02);
+    EXPECT_NEAR(double(q[0].second) / 16000, 4.2 - 0.2, 0.02);
+    const auto z = split_at_pauses(bursts(7.0, {{0.2, 3.0}, {3.3, 6.8}}), 5.0);
+    ASSERT_EQ(z.size(), 2u);
+    EXPECT_NEAR(double(z[0].second) / 16000, 3.15, 0.02);
     // no pause anywhere: cuts at the quietest window, pieces still bounded
     const auto tone = bursts(20.0, {{0.0, 20.0}});
     for (const auto& [a, b] : split_at_pauses(tone, 6.0)) EXPECT_LE(b - a, 6u * 16000);
