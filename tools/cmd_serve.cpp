@@ -37,7 +37,8 @@ Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish
                                   (context: names, terms), `response_format` (json | text | verbose_json with
                                   segments | srt | vtt), `temperature`, and qasr's `itn` (true|false),
                                   `segment_seconds` (cut at pauses into pieces of at most this many seconds for
-                                  segment times; 10 for srt/vtt unless given, else 0: whole), `max_new_tokens`,
+                                  segment times; 10 for srt/vtt and timestamp_granularities[]=segment unless
+                                  given, else 0: whole), `max_new_tokens`,
                                   `top_p`, `seed`, `ignore_eos` (with max_new_tokens: benchmarks on random weights).
                                   The audio may also be the raw request body, the fields then query parameters.
   POST /inference                 the same (whisper.cpp's server path)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <new>
+#include <sstream>
 
 namespace qasr::cli::http {
 
@@ -81,6 +82,13 @@ void send_error(httplib::Response& res, int status, const std::string& msg, cons
                     "application/json");
 }
 
+// A field's value; an array field ("name[]", sent once per element) collects its elements joined with ","
+static void add_field(std::map<std::string, std::string>& f, const std::string& name, const std::string& v) {
+    const bool array = name.size() > 2 && name.compare(name.size() - 2, 2, "[]") == 0;
+    auto [it, fresh] = f.emplace(name, v);
+    if (!fresh) it->second = array ? it->second + "," + v : v;
+}
+
 Upload read_upload(const httplib::Request& req, bool need_audio) {
     Upload u;
     const std::string ct = req.get_header_value("Content-Type");
@@ -92,13 +100,15 @@ Upload read_upload(const httplib::Request& req, bool need_audio) {
                 u.audio = &part.content;
                 if (!part.filename.empty()) u.name = part.filename;
             } else {
-                u.fields[name] = part.content;
+                add_field(u.fields, name, part.content);
             }
         }
     } else {
         if (!req.body.empty()) u.audio = &req.body;
     }
-    for (const auto& [k, v] : req.params) u.fields.emplace(k, v); // form fields win over query parameters
+    std::map<std::string, std::string> query;
+    for (const auto& [k, v] : req.params) add_field(query, k, v);
+    for (const auto& [k, v] : query) u.fields.emplace(k, v); // form fields win over query parameters
     if (need_audio && (!u.audio || u.audio->empty()))
         throw HttpError(400, "no audio: send a multipart/form-data field 'file', or the audio as the request body");
     return u;
@@ -142,11 +152,28 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
         else if (*v == "vtt") r.format = Format::Vtt;
         else throw HttpError(400, "response_format must be json, text, verbose_json, srt or vtt, got '" + *v + "'");
     }
+    // OpenAI's timestamp_granularities[] (with verbose_json): "segment" segments the audio as srt/vtt do; there are
+    // no word timestamps (Qwen3-ASR writes none, and qasr has no forced aligner)
+    bool granular = false;
+    for (const char* k : {"timestamp_granularities[]", "timestamp_granularities"}) {
+        const auto* v = get(k);
+        if (!v) continue;
+        std::stringstream ss(*v);
+        for (std::string g; std::getline(ss, g, ',');) {
+            if (g == "word")
+                throw HttpError(400, "word timestamps are not available (Qwen3-ASR writes none and qasr has no forced "
+                                     "aligner): ask for timestamp_granularities[]=segment");
+            if (g != "segment") throw HttpError(400, "timestamp_granularities must be segment, got '" + g + "'");
+            granular = true;
+        }
+    }
+    if (granular && r.format != Format::VerboseJson)
+        throw HttpError(400, "timestamp_granularities needs response_format verbose_json");
     if (const auto* v = get("segment_seconds")) {
         r.opts.segment_seconds = to_number("segment_seconds", *v, 0, 1200);
         if (r.opts.segment_seconds != 0 && r.opts.segment_seconds < 2)
             throw HttpError(400, "field 'segment_seconds' must be 0 (off) or between 2 and 1200, got '" + *v + "'");
-    } else if (r.format == Format::Srt || r.format == Format::Vtt) {
+    } else if (r.format == Format::Srt || r.format == Format::Vtt || granular) {
         r.opts.segment_seconds = 10;
     }
     if (const auto* v = get("temperature")) r.opts.decode.temperature = float(to_number("temperature", *v, 0, 100));

@@ -181,6 +181,16 @@ TEST_F(Serve, MultipartUploadGivesTheCliTranscriptInEveryFormat) {
     EXPECT_GE(j["segments"][0]["start"].get<double>(), 0.0);
     EXPECT_LE(j["segments"][0]["end"].get<double>(), 3.04);
 
+    // OpenAI's timestamp_granularities[]: segment (sent with word too: word is refused, see the bad requests)
+    r = post_file(c, en_, {{"response_format", "verbose_json", "", ""}, {"timestamp_granularities[]", "segment", "", ""}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["segments"].size(), 1u);
+    r = post_file(c, en_, {{"response_format", "verbose_json", "", ""}, {"timestamp_granularities[]", "segment", "", ""},
+                           {"timestamp_granularities[]", "word", "", ""}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body; // both elements of the array are read
+
     // subtitles: one cue for this 3 s sample, the CLI's text
     r = post_file(c, en_, {{"response_format", "srt", "", ""}});
     ASSERT_TRUE(r);
@@ -234,6 +244,9 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     cases.push_back({post_file(c, en_, {{"language", "klingon", "", ""}}), 400, "unsupported language"});
     cases.push_back({post_file(c, en_, {{"response_format", "xml", "", ""}}), 400, "response_format"});
     cases.push_back({post_file(c, en_, {{"segment_seconds", "1", "", ""}}), 400, "segment_seconds"});
+    cases.push_back({post_file(c, en_, {{"response_format", "verbose_json", "", ""}, {"timestamp_granularities[]", "word", "", ""}}),
+                     400, "word timestamps"});
+    cases.push_back({post_file(c, en_, {{"timestamp_granularities[]", "segment", "", ""}}), 400, "verbose_json"});
     cases.push_back({post_file(c, en_, {{"temperature", "hot", "", ""}}), 400, "temperature"});
     cases.push_back({post_file(c, en_, {{"stream", "true", "", ""}}), 400, "not supported"});
     cases.push_back({post_file(c, en_, {{"itn", "maybe", "", ""}}), 400, "true or false"});
