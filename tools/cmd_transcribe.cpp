@@ -37,6 +37,8 @@ options:
   -o, --output-dir DIR     write each transcript to DIR/NAME.txt|json|srt|vtt (NAME: the input's file
                            name without its extension; "stdin" for "-") instead of standard output
   --threads N              CPU threads (default: all cores)
+  --batch N                transcribe up to N pieces of a file at once (--segment-seconds, or audio over
+                           20 minutes), their decode steps batched (the same text; default 1)
   --device D               cpu (default), cuda or cuda:N (when built with the CUDA backend)
   --compute C              the CPU's matrix-matrix products: auto (bf16 for quantized checkpoints, float32
                            for float ones; default), bf16 (about half the encoder/prefill time on AMX or
@@ -126,6 +128,8 @@ int cmd_transcribe(int argc, char** argv) {
             if (segment_seconds != 0 && segment_seconds < 2)
                 throw std::invalid_argument("--segment-seconds must be 0 (off) or between 2 and 1200");
         } else if (a.option("-o", out_dir) || a.option("--output-dir", out_dir)) {
+        } else if (a.option("--batch", v)) {
+            lo.max_batch = int(to_long("--batch", v, 1, 128));
         } else if (a.option("--threads", v)) {
             lo.threads = int(to_long("--threads", v, 1, 1024));
         } else if (a.option("--device", v)) {

@@ -12,8 +12,13 @@
 #include "api/transcriber_impl.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <thread>
 
 namespace qasr {
 
@@ -52,6 +57,7 @@ Transcriber Transcriber::load(const std::string& model_dir, const LoadOptions& o
         fail("options", "compute must be auto, bf16 or f32, got \"" + opts.compute + "\"");
     impl->model = Model::load(model_dir, opts.device, opts.compute);
     if (opts.max_batch > 1) impl->engine = std::make_unique<BatchEngine>(impl->model, opts.max_batch);
+    impl->max_batch = opts.max_batch;
     return Transcriber(std::move(impl));
 }
 
@@ -118,6 +124,77 @@ TranscriptionResult Transcriber::transcribe_memory(const void* data, size_t size
     return transcribe(load_audio_bytes(static_cast<const uint8_t*>(data), size, "audio in memory"), opts);
 }
 
+namespace {
+
+// Runs pieces 0..n-1 and hands each result to `take` in order. parallel > 1 (a batch engine): that many worker
+// threads run pieces at once, so their decode steps batch together; `take` runs on the calling thread as soon as
+// the piece and all before it are done. The first exception (a piece's or take's) ends it after the pieces in
+// flight finish, and is rethrown.
+void run_in_order(size_t n, int parallel, const std::function<TranscriptionResult(size_t)>& run,
+                  const std::function<void(TranscriptionResult&)>& take) {
+    if (parallel <= 1 || n <= 1) {
+        for (size_t i = 0; i < n; ++i) {
+            TranscriptionResult r = run(i);
+            take(r);
+        }
+        return;
+    }
+    std::vector<std::optional<TranscriptionResult>> out(n);
+    std::mutex m;
+    std::condition_variable cv;
+    size_t next = 0;
+    bool stop = false;
+    std::exception_ptr err;
+    const auto worker = [&] {
+        for (;;) {
+            size_t i;
+            {
+                std::lock_guard<std::mutex> lk(m);
+                if (stop || next == n) return;
+                i = next++;
+            }
+            try {
+                TranscriptionResult r = run(i);
+                std::lock_guard<std::mutex> lk(m);
+                out[i] = std::move(r);
+            } catch (...) {
+                std::lock_guard<std::mutex> lk(m);
+                if (!err) err = std::current_exception();
+                stop = true;
+            }
+            cv.notify_all();
+        }
+    };
+    std::vector<std::thread> team;
+    const auto join = [&] {
+        {
+            std::lock_guard<std::mutex> lk(m);
+            stop = true;
+        }
+        for (auto& t : team) t.join();
+        team.clear();
+    };
+    try {
+        for (size_t t = 0; t < std::min(n, size_t(parallel)); ++t) team.emplace_back(worker);
+        for (size_t i = 0; i < n; ++i) {
+            std::unique_lock<std::mutex> lk(m);
+            cv.wait(lk, [&] { return out[i].has_value() || err; });
+            if (err) break;
+            TranscriptionResult r = std::move(*out[i]);
+            out[i].reset();
+            lk.unlock();
+            take(r);
+        }
+    } catch (...) {
+        join();
+        throw;
+    }
+    join();
+    if (err) std::rethrow_exception(err);
+}
+
+} // namespace
+
 TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
     if (!(opts.max_piece_seconds >= 10.0)) fail("options", "max_piece_seconds must be at least 10");
     const bool segmented = opts.segment_seconds != 0;
@@ -149,29 +226,41 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         return r;
     }
     // Independent requests per piece (spec §8.1); long-audio texts joined without a separator (§7.5), segments'
-    // with a space where the script has them; pieces without speech are skipped.
+    // with a space where the script has them; pieces without speech are skipped. With a batch engine up to
+    // max_batch pieces run at once (their decode steps batch together); the result is the same.
     TranscriptionResult all;
     std::vector<std::string> langs;
-    for (const auto& [b, e] : pieces) {
-        const auto speech = speech_extent(samples, b, e, quiet);
-        if (segmented && speech.first == speech.second) continue; // no speech in this piece
-        const std::vector<float> piece(samples.begin() + long(b), samples.begin() + long(e));
-        TranscriptionResult r = run(piece);
-        const size_t first_token = all.tokens.size();
-        if (segmented) append_segment_text(all.text, r.text);
-        else all.text += r.text;
-        all.raw_text += r.raw_text;
-        langs.push_back(r.language);
-        all.tokens.insert(all.tokens.end(), r.tokens.begin(), r.tokens.end());
-        all.n_prompt_tokens += r.n_prompt_tokens;
-        all.n_audio_tokens += r.n_audio_tokens;
-        all.timings.mel_ms += r.timings.mel_ms;
-        all.timings.encode_ms += r.timings.encode_ms;
-        all.timings.prefill_ms += r.timings.prefill_ms;
-        all.timings.decode_ms += r.timings.decode_ms;
-        all.finish = r.finish;
-        add_segment(all.segments, r, b, e, speech, first_token);
+    std::vector<size_t> jobs; // the pieces to transcribe
+    std::vector<std::pair<size_t, size_t>> speech(pieces.size());
+    for (size_t k = 0; k < pieces.size(); ++k) {
+        speech[k] = speech_extent(samples, pieces[k].first, pieces[k].second, quiet);
+        if (!segmented || speech[k].first != speech[k].second) jobs.push_back(k); // else: no speech in this piece
     }
+    size_t taken = 0;
+    run_in_order(
+        jobs.size(), impl_->engine ? impl_->max_batch : 1,
+        [&](size_t j) {
+            const auto [b, e] = pieces[jobs[j]];
+            const std::vector<float> piece(samples.begin() + long(b), samples.begin() + long(e));
+            return run(piece);
+        },
+        [&](TranscriptionResult& r) {
+            const size_t k = jobs[taken++];
+            const size_t first_token = all.tokens.size();
+            if (segmented) append_segment_text(all.text, r.text);
+            else all.text += r.text;
+            all.raw_text += r.raw_text;
+            langs.push_back(r.language);
+            all.tokens.insert(all.tokens.end(), r.tokens.begin(), r.tokens.end());
+            all.n_prompt_tokens += r.n_prompt_tokens;
+            all.n_audio_tokens += r.n_audio_tokens;
+            all.timings.mel_ms += r.timings.mel_ms;
+            all.timings.encode_ms += r.timings.encode_ms;
+            all.timings.prefill_ms += r.timings.prefill_ms;
+            all.timings.decode_ms += r.timings.decode_ms;
+            all.finish = r.finish;
+            add_segment(all.segments, r, pieces[k].first, pieces[k].second, speech[k], first_token);
+        });
     all.language = merge_languages(langs);
     all.timings.load_ms = impl_->model->load_ms;
     all.audio_seconds = double(samples.size()) / kSampleRate;

@@ -10,7 +10,8 @@ namespace qasr {
 
 struct Transcriber::Impl {
     std::shared_ptr<const Model> model;
-    std::unique_ptr<BatchEngine> engine; // LoadOptions::max_batch > 1 on the CPU
+    std::unique_ptr<BatchEngine> engine; // LoadOptions::max_batch > 1 (CPU or device)
+    int max_batch = 1;                   // LoadOptions::max_batch: also the pieces of one request run at once
 };
 
 } // namespace qasr

@@ -175,6 +175,32 @@ TEST(DemoModel, SegmentsAreTheClipsOfAConcatenation) {
     EXPECT_EQ(whole.segments[0].n_tokens, whole.tokens.size());
     EXPECT_NEAR(whole.segments[0].start, r.segments.front().start, 0.011);
     EXPECT_NEAR(whole.segments[0].end, r.segments.back().end, 0.011);
+    // pieces run four at a time through a batch engine (their steps decode together): the same segments, delivered
+    // in order; an exception from on_segment ends the call after the pieces in flight
+    qasr::LoadOptions lo4;
+    lo4.max_batch = 4;
+    const qasr::Transcriber t4 = qasr::Transcriber::load(dir, lo4);
+    live.clear();
+    o.on_segment = [&](const qasr::Segment& s) { live.push_back(s); };
+    const auto r4 = t4.transcribe(audio, o);
+    ASSERT_EQ(r4.segments.size(), r.segments.size());
+    ASSERT_EQ(live.size(), r.segments.size());
+    for (size_t i = 0; i < r.segments.size(); ++i) {
+        EXPECT_EQ(r4.segments[i].text, r.segments[i].text) << i;
+        EXPECT_EQ(r4.segments[i].start, r.segments[i].start) << i;
+        EXPECT_EQ(live[i].text, r.segments[i].text) << i;
+    }
+    ASSERT_EQ(r4.tokens.size(), r.tokens.size());
+    for (size_t i = 0; i < r.tokens.size(); ++i) EXPECT_EQ(r4.tokens[i].id, r.tokens[i].id) << i;
+    EXPECT_GT(t4.impl().engine->stats().max_batch_seen, 1);
+    int calls = 0;
+    o.on_segment = [&](const qasr::Segment&) {
+        if (++calls == 3) throw std::runtime_error("stop here");
+    };
+    EXPECT_THROW(t4.transcribe(audio, o), std::runtime_error);
+    EXPECT_EQ(calls, 3);
+    o.on_segment = nullptr;
+    EXPECT_EQ(t4.transcribe(audio, o).text, r.text); // the engine still serves
     // silence only: no piece is transcribed
     const auto quiet = t.transcribe(std::vector<float>(16000 * 5, 0.0f), o);
     EXPECT_TRUE(quiet.text.empty());
