@@ -3,6 +3,7 @@
 #include "commands.hpp"
 
 #include "audio/audio.hpp"
+#include "pipeline/in_order.hpp"
 #include "qasr/qasr.hpp"
 #include "text/output.hpp"
 
@@ -37,8 +38,9 @@ options:
   -o, --output-dir DIR     write each transcript to DIR/NAME.txt|json|srt|vtt (NAME: the input's file
                            name without its extension; "stdin" for "-") instead of standard output
   --threads N              CPU threads (default: all cores)
-  --batch N                transcribe up to N pieces of a file at once (--segment-seconds, or audio over
-                           20 minutes), their decode steps batched (the same text; default 1)
+  --batch N                transcribe up to N inputs at once, or N pieces of one (--segment-seconds, or
+                           audio over 20 minutes), their decode steps batched; outputs in input order (the
+                           same text; default 1)
   --device D               cpu (default), cuda or cuda:N (when built with the CUDA backend)
   --compute C              the CPU's matrix-matrix products: auto (bf16 for quantized checkpoints, float32
                            for float ones; default), bf16 (about half the encoder/prefill time on AMX or
@@ -180,41 +182,49 @@ int cmd_transcribe(int argc, char** argv) {
     // faults) for a request that is not made, before paying them again in part for the real one.
     const bool do_warm = warm < 0 ? files.size() > 1 : warm == 1;
     Transcriber t = do_warm ? Transcriber::load_with_warmup(model, lo) : Transcriber::load(model, lo);
-    // Subtitles and timestamped lines on standard output: each segment as soon as its piece is transcribed
-    const bool live = out_dir.empty() && !raw && (subtitles || (format == "text" && o.segment_seconds > 0));
-    for (const auto& f : files) {
-        int cues = 0;
-        if (live) {
-            if (format == "vtt") std::cout << "WEBVTT\n" << std::flush;
-            o.on_segment = [&](const Segment& s) {
-                std::cout << (format == "srt"   ? (cues ? "\n" : "") + to_srt({s}, cues + 1)
-                              : format == "vtt" ? to_vtt({s}, false)
-                                                : to_timestamped_text({s}))
-                          << std::flush;
-                ++cues;
-            };
-        }
-        TranscriptionResult r;
-        if (f == "-") {
-            std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-            r = t.transcribe(pcm_s16le_to_float(bytes.data(), bytes.size()), o);
-        } else {
-            r = t.transcribe_file(f, o);
-        }
-        const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0);
-        if (!live && out_dir.empty()) {
-            std::cout << text;
-            std::cout.flush();
-        } else if (!live) {
-            const std::string path = output_path(out_dir, f, format, written);
-            std::ofstream out(path, std::ios::binary);
-            out << text;
-            out.close();
-            if (!out) throw std::runtime_error("cannot write " + path);
-            if (!quiet) std::cerr << "wrote " << path << "\n";
-        }
-        if (!quiet) std::cerr << summary_line(r) << "\n";
+    // Several inputs with --batch N: N files at once, their decode steps batched, the outputs in input order.
+    const int parallel = files.size() > 1 ? lo.max_batch : 1;
+    // Subtitles and timestamped lines on standard output: each segment as soon as its piece is transcribed (one
+    // file at a time)
+    const bool live = out_dir.empty() && !raw && parallel == 1 && (subtitles || (format == "text" && o.segment_seconds > 0));
+    int cues = 0;
+    if (live) {
+        o.on_segment = [&](const Segment& s) {
+            std::cout << (format == "srt"   ? (cues ? "\n" : "") + to_srt({s}, cues + 1)
+                          : format == "vtt" ? to_vtt({s}, false)
+                                            : to_timestamped_text({s}))
+                      << std::flush;
+            ++cues;
+        };
     }
+    size_t done = 0;
+    run_in_order<TranscriptionResult>(
+        files.size(), parallel,
+        [&](size_t i) {
+            if (live) {
+                cues = 0;
+                if (format == "vtt") std::cout << "WEBVTT\n" << std::flush;
+            }
+            if (files[i] != "-") return t.transcribe_file(files[i], o);
+            std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+            return t.transcribe(pcm_s16le_to_float(bytes.data(), bytes.size()), o);
+        },
+        [&](TranscriptionResult& r) {
+            const std::string& f = files[done++];
+            const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0);
+            if (!live && out_dir.empty()) {
+                std::cout << text;
+                std::cout.flush();
+            } else if (!live) {
+                const std::string path = output_path(out_dir, f, format, written);
+                std::ofstream out(path, std::ios::binary);
+                out << text;
+                out.close();
+                if (!out) throw std::runtime_error("cannot write " + path);
+                if (!quiet) std::cerr << "wrote " << path << "\n";
+            }
+            if (!quiet) std::cerr << summary_line(r) << "\n";
+        });
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include "core/timer.hpp"
 #include "audio/audio.hpp"
 #include "ops/ops.hpp"
+#include "pipeline/in_order.hpp"
 #include "pipeline/long_audio.hpp"
 #include "pipeline/segments.hpp"
 #include "pipeline/session.hpp"
@@ -12,13 +13,8 @@
 #include "api/transcriber_impl.hpp"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdio>
-#include <functional>
-#include <mutex>
-#include <optional>
 #include <random>
-#include <thread>
 
 namespace qasr {
 
@@ -124,77 +120,6 @@ TranscriptionResult Transcriber::transcribe_memory(const void* data, size_t size
     return transcribe(load_audio_bytes(static_cast<const uint8_t*>(data), size, "audio in memory"), opts);
 }
 
-namespace {
-
-// Runs pieces 0..n-1 and hands each result to `take` in order. parallel > 1 (a batch engine): that many worker
-// threads run pieces at once, so their decode steps batch together; `take` runs on the calling thread as soon as
-// the piece and all before it are done. The first exception (a piece's or take's) ends it after the pieces in
-// flight finish, and is rethrown.
-void run_in_order(size_t n, int parallel, const std::function<TranscriptionResult(size_t)>& run,
-                  const std::function<void(TranscriptionResult&)>& take) {
-    if (parallel <= 1 || n <= 1) {
-        for (size_t i = 0; i < n; ++i) {
-            TranscriptionResult r = run(i);
-            take(r);
-        }
-        return;
-    }
-    std::vector<std::optional<TranscriptionResult>> out(n);
-    std::mutex m;
-    std::condition_variable cv;
-    size_t next = 0;
-    bool stop = false;
-    std::exception_ptr err;
-    const auto worker = [&] {
-        for (;;) {
-            size_t i;
-            {
-                std::lock_guard<std::mutex> lk(m);
-                if (stop || next == n) return;
-                i = next++;
-            }
-            try {
-                TranscriptionResult r = run(i);
-                std::lock_guard<std::mutex> lk(m);
-                out[i] = std::move(r);
-            } catch (...) {
-                std::lock_guard<std::mutex> lk(m);
-                if (!err) err = std::current_exception();
-                stop = true;
-            }
-            cv.notify_all();
-        }
-    };
-    std::vector<std::thread> team;
-    const auto join = [&] {
-        {
-            std::lock_guard<std::mutex> lk(m);
-            stop = true;
-        }
-        for (auto& t : team) t.join();
-        team.clear();
-    };
-    try {
-        for (size_t t = 0; t < std::min(n, size_t(parallel)); ++t) team.emplace_back(worker);
-        for (size_t i = 0; i < n; ++i) {
-            std::unique_lock<std::mutex> lk(m);
-            cv.wait(lk, [&] { return out[i].has_value() || err; });
-            if (err) break;
-            TranscriptionResult r = std::move(*out[i]);
-            out[i].reset();
-            lk.unlock();
-            take(r);
-        }
-    } catch (...) {
-        join();
-        throw;
-    }
-    join();
-    if (err) std::rethrow_exception(err);
-}
-
-} // namespace
-
 TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
     if (!(opts.max_piece_seconds >= 10.0)) fail("options", "max_piece_seconds must be at least 10");
     const bool segmented = opts.segment_seconds != 0;
@@ -237,7 +162,7 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         if (!segmented || speech[k].first != speech[k].second) jobs.push_back(k); // else: no speech in this piece
     }
     size_t taken = 0;
-    run_in_order(
+    run_in_order<TranscriptionResult>(
         jobs.size(), impl_->engine ? impl_->max_batch : 1,
         [&](size_t j) {
             const auto [b, e] = pieces[jobs[j]];

@@ -207,6 +207,28 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     }
 }
 
+// --batch N with several inputs: N files at once (their decode steps batched), outputs in input order and equal to
+// one at a time; a missing file in the middle stops the run with one error line after the outputs before it.
+TEST(Cli, SeveralInputsAtOnceKeepTheirOrder) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    const std::string de = std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav";
+    const std::string t = std::string(QASR_SOURCE_DIR) + "/tests/data/demo_testset/test-en-000001.wav";
+    const std::string inputs = en + " " + de + " " + t + " " + de + " " + en;
+    CliRun one = run("transcribe -m " + demo + " -q " + inputs);
+    ASSERT_EQ(one.status, 0) << one.err;
+    EXPECT_EQ(lines(one.out), 5);
+    CliRun three = run("transcribe -m " + demo + " -q --batch 3 " + inputs);
+    ASSERT_EQ(three.status, 0) << three.err;
+    EXPECT_EQ(three.out, one.out);
+    CliRun bad = run("transcribe -m " + demo + " -q --batch 3 " + en + " /nonexistent.wav " + de);
+    EXPECT_NE(bad.status, 0);
+    EXPECT_EQ(lines(bad.err), 1) << bad.err;
+    EXPECT_EQ(bad.out, one.out.substr(0, one.out.find('\n') + 1)); // the first file's line only
+    EXPECT_NE(run("transcribe -m " + demo + " --batch 0 " + en).status, 0);
+}
+
 // `qasr bench --clients N`: concurrent requests on one model (a server's load) give the one-client tokens, and the
 // report counts every request of every round (the first round apart).
 TEST(Cli, BenchClientsRunsConcurrentRequestsAlike) {
