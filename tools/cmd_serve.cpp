@@ -46,8 +46,8 @@ Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish
                                   pause_seconds) → {"id": ID}
   POST /v1/streams/ID/audio       raw 16 kHz mono s16le PCM as it is recorded → the partial text so far
                                   {"stable", "unstable", "text", ...}
-  POST /v1/streams/ID/finish      the final transcript (response_format json, text or verbose_json); push-to-talk:
-                                  on key release
+  POST /v1/streams/ID/finish      the final transcript (response_format as above; segments: the stream's);
+                                  push-to-talk: on key release
   GET, DELETE /v1/streams/ID      the partial text; drop the stream
   GET  /health                    {"status": "ok", "running", "waiting", "streams", ...}
   GET  /v1/models                 the loaded model

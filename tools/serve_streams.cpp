@@ -138,8 +138,6 @@ void StreamRoutes::audio(const httplib::Request& req, httplib::Response& res) {
 void StreamRoutes::finish(const httplib::Request& req, httplib::Response& res) {
     const Upload u = read_upload(req, false);
     const Fields f = parse_fields(u.fields, o_.defaults); // response_format
-    if (f.format == Format::Srt || f.format == Format::Vtt)
-        throw HttpError(400, "response_format srt and vtt are for uploads: a stream's final transcript has no segments");
     auto e = find(req.matches[1], true);
     e->st.interrupt(); // push-to-talk: a push still running on another connection stops at its next stage boundary
     std::lock_guard<std::mutex> lk(e->m);

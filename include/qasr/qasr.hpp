@@ -28,7 +28,8 @@ struct DecodeOptions {
 };
 
 // A stretch of the transcript with its time in the audio. Without TranscribeOptions::segment_seconds there is one
-// segment per transcribed piece (one for audio up to max_piece_seconds).
+// segment per transcribed piece (one for audio up to max_piece_seconds); a stream's final result has one per stream
+// segment (StreamOptions::max_segment_windows), with no tokens listed.
 struct Segment {
     double start = 0, end = 0;  // seconds: the first and last 10 ms frame of the piece above the quiet level
                                 // (the whole piece when none is)

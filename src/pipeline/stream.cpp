@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "model/encoder.hpp"
+#include "pipeline/segments.hpp"
 #include "text/output.hpp"
 #include "text/postprocess.hpp"
 #include "text/utf8.hpp"
@@ -510,6 +511,7 @@ void StreamSession::end_segment(size_t boundary) {
     step(true);
     const ParsedOutput seg = parse_asr_output(model_->tokenizer.decode(hyp_), forced_);
     committed_raw_text_ += seg.text;
+    add_segment(boundary, seg.text);
     consumed_seconds_ += double(boundary) / kSampleRate;
     emit(StreamEvent::Kind::Final, opts_.itn ? postprocess_text(committed_raw_text_, language_) : committed_raw_text_, "");
     // Fresh segment state.
@@ -551,17 +553,31 @@ std::vector<StreamEvent> StreamSession::poll() {
     return out;
 }
 
+void StreamSession::add_segment(size_t n, const std::string& text) {
+    if (text.empty()) return;
+    const std::vector<float> seg(audio_.begin(), audio_.begin() + long(std::min(n, audio_.size())));
+    auto [b, e] = speech_extent(seg, 0, seg.size(), quiet_level(seg));
+    if (b == e) b = 0, e = seg.size();
+    const std::string lang = forced_.empty() ? language_ : forced_;
+    final_.segments.push_back({consumed_seconds_ + double(b) / kSampleRate, consumed_seconds_ + double(e) / kSampleRate,
+                               opts_.itn ? postprocess_text(text, lang) : text, lang, 0, 0});
+}
+
 TranscriptionResult StreamSession::finish() {
     if (finished_) return final_;
     finished_ = true;
     Stopwatch sw;
     if (opts_.endpoint_final && !opts_.exact_final && endpoint_ok_ && pause_blocks_ > 0) {
         // Approximate (opt-in): only quiet audio followed the last pause step, whose transcript is taken as final.
-        committed_raw_text_ += parse_asr_output(model_->tokenizer.decode(endpoint_hyp_), forced_).text;
+        const std::string text = parse_asr_output(model_->tokenizer.decode(endpoint_hyp_), forced_).text;
+        committed_raw_text_ += text;
+        add_segment(audio_.size(), text);
         endpoint_used_ = true;
     } else if (audio_.size() >= 400) {
         step(true);
-        committed_raw_text_ += parse_asr_output(model_->tokenizer.decode(hyp_), forced_).text;
+        const std::string text = parse_asr_output(model_->tokenizer.decode(hyp_), forced_).text;
+        committed_raw_text_ += text;
+        add_segment(audio_.size(), text);
     }
     consumed_seconds_ += double(audio_.size()) / kSampleRate;
     audio_.clear();

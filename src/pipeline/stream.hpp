@@ -81,6 +81,8 @@ private:
     Tensor stem_of(const std::vector<float>& lm, size_t frames, float clip_max) const; // lm: [n_mels, frames]
     void end_segment(size_t keep_from);
     void emit(StreamEvent::Kind kind, const std::string& stable, const std::string& unstable);
+    // final_.segments gets the stream segment audio_[0, n) (it starts at consumed_seconds_) with its parsed text
+    void add_segment(size_t n, const std::string& text);
     std::vector<int> rollback_prefix(bool final) const;
     int emulated_length(double seconds) const;
 

@@ -474,15 +474,15 @@ TEST_F(Serve, LiveStreamGivesPartialsAndTheOfflineFinal) {
     r = c.Post(("/v1/streams/" + id + "/audio").c_str(), std::string("abc"), "application/octet-stream");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << r->body; // odd byte count
-    r = c.Post(("/v1/streams/" + id + "/finish?response_format=srt").c_str(), "", "application/octet-stream");
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 400) << r->body; // a stream's final has no segments; the stream stays open
     r = c.Post(("/v1/streams/" + id + "/finish?response_format=verbose_json").c_str(), "", "application/octet-stream");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     const json f = json::parse(r->body);
     EXPECT_EQ(f["text"], en_text_); // the final decodes like offline
     EXPECT_EQ(f["language"], "english");
+    ASSERT_EQ(f["segments"].size(), 1u); // one stream segment over the speech
+    EXPECT_EQ(f["segments"][0]["text"], en_text_);
+    EXPECT_LT(f["segments"][0]["end"].get<double>(), 3.04);
     r = c.Post(("/v1/streams/" + id + "/audio").c_str(), pcm.substr(0, 320), "application/octet-stream");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 404) << r->body; // finished streams are gone

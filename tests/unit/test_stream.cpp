@@ -148,6 +148,32 @@ TEST(Stream, MalformedPushesAreErrors) {
     EXPECT_THROW(StreamSession(tiny(), o), Error);
 }
 
+// A stream's final result lists its segments (committed every max_segment_windows × 8 s at a pause): their texts
+// make the final text, their times increase inside the audio and skip the quiet ends.
+TEST(Stream, FinalListsTheStreamSegments) {
+    NEED_TOKENIZER();
+    StreamOptions o = small_opts();
+    StreamSession s(tiny(), o);
+    auto audio = with_pauses(16000 * 60, 7);
+    audio.insert(audio.begin(), 16000, 0.0f); // 1 s of silence first
+    s.push(audio.data(), audio.size());
+    const auto fin = s.finish();
+    ASSERT_GE(fin.segments.size(), 2u) << fin.raw_text; // 61 s: at least two 24 s segments
+    std::string joined;
+    double last_end = 0;
+    for (const auto& seg : fin.segments) {
+        joined += seg.text;
+        EXPECT_GE(seg.start, last_end);
+        EXPECT_LT(seg.start, seg.end);
+        last_end = seg.end;
+    }
+    EXPECT_EQ(joined, fin.text);
+    EXPECT_NEAR(fin.segments.front().start, 1.0, 0.011); // the leading silence is not speech
+    EXPECT_LE(last_end, double(audio.size()) / 16000 + 1e-9);
+    StreamSession empty(tiny(), o);
+    EXPECT_TRUE(empty.finish().segments.empty());
+}
+
 TEST(Stream, ShortStreamFinalEqualsOffline) {
     NEED_TOKENIZER();
     // Under unfixed_chunks·chunk seconds the final decode runs without a text prefix, over exactly the audio the
