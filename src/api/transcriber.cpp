@@ -122,6 +122,7 @@ TranscriptionResult Transcriber::transcribe_memory(const void* data, size_t size
 
 TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
     if (!(opts.max_piece_seconds >= 10.0)) fail("options", "max_piece_seconds must be at least 10");
+    check_finite(samples.data(), samples.size(), "audio samples");
     const bool segmented = opts.segment_seconds != 0;
     if (segmented && !(opts.segment_seconds >= 2.0 && opts.segment_seconds <= opts.max_piece_seconds))
         fail("options", "segment_seconds must be 0 (off) or between 2 and max_piece_seconds");

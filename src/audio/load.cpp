@@ -27,6 +27,13 @@ std::vector<float> resample(std::vector<float> in, int from_rate, int to_rate) {
     return out;
 }
 
+void check_finite(const float* x, size_t n, const std::string& what) {
+    for (size_t i = 0; i < n; ++i)
+        if (!std::isfinite(x[i]))
+            fail("audio", what + ": sample " + std::to_string(i) + " is " + (std::isnan(x[i]) ? "NaN" : "infinite") +
+                              " (a float file with non-numbers)");
+}
+
 void condition_range(std::vector<float>& x) {
     float peak = 0;
     for (float v : x) peak = std::max(peak, std::fabs(v));
@@ -53,6 +60,7 @@ std::vector<float> load_audio_bytes(const uint8_t* data, size_t size, const std:
     }
     if (max_seconds > 0 && a.sample_rate > 0 && double(a.samples.size()) > max_seconds * double(a.sample_rate))
         throw TooLong("audio", what + ": longer than the limit of " + seconds_text(max_seconds));
+    check_finite(a.samples.data(), a.samples.size(), what);
     std::vector<float> out = resample(std::move(a.samples), a.sample_rate, kSampleRate);
     condition_range(out);
     return out;

@@ -99,7 +99,6 @@ DecodedAudio parse_wav(const uint8_t* d, size_t n, const std::string& what) {
             } else {
                 v = double(int32_t(rd32(p))) / 2147483648.0;
             }
-            if (!(v == v)) v = 0; // NaN in float input
             acc += v;
         }
         out.samples[f] = float(acc / channels);

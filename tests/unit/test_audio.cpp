@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <cstdlib>
 #include <unistd.h>
@@ -84,6 +86,31 @@ TEST(Wav, AllSampleFormats) {
         EXPECT_FLOAT_EQ(a.samples[0], c.want) << c.bits;
         EXPECT_EQ(a.sample_rate, 8000);
     }
+}
+
+// A float WAV holding NaN or infinity is malformed: a clear error naming the sample (NaN used to become 0 and one
+// infinite sample silence everywhere, through the peak normalization).
+TEST(AudioBytes, NonFiniteFloatSamplesAreErrors) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+        std::vector<float> x(1000, 0.25f);
+        x[700] = bad;
+        std::vector<uint8_t> bytes(x.size() * 4);
+        std::memcpy(bytes.data(), x.data(), bytes.size());
+        const auto w = make_wav(3, 1, 16000, 32, bytes);
+        try {
+            load_audio_bytes(w.data(), w.size(), "f.wav");
+            ADD_FAILURE() << "accepted " << bad;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("f.wav: sample 700 is"), std::string::npos) << e.what();
+            EXPECT_EQ(std::string(e.what()).rfind("[audio]", 0), 0u) << e.what();
+        }
+    }
+    std::vector<float> x(1000, 0.25f);
+    std::vector<uint8_t> bytes(x.size() * 4);
+    std::memcpy(bytes.data(), x.data(), bytes.size());
+    const auto w = make_wav(3, 1, 16000, 32, bytes);
+    EXPECT_EQ(load_audio_bytes(w.data(), w.size(), "f.wav").size(), 1000u);
 }
 
 TEST(Wav, HostileBytesAreErrorsNotCrashes) {

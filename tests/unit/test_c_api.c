@@ -2,6 +2,7 @@
  * callback. Uses the bundled demo model (skips with exit 77 when its tokenizer is not installed). */
 #include "qasr/qasr.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,10 @@ int main(void) {
     CHECK(live == 1);
     qasr_result_free(r);
 
+    float nan_pcm[1000] = {0};
+    nan_pcm[500] = NAN; /* not a number: an audio error, no result */
+    CHECK(qasr_transcribe_pcm(m, nan_pcm, 1000, NULL, &r) == QASR_ERR_AUDIO && r == NULL);
+    CHECK(strstr(qasr_last_error(), "sample 500 is NaN") != NULL);
     float silence[100] = {0};
     CHECK(qasr_transcribe_pcm(m, silence, 100, NULL, &r) == QASR_OK); /* < 400 samples: empty, no model run */
     CHECK(r && qasr_result_text(r)[0] == 0 && strcmp(qasr_result_finish_reason(r), "empty") == 0);
