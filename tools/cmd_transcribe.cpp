@@ -35,6 +35,7 @@ options:
   --segment-seconds S      cut the audio at pauses into pieces of at most S seconds (2..1200), each
                            transcribed on its own, for segment timestamps; text output then prints
                            "[00:00:01.230 --> 00:00:04.560]  text" lines (default 0: the audio whole)
+  --line-width N           subtitle lines of at most N columns (default 42; 0: a cue on one line)
   -o, --output-dir DIR     write each transcript to DIR/NAME.txt|json|srt|vtt (NAME: the input's file
                            name without its extension; "stdin" for "-") instead of standard output
   --threads N              CPU threads (default: all cores)
@@ -83,10 +84,10 @@ nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
 }
 
 std::string render(const std::string& file, const TranscriptionResult& r, const std::string& format, bool raw,
-                   bool timestamps) {
+                   bool timestamps, int line_width) {
     if (format == "json") return to_json(file, r).dump() + "\n";
-    if (format == "srt") return to_srt(r.segments);
-    if (format == "vtt") return to_vtt(r.segments);
+    if (format == "srt") return to_srt(r.segments, 1, line_width);
+    if (format == "vtt") return to_vtt(r.segments, true, line_width);
     if (raw) return r.raw_text + "\n";
     return timestamps ? to_timestamped_text(r.segments) : r.text + "\n";
 }
@@ -110,6 +111,7 @@ int cmd_transcribe(int argc, char** argv) {
     Args a(argc, argv, 2);
     std::string model, format = "text", out_dir, v;
     double segment_seconds = -1; // -1: 10 for subtitles, else 0
+    int line_width = 42;
     std::vector<std::string> files;
     TranscribeOptions o;
     LoadOptions lo;
@@ -129,6 +131,8 @@ int cmd_transcribe(int argc, char** argv) {
             segment_seconds = to_double("--segment-seconds", v, 0.0, 1200.0);
             if (segment_seconds != 0 && segment_seconds < 2)
                 throw std::invalid_argument("--segment-seconds must be 0 (off) or between 2 and 1200");
+        } else if (a.option("--line-width", v)) {
+            line_width = int(to_long("--line-width", v, 0, 10000));
         } else if (a.option("-o", out_dir) || a.option("--output-dir", out_dir)) {
         } else if (a.option("--batch", v)) {
             lo.max_batch = int(to_long("--batch", v, 1, 128));
@@ -190,8 +194,8 @@ int cmd_transcribe(int argc, char** argv) {
     int cues = 0;
     if (live) {
         o.on_segment = [&](const Segment& s) {
-            std::cout << (format == "srt"   ? (cues ? "\n" : "") + to_srt({s}, cues + 1)
-                          : format == "vtt" ? to_vtt({s}, false)
+            std::cout << (format == "srt"   ? (cues ? "\n" : "") + to_srt({s}, cues + 1, line_width)
+                          : format == "vtt" ? to_vtt({s}, false, line_width)
                                             : to_timestamped_text({s}))
                       << std::flush;
             ++cues;
@@ -211,7 +215,7 @@ int cmd_transcribe(int argc, char** argv) {
         },
         [&](TranscriptionResult& r) {
             const std::string& f = files[done++];
-            const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0);
+            const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0, line_width);
             if (!live && out_dir.empty()) {
                 std::cout << text;
                 std::cout.flush();

@@ -133,9 +133,10 @@ struct StreamEvent {
 // ("WEBVTT" header, markup characters escaped) and "[00:00:00.000 --> 00:00:02.690]  text" lines. Line breaks in
 // a text become spaces.
 // first_index numbers the first SubRip cue and header=false leaves out the WebVTT header, so that segments can be
-// written one by one as they arrive (TranscribeOptions::on_segment) with the same result.
-std::string to_srt(const std::vector<Segment>& segments, int first_index = 1);
-std::string to_vtt(const std::vector<Segment>& segments, bool header = true);
+// written one by one as they arrive (TranscribeOptions::on_segment) with the same result. A cue's text is broken
+// into lines of at most line_width columns (at spaces and between CJK characters, which count two; 0: one line).
+std::string to_srt(const std::vector<Segment>& segments, int first_index = 1, int line_width = 42);
+std::string to_vtt(const std::vector<Segment>& segments, bool header = true, int line_width = 42);
 std::string to_timestamped_text(const std::vector<Segment>& segments);
 
 // One fixed, machine-parsable summary line shared by the CLI and `qasr bench`.

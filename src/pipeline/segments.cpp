@@ -19,15 +19,6 @@ float frame_rms(const float* p, size_t len) {
     return len ? float(std::sqrt(s / double(len))) : 0.0f;
 }
 
-bool unspaced_script(char32_t c) {
-    return (c >= 0x2E80 && c <= 0x9FFF) ||   // CJK radicals, punctuation, kana, CJK unified ideographs
-           (c >= 0xF900 && c <= 0xFAFF) ||   // CJK compatibility ideographs
-           (c >= 0xFF00 && c <= 0xFFEF) ||   // full-width and half-width forms
-           (c >= 0x20000 && c <= 0x3FFFF) || // CJK extensions B and beyond
-           (c >= 0x0E00 && c <= 0x0EFF) ||   // Thai, Lao
-           (c >= 0x1780 && c <= 0x17FF) ||   // Khmer
-           (c >= 0x1000 && c <= 0x109F);     // Myanmar
-}
 
 bool is_space(char32_t c) { return c == ' ' || c == '\t' || c == '\n' || c == 0x3000; }
 
@@ -95,7 +86,7 @@ void append_segment_text(std::string& joined, const std::string& next) {
     const auto a = utf8::decode(utf8::sanitize(joined.substr(joined.size() - std::min<size_t>(4, joined.size()))));
     const auto b = utf8::decode(utf8::sanitize(next.substr(0, std::min<size_t>(4, next.size()))));
     const char32_t l = a.empty() ? ' ' : a.back(), r = b.empty() ? ' ' : b.front();
-    if (!unspaced_script(l) && !unspaced_script(r) && !is_space(l) && !is_space(r)) joined += ' ';
+    if (!utf8::written_without_spaces(l) && !utf8::written_without_spaces(r) && !is_space(l) && !is_space(r)) joined += ' ';
     joined += next;
 }
 

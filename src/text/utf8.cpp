@@ -119,4 +119,21 @@ size_t incomplete_tail(std::string_view s) {
     return 0;
 }
 
+bool written_without_spaces(char32_t c) {
+    return (c >= 0x2E80 && c <= 0x9FFF) ||   // CJK radicals, punctuation, kana, CJK unified ideographs
+           (c >= 0xF900 && c <= 0xFAFF) ||   // CJK compatibility ideographs
+           (c >= 0xFF00 && c <= 0xFFEF) ||   // full-width and half-width forms
+           (c >= 0x20000 && c <= 0x3FFFF) || // CJK extensions B and beyond
+           (c >= 0x0E00 && c <= 0x0EFF) ||   // Thai, Lao
+           (c >= 0x1780 && c <= 0x17FF) ||   // Khmer
+           (c >= 0x1000 && c <= 0x109F);     // Myanmar
+}
+
+int display_width(char32_t c) {
+    return (c >= 0x2E80 && c <= 0x9FFF) || (c >= 0xF900 && c <= 0xFAFF) || (c >= 0xFF00 && c <= 0xFF60) ||
+                   (c >= 0xFFE0 && c <= 0xFFE6) || (c >= 0xAC00 && c <= 0xD7A3) || (c >= 0x20000 && c <= 0x3FFFF)
+               ? 2
+               : 1;
+}
+
 } // namespace qasr::utf8

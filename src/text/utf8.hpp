@@ -12,6 +12,11 @@ std::string sanitize(std::string_view bytes);                 // valid UTF-8, in
 std::vector<char32_t> decode(std::string_view valid_utf8);   // input must be valid (use sanitize first)
 std::string encode(char32_t cp);
 std::string encode(const std::vector<char32_t>& cps);
+// A character of a script written without spaces between words: Han, kana, CJK punctuation, full-width forms,
+// Thai, Lao, Khmer, Myanmar (segment joining and subtitle line breaks).
+bool written_without_spaces(char32_t c);
+// Columns a character takes in a monospaced line: 2 for CJK and full-width forms, else 1.
+int display_width(char32_t c);
 // Number of trailing bytes that form an incomplete (but so far valid) multi-byte sequence: 0..3.
 size_t incomplete_tail(std::string_view bytes);
 

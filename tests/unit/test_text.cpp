@@ -188,12 +188,26 @@ TEST(Segments, SubRipWebVttAndTimestampedLines) {
     EXPECT_EQ(to_srt(s), "1\n00:00:00,010 --> 00:00:02,690\nThe concert starts at 8:30.\n\n"
                          "2\n01:02:05,500 --> 01:02:07,000\na -> b <i>& c\n");
     EXPECT_EQ(to_vtt(s), "WEBVTT\n\n00:00:00.010 --> 00:00:02.690\nThe concert starts at 8:30.\n\n"
-                         "01:02:05.500 --> 01:02:07.000\na -> b &lt;i&gt;&amp; c\n");
+                         "01:02:05.500 --> 01:02:07.000\na -&gt; b &lt;i&gt;&amp; c\n");
     EXPECT_EQ(to_timestamped_text(s), "[00:00:00.010 --> 00:00:02.690]  The concert starts at 8:30.\n"
                                       "[01:02:05.500 --> 01:02:07.000]  a -> b <i>& c\n");
     // one at a time (TranscribeOptions::on_segment): the same text
     EXPECT_EQ(to_srt({s[0]}) + "\n" + to_srt({s[1]}, 2), to_srt(s));
     EXPECT_EQ(to_vtt({s[0]}) + to_vtt({s[1]}, false), to_vtt(s));
+    // cue lines of at most 42 columns (the default): at spaces, between CJK characters (two columns each), never
+    // before closing punctuation; a longer word stays whole; 0: one line
+    std::vector<Segment> w(1);
+    w[0].end = 4, w[0].text = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do";
+    EXPECT_EQ(to_srt(w), "1\n00:00:00,000 --> 00:00:04,000\nAnd so, my fellow Americans, ask not what\n"
+                         "your country can do for you, ask what you\ncan do\n");
+    EXPECT_EQ(to_srt(w, 1, 0), "1\n00:00:00,000 --> 00:00:04,000\n" + w[0].text + "\n");
+    w[0].text = "我们今天在这里举行一个重要的会议，讨论明年的工作计划和预算安排，请大家积极发言。";
+    const std::string zh = to_vtt(w, false);
+    EXPECT_EQ(zh, "\n00:00:00.000 --> 00:00:04.000\n我们今天在这里举行一个重要的会议，讨论明年\n"
+                  "的工作计划和预算安排，请大家积极发言。\n"); // 21 wide characters = 42 columns
+    w[0].text = "Supercalifragilisticexpialidocious-and-then-some-more-letters! ok & <b>";
+    EXPECT_EQ(to_vtt(w, false, 20), "\n00:00:00.000 --> 00:00:04.000\n"
+                                    "Supercalifragilisticexpialidocious-and-then-some-more-letters!\nok &amp; &lt;b&gt;\n");
     EXPECT_EQ(to_srt({}), "");
     EXPECT_EQ(to_vtt({}), "WEBVTT\n");
 }
