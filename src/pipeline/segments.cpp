@@ -19,7 +19,6 @@ float frame_rms(const float* p, size_t len) {
     return len ? float(std::sqrt(s / double(len))) : 0.0f;
 }
 
-
 bool is_space(char32_t c) { return c == ' ' || c == '\t' || c == '\n' || c == 0x3000; }
 
 } // namespace
@@ -47,33 +46,60 @@ std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>&
     std::vector<std::pair<size_t, size_t>> out;
     const size_t n = x.size(), limit = std::max<size_t>(2, size_t(max_seconds * sr)), win = size_t(sr / 10);
     const float level = quiet_level(x);
-    const size_t lead = size_t(sr) / 5;
+    const size_t lead = size_t(sr) / 5;  // of a pause kept before and after speech
+    const size_t long_pause = 2 * lead + win;
     const auto quiet = [&](size_t i) { return i < n && frame_rms(&x[i], std::min(kFrame, n - i)) <= level; };
+    // the quiet run of 10 ms frames from f (counted up to `cap`: a long silence is not rescanned whole every cut)
+    const auto run_end = [&](size_t f, size_t cap) {
+        while (f < cap && quiet(f)) f += kFrame;
+        return std::min(f, n);
+    };
+    const auto emit = [&](size_t b, size_t e) {
+        if (e > b) out.emplace_back(b, e);
+    };
     size_t start = 0;
     while (n - start > limit) {
-        const size_t lo = start + limit / 4, hi = start + limit; // the cut lies in [lo, hi)
-        // the longest pause (run of quiet 10 ms frames, counted whole even where it runs past hi) starting before hi
-        // and ending after lo, at least 100 ms long; the last of equals
-        size_t best_len = 0, best_a = 0, best_b = 0;
+        const size_t lo = start + limit / 4, hi = start + limit; // a cut lies in [lo, hi)
+        // the longest pause (run of quiet frames, at least 100 ms) starting before hi and ending after lo; the last
+        // of equals
+        size_t ra = 0, rb = 0;
         for (size_t f = start; f < hi;) {
             if (!quiet(f)) {
                 f += kFrame;
                 continue;
             }
-            size_t e = f;
-            while (quiet(e)) e += kFrame;
-            if (e > lo && e - f >= win && e - f >= best_len) best_len = e - f, best_a = std::max(f, lo), best_b = std::min(e, hi);
+            const size_t e = run_end(f, hi + limit);
+            if (e > lo && e - f >= win && e - f >= rb - ra) ra = f, rb = e;
             f = e;
         }
-        // its middle within [lo, hi), or later so that at most 200 ms of it lead into the next piece; no pause: the
-        // quietest 100 ms window of [start + limit/2, hi)
-        size_t cut = best_len ? std::max(best_a + (best_b - best_a) / 2, best_b > lead ? best_b - lead : 0)
-                              : (limit / 2 > win ? quietest_point(x, start + limit / 2, hi, win) : hi);
+        if (rb - ra >= long_pause) {
+            // a long pause: the speech before it ends `lead` into it, and its middle (at most a limit long) is a piece
+            // of its own, without speech; the next piece starts `lead` before the speech after it
+            const size_t b = ra > start ? ra + lead : start;
+            emit(start, b);
+            const size_t e = std::min(rb - lead, b + limit);
+            emit(b, e);
+            start = e;
+            continue;
+        }
+        // a short pause: its middle within [lo, hi), or later so that at most `lead` of it comes before the next
+        // piece's speech; no pause: the quietest 100 ms window of [start + limit/2, hi)
+        size_t cut = rb > ra ? std::max(std::max(ra, lo) + (std::min(rb, hi) - std::max(ra, lo)) / 2, rb > lead ? rb - lead : 0)
+                             : (limit / 2 > win ? quietest_point(x, start + limit / 2, hi, win) : hi);
         cut = std::clamp(cut, start + 1, hi);
         out.emplace_back(start, cut);
         start = cut;
     }
-    if (start < n || out.empty()) out.emplace_back(start, n);
+    // the last piece: a long quiet tail (at least long_pause) becomes a piece of its own
+    size_t tail = n;
+    while (tail > start && quiet(tail - std::min(kFrame, tail - start))) tail -= std::min(kFrame, tail - start);
+    if (n - tail >= long_pause && tail > start) {
+        emit(start, tail + lead);
+        emit(tail + lead, n);
+    } else {
+        emit(start, n);
+    }
+    if (out.empty()) out.emplace_back(0, n);
     return out;
 }
 

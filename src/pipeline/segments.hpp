@@ -11,13 +11,15 @@
 namespace qasr {
 
 // [begin, end) sample ranges covering the audio exactly, in order, none longer than max_seconds. While more than
-// max_seconds remain, the next cut goes to the middle (within [start + max/4, start + max)) of the longest pause —
-// a run of at least ten quiet 10 ms frames (RMS at most quiet_level), frames counted from `start` — that overlaps
-// that span — or later, so that at most 200 ms of the pause lead into the next piece (a model trained on cut
-// utterances can stumble over a long silence before the speech: the demo model's 8 clips of a concatenation with
-// 1 s pauses come out as alone 8/8 with this, 4/8 cut in the middle) —; where none does (speech or music
-// throughout), to the quietest 100 ms window of [start + max/2, start + max) (moving sum of |x|, first minimum;
-// then its first minimum-|x| sample).
+// max_seconds remain, the next cut goes into the longest pause — a run of at least ten quiet 10 ms frames (RMS at
+// most quiet_level), frames counted from `start` — that overlaps [start + max/4, start + max). A long pause (at
+// least 0.5 s) ends the piece 200 ms into it and becomes a piece of its own (at most max long, without speech) up to
+// 200 ms before the speech after it; a shorter one is cut in its middle, or later so that at most 200 ms of it
+// come before the next piece's speech (a model trained on cut utterances can stumble over a long silence around the
+// speech: the demo model's 8 clips of a concatenation with 1 s pauses come out as alone 8/8 with this, 4/8 cut in
+// the middle). Where no pause overlaps (speech or music throughout) the cut goes to the quietest 100 ms window of
+// [start + max/2, start + max) (moving sum of |x|, first minimum; then its first minimum-|x| sample). A quiet end
+// of at least 0.5 s is a piece of its own too.
 std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>& x, double max_seconds,
                                                        int sample_rate = 16000);
 

@@ -99,11 +99,12 @@ TEST(DemoModel, Bf16ComputeKeepsTheTranscripts) {
 }
 
 // TranscribeOptions::segment_seconds: held-out clips (en and de, at most 3 s) laid end to end with 1 s pauses
-// are cut in the pauses, one clip per segment; each segment's text is its piece's transcript (the
+// are cut in the pauses, one clip per segment (the pauses' middles are pieces without speech, skipped); each
+// segment's text is its piece's transcript (the
 // piece transcribed alone), its times the clip's speech, and the whole text the segments joined with spaces.
 // Without the option the same audio gives one segment spanning the speech. How many segments equal the clips' own
 // transcripts is printed, not asserted: the demo model, trained on tight clips, is thrown by some pause lengths
-// before a clip (8/8 with the 200 ms lead, 4/8 with the pauses cut in the middle).
+// before a clip (8/8 with 200 ms of the pause on each side, 4/8 with the pauses cut in the middle).
 TEST(DemoModel, SegmentsAreTheClipsOfAConcatenation) {
     const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
     if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
@@ -144,20 +145,23 @@ TEST(DemoModel, SegmentsAreTheClipsOfAConcatenation) {
     std::string joined;
     size_t tokens = 0;
     int as_alone = 0;
-    const auto pieces = qasr::split_at_pauses(audio, o.segment_seconds);
+    std::vector<std::pair<size_t, size_t>> pieces; // the pieces with speech (the pauses' middles are pieces too)
+    for (const auto& [b, e] : qasr::split_at_pauses(audio, o.segment_seconds))
+        if (qasr::speech_extent(audio, b, e, level).second != b) pieces.emplace_back(b, e);
     ASSERT_EQ(pieces.size(), clips.size());
     for (size_t i = 0; i < clips.size(); ++i) {
         const auto& s = r.segments[i];
         const auto [b, e] = pieces[i];
-        EXPECT_GT(double(b) / 16000, i ? at[i - 1].second : -1.0) << clips[i].path; // the cuts are in the pauses
-        EXPECT_LT(double(b) / 16000, at[i].first) << clips[i].path;
-        EXPECT_GT(double(e) / 16000, at[i].second) << clips[i].path;
+        // the clip's speech (10 ms frames counted from the piece's start, not the clip's: ±10 ms)
+        const auto speech = qasr::speech_extent(audio, size_t(at[i].first * 16000), size_t(at[i].second * 16000), level);
+        // the piece holds the clip's speech and 200 ms around it, nothing of the clips beside it
+        EXPECT_NEAR(double(b) / 16000, i ? double(speech.first) / 16000 - 0.2 : 0.0, 0.011) << clips[i].path;
+        EXPECT_NEAR(double(e) / 16000, double(speech.second) / 16000 + 0.2, 0.011) << clips[i].path;
+        EXPECT_GT(double(b) / 16000, i ? at[i - 1].second - 0.4 : -1.0) << clips[i].path;
         const auto alone = t.transcribe(std::vector<float>(audio.begin() + long(b), audio.begin() + long(e)), o);
         EXPECT_EQ(s.text, alone.text) << clips[i].path;
         as_alone += s.text == clips[i].text;
         EXPECT_EQ(s.language, clips[i].language) << clips[i].path;
-        // the clip's speech (10 ms frames counted from the piece's start, not the clip's: ±10 ms)
-        const auto speech = qasr::speech_extent(audio, size_t(at[i].first * 16000), size_t(at[i].second * 16000), level);
         EXPECT_NEAR(s.start, double(speech.first) / 16000, 0.011) << clips[i].path;
         EXPECT_NEAR(s.end, double(speech.second) / 16000, 0.011) << clips[i].path;
         EXPECT_GT(s.end - s.start, 0.8) << clips[i].path;

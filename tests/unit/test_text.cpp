@@ -116,21 +116,45 @@ TEST(Segments, CutsInsidePausesAndNeverExceedTheLimit) {
             EXPECT_TRUE(in_pause) << "max " << max << ": cut at " << cut << " s";
         }
     }
-    // max 4 s: each burst alone, every cut 200 ms before the next burst (later than its pause's middle; ±10 ms
-    // frames); the third pause is searched only up to 6.8 + 4 = 10.8 s, the fourth only from 10.6 + 1 = 11.6 s
+    // max 4 s: each burst alone in a piece that starts and ends 200 ms into the pauses around it (±10 ms frames); the
+    // pauses' middles (all longer than 0.5 s) are pieces without speech, and so is the quiet end
     const auto p = split_at_pauses(x, 4.0);
-    ASSERT_EQ(p.size(), 5u);
-    const double mids[] = {4.0 - 0.2, 7.0 - 0.2, 10.8 - 0.2, 12.6 - 0.2};
-    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(double(p[i].second) / 16000, mids[i], 0.02) << i;
-    // a 1 s pause wins over a shorter one (150 ms inside a burst) anywhere in the span; a short pause is cut in
-    // its middle
+    const float level = quiet_level(x);
+    std::vector<std::pair<double, double>> speech_pieces;
+    for (const auto& [a, b] : p) {
+        if (speech_extent(x, a, b, level).second != a) speech_pieces.emplace_back(double(a) / 16000, double(b) / 16000);
+    }
+    ASSERT_EQ(speech_pieces.size(), on.size());
+    ASSERT_EQ(p.size(), 2 * on.size()); // five bursts, four pause middles, the quiet end
+    for (size_t i = 0; i < on.size(); ++i) {
+        EXPECT_NEAR(speech_pieces[i].first, i ? on[i].first - 0.2 : 0.0, 0.011) << i;
+        EXPECT_NEAR(speech_pieces[i].second, on[i].second + 0.2, 0.011) << i;
+    }
+    // a long pause wins over a shorter one (150 ms inside a burst) anywhere in the span; a short pause (under 0.5 s)
+    // is cut in its middle, or 200 ms before the speech after it
     const auto y = bursts(8.6, {{0.2, 2.0}, {2.15, 3.2}, {4.2, 8.4}});
     const auto q = split_at_pauses(y, 5.0);
-    ASSERT_EQ(q.size(), 2u);
-    EXPECT_NEAR(double(q[0].second) / 16000, 4.2 - 0.2, 0.02);
+    ASSERT_EQ(q.size(), 3u);
+    EXPECT_NEAR(double(q[0].second) / 16000, 3.2 + 0.2, 0.011);
+    EXPECT_NEAR(double(q[1].second) / 16000, 4.2 - 0.2, 0.011);
     const auto z = split_at_pauses(bursts(7.0, {{0.2, 3.0}, {3.3, 6.8}}), 5.0);
     ASSERT_EQ(z.size(), 2u);
     EXPECT_NEAR(double(z[0].second) / 16000, 3.15, 0.02);
+    const auto z2 = split_at_pauses(bursts(7.0, {{0.2, 3.0}, {3.45, 6.8}}), 5.0);
+    ASSERT_EQ(z2.size(), 2u);
+    EXPECT_NEAR(double(z2[0].second) / 16000, 3.45 - 0.2, 0.02);
+    // an hour of silence between two bursts: the silence is in pieces of at most the limit, none with speech
+    std::vector<float> h = bursts(2.0, {{0.5, 1.5}});
+    h.resize(size_t(16000 * 3602.0), 0.0f);
+    const auto tail = bursts(2.0, {{0.5, 1.5}});
+    h.insert(h.end(), tail.begin(), tail.end());
+    const auto hp = split_at_pauses(h, 10.0);
+    int with_speech = 0;
+    for (const auto& [a, b] : hp) {
+        EXPECT_LE(b - a, 10u * 16000);
+        with_speech += speech_extent(h, a, b, quiet_level(h)).second != a;
+    }
+    EXPECT_EQ(with_speech, 2);
     // no pause anywhere: cuts at the quietest window, pieces still bounded
     const auto tone = bursts(20.0, {{0.0, 20.0}});
     for (const auto& [a, b] : split_at_pauses(tone, 6.0)) EXPECT_LE(b - a, 6u * 16000);
