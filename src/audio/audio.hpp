@@ -21,9 +21,9 @@ bool looks_like_wav(const uint8_t* data, size_t size);
 // Resamples mono audio with libsoxr (high quality). Identity when the rates match (the input is moved through).
 std::vector<float> resample(std::vector<float> in, int from_rate, int to_rate);
 
-// Peak-normalizes when |x| > 1 and clips to [-1, 1] (spec §3.1 step 3).
 // A qasr::Error ("[audio]", naming `what` and the sample) at the first NaN or infinite sample.
 void check_finite(const float* x, size_t n, const std::string& what);
+// Peak-normalizes when |x| > 1 and clips to [-1, 1] (spec §3.1 step 3).
 void condition_range(std::vector<float>& x);
 
 // Loads a file (WAV natively; other formats through FFmpeg when built with it) → mono 16 kHz float.

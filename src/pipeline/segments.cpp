@@ -23,9 +23,10 @@ bool is_space(char32_t c) { return c == ' ' || c == '\t' || c == '\n' || c == 0x
 
 } // namespace
 
-float quiet_level(const std::vector<float>& x) {
+float quiet_level(const std::vector<float>& x, size_t begin, size_t end) {
+    end = std::min(end, x.size());
     float loudest = 0;
-    for (size_t i = 0; i < x.size(); i += kFrame) loudest = std::max(loudest, frame_rms(&x[i], std::min(kFrame, x.size() - i)));
+    for (size_t i = begin; i < end; i += kFrame) loudest = std::max(loudest, frame_rms(&x[i], std::min(kFrame, end - i)));
     return std::max(1e-3f, loudest * 0.017782794f); // -35 dB
 }
 

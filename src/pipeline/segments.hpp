@@ -25,7 +25,8 @@ std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>&
 
 // The level below which a 10 ms frame counts as quiet: 35 dB under the loudest frame's RMS, and never under
 // -60 dBFS (RMS 1e-3).
-float quiet_level(const std::vector<float>& x);
+// Of [begin, end) only, where given.
+float quiet_level(const std::vector<float>& x, size_t begin = 0, size_t end = size_t(-1));
 
 // The first and last sample of [begin, end)'s 10 ms frames (counted from `begin`) whose RMS exceeds `level`, as
 // [first frame's start, last frame's end); {begin, begin} when every frame is quiet.

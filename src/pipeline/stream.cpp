@@ -555,9 +555,9 @@ std::vector<StreamEvent> StreamSession::poll() {
 
 void StreamSession::add_segment(size_t n, const std::string& text) {
     if (text.empty()) return;
-    const std::vector<float> seg(audio_.begin(), audio_.begin() + long(std::min(n, audio_.size())));
-    auto [b, e] = speech_extent(seg, 0, seg.size(), quiet_level(seg));
-    if (b == e) b = 0, e = seg.size();
+    n = std::min(n, audio_.size());
+    auto [b, e] = speech_extent(audio_, 0, n, quiet_level(audio_, 0, n));
+    if (b == e) b = 0, e = n;
     const std::string lang = forced_.empty() ? language_ : forced_;
     final_.segments.push_back({consumed_seconds_ + double(b) / kSampleRate, consumed_seconds_ + double(e) / kSampleRate,
                                opts_.itn ? postprocess_text(text, lang) : text, lang, 0, 0});
