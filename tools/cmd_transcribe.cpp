@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -202,6 +203,8 @@ int cmd_transcribe(int argc, char** argv) {
         };
     }
     size_t done = 0;
+    double audio_seconds = 0.0;
+    const auto t0 = std::chrono::steady_clock::now();
     run_in_order<TranscriptionResult>(
         files.size(), parallel,
         [&](size_t i) {
@@ -227,8 +230,16 @@ int cmd_transcribe(int argc, char** argv) {
                 if (!out) throw std::runtime_error("cannot write " + path);
                 if (!quiet) std::cerr << "wrote " << path << "\n";
             }
+            audio_seconds += r.audio_seconds;
             if (!quiet) std::cerr << summary_line(r) << "\n";
         });
+    // Several inputs: the whole run's time (requests overlap with --batch, so their own RTFs do not add up)
+    if (!quiet && files.size() > 1) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "qasr: %zu inputs, %.2f s of audio in %.3f s (RTF %.4f, %.0fx real time, batch %d)\n",
+                     files.size(), audio_seconds, s, audio_seconds > 0 ? s / audio_seconds : 0.0,
+                     s > 0 ? audio_seconds / s : 0.0, parallel);
+    }
     return 0;
 }
 

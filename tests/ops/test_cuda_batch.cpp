@@ -222,14 +222,31 @@ static void batched_rows_match_lone_steps(const std::string& preset, bool rows_a
     EXPECT_THROW(Session::step_batch_device(&r0, &bad, 1, *batch, i5.data(), l5.data()), Error);
 }
 
-TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
-    NEED_GPU();
-    if (!std::filesystem::exists(tokenizer_dir() + "/tokenizer.json"))
-        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tokenizer_dir();
+// One test per path, so that a sanitizer run (compute-sanitizer racecheck is slow on cuBLAS's kernels) can take
+// them one at a time: `--gtest_filter='Cuda.BatchedStep*'`.
+#define NEED_BATCH_SETUP()                                                                                            \
+    NEED_GPU();                                                                                                       \
+    if (!std::filesystem::exists(tokenizer_dir() + "/tokenizer.json"))                                                \
+    GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tokenizer_dir()
+
+TEST(Cuda, BatchedStepRowProductsMatchLoneSessionSteps) {
+    NEED_BATCH_SETUP();
     batched_rows_match_lone_steps("wide", true);
+}
+
+TEST(Cuda, BatchedStepRowPerWarpAttentionMatchesLoneSessionSteps) {
+    NEED_BATCH_SETUP();
     batched_rows_match_lone_steps("wide", false);
+}
+
+TEST(Cuda, BatchedStepCublasPathMatchesLoneSessionSteps) {
+    NEED_BATCH_SETUP();
     batched_rows_match_lone_steps("wide", true, false); // the cuBLAS path with the rows' attention kernel
-    batched_rows_match_lone_steps("wide", true, true, 8);  // quantized weights on the row products
+}
+
+TEST(Cuda, BatchedStepQuantizedMatchesLoneSessionSteps) {
+    NEED_BATCH_SETUP();
+    batched_rows_match_lone_steps("wide", true, true, 8); // quantized weights on the row products
     // 4-bit on the row products and dequantized for the cuBLAS path: the same bf16 weights; an activation's bf16
     // rounding can differ by one step where the two paths' RMSNorm sums (other orders) differ in the last bit —
     // measured within 3.2e-3 of each other (H200), against 1.39e-2 for each from the lone step
@@ -241,7 +258,11 @@ TEST(Cuda, BatchedStepRowsMatchLoneSessionSteps) {
         if (std::isnan(fast[i]) || std::isnan(cublas[i])) continue;
         EXPECT_NEAR(fast[i], cublas[i], 5e-3) << "choice " << i;
     }
-    batched_rows_match_lone_steps("tiny", true);        // head_dim 32: the cuBLAS path's row-per-warp attention
+}
+
+TEST(Cuda, BatchedStepTinyHeadsMatchLoneSessionSteps) {
+    NEED_BATCH_SETUP();
+    batched_rows_match_lone_steps("tiny", true); // head_dim 32: the cuBLAS path's row-per-warp attention
 }
 
 // The batch engine on the device (LoadOptions::max_batch with --device cuda): concurrent clients, each request's
