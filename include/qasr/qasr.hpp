@@ -94,8 +94,8 @@ struct TranscriptionResult {
     int n_prompt_tokens = 0;
     int n_audio_tokens = 0;
     double audio_seconds = 0;
-    double rtf = 0;        // (mel + encode + prefill + decode) / audio seconds
-    Timings timings;
+    double rtf = 0;        // the transcription's wall time / audio seconds (one piece: mel + encode + prefill + decode)
+    Timings timings;       // a file of several pieces: sums over its pieces (they overlap where max_batch > 1)
     FinishReason finish = FinishReason::Empty;
     std::vector<Segment> segments; // pieces with a non-empty text, in order
 };

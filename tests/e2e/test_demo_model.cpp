@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 #include <filesystem>
@@ -186,7 +187,13 @@ TEST(DemoModel, SegmentsAreTheClipsOfAConcatenation) {
     const qasr::Transcriber t4 = qasr::Transcriber::load(dir, lo4);
     live.clear();
     o.on_segment = [&](const qasr::Segment& s) { live.push_back(s); };
+    const auto t_start = std::chrono::steady_clock::now();
     const auto r4 = t4.transcribe(audio, o);
+    const double wall_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+    // the RTF is the call's wall time: the pieces' stage times overlap here, their sum is no clock
+    EXPECT_GT(r4.rtf, 0.0);
+    EXPECT_LE(r4.rtf * r4.audio_seconds * 1000.0, wall_ms + 0.1);
     ASSERT_EQ(r4.segments.size(), r.segments.size());
     ASSERT_EQ(live.size(), r.segments.size());
     for (size_t i = 0; i < r.segments.size(); ++i) {
