@@ -225,6 +225,8 @@ void qasr_stream_free(qasr_stream* s) { delete s; }
 
 const char* qasr_last_error(void) { return g_last_error.c_str(); }
 
+const char* qasr_version(void) { return QASR_VERSION_STRING; }
+
 const char* qasr_status_string(qasr_status s) {
     switch (s) {
     case QASR_OK: return "ok";

@@ -1,0 +1,131 @@
+"""The Python bindings (bindings/python/qasr.py) on the demo model, through the built libqasr.so.
+    QASR_LIBRARY=build/src/libqasr.so python3 tests/python/test_qasr.py      (ctest python.bindings; 77 = skipped)"""
+import array
+import os
+import re
+import sys
+import threading
+import unittest
+import wave
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO = os.path.join(ROOT, "models", "demo")
+SAMPLES = os.path.join(ROOT, "samples")
+
+
+def pcm(path):
+    """16-bit mono WAV → (array('f') in [-1, 1), raw s16le bytes)."""
+    with wave.open(path) as w:
+        raw = w.readframes(w.getnframes())
+    s = array.array("h", raw)
+    return array.array("f", (x / 32768.0 for x in s)), raw
+
+
+def expected(name):
+    with open(os.path.join(SAMPLES, name + ".txt"), encoding="utf-8") as f:
+        return f.read().strip()
+
+
+class Bindings(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = qasr.Model(DEMO, threads=2)
+        cls.en, cls.de = expected("demo_en"), expected("demo_de")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def test_version(self):
+        self.assertRegex(qasr.version(), r"^\d+\.\d+\.\d+$")
+
+    def test_file_bytes_and_samples_agree(self):
+        path = os.path.join(SAMPLES, "demo_en.wav")
+        r = self.model.transcribe(path)
+        self.assertEqual(r.text, self.en)
+        self.assertEqual(r.language, "English")
+        self.assertEqual(r.finish_reason, "eos")
+        self.assertGreater(r.rtf, 0)
+        self.assertAlmostEqual(r.audio_seconds, os.path.getsize(path) / 32000, delta=0.01)
+        self.assertTrue(r.tokens and all(isinstance(i, int) and lp <= 0 for i, lp in r.tokens))
+        with open(path, "rb") as f:
+            self.assertEqual(self.model.transcribe(f.read()).text, self.en)
+        samples, _ = pcm(path)
+        self.assertEqual([t for t, _ in self.model.transcribe(samples).tokens], [t for t, _ in r.tokens])
+        self.assertEqual(self.model.transcribe(list(samples)).text, self.en)  # any float sequence
+        self.assertEqual(self.model.transcribe(os.path.join(SAMPLES, "demo_de.wav"), language="de").text, self.de)
+        self.assertEqual(self.model.transcribe([]).finish_reason, "empty")  # under 400 samples: no model run
+
+    def test_segments_and_subtitles(self):
+        en, _ = pcm(os.path.join(SAMPLES, "demo_en.wav"))
+        de, _ = pcm(os.path.join(SAMPLES, "demo_de.wav"))
+        audio = en + array.array("f", [0.0]) * 16000 + de
+        seen = []
+        r = self.model.transcribe(audio, segment_seconds=6, on_segment=seen.append)
+        self.assertEqual([s.text for s in r.segments], [self.en, self.de])
+        self.assertEqual(seen, r.segments)
+        self.assertLess(r.segments[0].end, r.segments[1].start)
+        self.assertTrue(r.srt.startswith("1\n00:00:0"), r.srt)
+        self.assertTrue(r.vtt.startswith("WEBVTT"), r.vtt)
+
+        def boom(_segment):
+            raise KeyError("from the callback")
+        with self.assertRaises(KeyError):
+            self.model.transcribe(audio, segment_seconds=6, on_segment=boom)
+
+    def test_errors(self):
+        with self.assertRaises(qasr.Error) as e:
+            qasr.Model(os.path.join(ROOT, "no-such-model"))
+        self.assertEqual(e.exception.status, "model")
+        self.assertIn("no-such-model", str(e.exception))
+        with self.assertRaises(qasr.Error) as e:
+            self.model.transcribe(b"RIFF\x00\x00\x00\x00WAVEjunk")
+        self.assertEqual(e.exception.status, "audio")
+        with self.assertRaises(qasr.Error) as e:
+            self.model.transcribe(os.path.join(SAMPLES, "demo_en.wav"), segment_seconds=1)
+        self.assertEqual(e.exception.status, "invalid argument")
+        with self.assertRaises(qasr.Error):
+            self.model.transcribe(array.array("f", [0.0, float("nan")] * 4000))
+        closed = qasr.Model(DEMO)
+        closed.close()
+        with self.assertRaises(ValueError):
+            closed.transcribe(os.path.join(SAMPLES, "demo_en.wav"))
+        # the model still serves after all of that
+        self.assertEqual(self.model.transcribe(os.path.join(SAMPLES, "demo_en.wav")).text, self.en)
+
+    def test_stream_equals_offline(self):
+        samples, raw = pcm(os.path.join(SAMPLES, "demo_en.wav"))
+        with self.model.open_stream(chunk_seconds=1.0) as st:
+            for i in range(0, len(raw), 6400):
+                st.push_s16le(raw[i:i + 6400])
+            partial = st.events()
+            final = st.finish()
+        self.assertTrue(partial and not partial[-1].final)
+        self.assertEqual(final.text, self.en)
+        with self.model.open_stream() as st:
+            st.push(samples)
+            st.interrupt()
+            self.assertEqual(st.finish().text, self.en)
+
+    def test_threads_share_a_batched_model(self):
+        with qasr.Model(DEMO, threads=2, max_batch=4) as m:
+            paths = [os.path.join(SAMPLES, n + ".wav") for n in ("demo_en", "demo_de") * 3]
+            got = [None] * len(paths)
+
+            def work(i):
+                got[i] = m.transcribe(paths[i]).text
+            ts = [threading.Thread(target=work, args=(i,)) for i in range(len(paths))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        self.assertEqual(got, [self.en, self.de] * 3)
+
+
+if __name__ == "__main__":
+    if not os.path.exists(os.path.join(DEMO, "tokenizer.json")):
+        print("SKIP: the demo model's tokenizer is not set up (scripts/setup_tokenizer.sh; cp .cache/qasr/tokenizer/* models/demo/)")
+        sys.exit(77)
+    sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+    import qasr  # noqa: E402
+    unittest.main(verbosity=2)
