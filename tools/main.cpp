@@ -26,6 +26,7 @@ commands:
   quantize     MLX affine 4/6/8-bit quantization (qasr quantize --help)
   bench        speed and memory benchmark      (qasr bench --help)
   dev          developer tools: make-random checkpoints
+  version      version, build features, CPU kernels and CUDA devices (also --version)
   help         this text
 
 Set-up, benchmarks and the model format are described in README.md and docs/.
@@ -60,6 +61,15 @@ int main(int argc, char** argv) {
     }
     const std::string cmd = argv[1];
     try {
+        if (cmd == "version" || cmd == "--version" || cmd == "-V") {
+            std::printf("%s\ncli: HTTP server (qasr serve) %s\n", qasr::system_info().c_str(),
+#ifdef QASR_HAVE_SERVER
+                        "yes");
+#else
+                        "no");
+#endif
+            return 0;
+        }
         if (cmd == "transcribe") return qasr::cli::cmd_transcribe(argc, argv);
         if (cmd == "dev") return qasr::cli::cmd_dev(argc, argv);
         if (cmd == "quantize") return qasr::cli::cmd_quantize(argc, argv);

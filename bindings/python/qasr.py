@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
-__all__ = ["Model", "Stream", "Result", "Segment", "StreamEvent", "Error", "version"]
+__all__ = ["Model", "Stream", "Result", "Segment", "StreamEvent", "Error", "version", "system_info"]
 
 _STATUS = {1: "invalid argument", 2: "model", 3: "audio", 4: "out of memory", 5: "internal"}
 
@@ -69,6 +69,7 @@ def _load_library() -> ctypes.CDLL:
     P, c = ctypes.c_void_p, ctypes
     sigs = {
         "qasr_version": (c.c_char_p, []),
+        "qasr_system_info": (c.c_char_p, []),
         "qasr_last_error": (c.c_char_p, []),
         "qasr_default_load_params": (_LoadParams, []),
         "qasr_default_transcribe_params": (_TranscribeParams, []),
@@ -114,6 +115,11 @@ _lib = _load_library()
 def version() -> str:
     """libqasr's version ("MAJOR.MINOR.PATCH")."""
     return _lib.qasr_version().decode()
+
+
+def system_info() -> str:
+    """The version, build features (CUDA, FFmpeg, OpenBLAS), CPU kernels and CUDA devices, as lines."""
+    return _lib.qasr_system_info().decode("utf-8", "replace")
 
 
 def _check(status: int) -> None:

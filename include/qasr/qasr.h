@@ -128,6 +128,7 @@ qasr_status qasr_stream_finish(qasr_stream* s, qasr_result** out);
 void qasr_stream_free(qasr_stream* s);
 
 const char* qasr_version(void);               /* the library's version, "MAJOR.MINOR.PATCH" */
+const char* qasr_system_info(void);           /* version, build features, CPU kernels, CUDA devices (lines) */
 const char* qasr_last_error(void);            /* message of this thread's last failure ("" if none) */
 const char* qasr_status_string(qasr_status s);
 

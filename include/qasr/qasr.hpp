@@ -139,6 +139,10 @@ std::string to_srt(const std::vector<Segment>& segments, int first_index = 1, in
 std::string to_vtt(const std::vector<Segment>& segments, bool header = true, int line_width = 42);
 std::string to_timestamped_text(const std::vector<Segment>& segments);
 
+// The library's version, what this build has (CUDA, FFmpeg, OpenBLAS) and what it finds on this machine (CPU
+// kernels, bf16 engine, threads, CUDA devices), as lines for a bug report (`qasr version`).
+std::string system_info();
+
 // One fixed, machine-parsable summary line shared by the CLI and `qasr bench`.
 std::string summary_line(const TranscriptionResult& r);
 

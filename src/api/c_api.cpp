@@ -227,6 +227,17 @@ const char* qasr_last_error(void) { return g_last_error.c_str(); }
 
 const char* qasr_version(void) { return QASR_VERSION_STRING; }
 
+const char* qasr_system_info(void) {
+    static const std::string info = [] {
+        try {
+            return qasr::system_info();
+        } catch (...) {
+            return std::string("qasr " QASR_VERSION_STRING);
+        }
+    }();
+    return info.c_str();
+}
+
 const char* qasr_status_string(qasr_status s) {
     switch (s) {
     case QASR_OK: return "ok";

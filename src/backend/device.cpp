@@ -13,14 +13,17 @@ namespace qasr {
 namespace cuda {
 std::shared_ptr<const DeviceContext> open_context(const Model& model, int ordinal);
 int device_count();
+std::string device_description(int ordinal);
 void init_context(int ordinal) noexcept;
 void prime_kernels(int ordinal) noexcept;
 } // namespace cuda
 bool built_with_cuda() { return true; }
 int cuda_device_count() { return cuda::device_count(); }
+std::string cuda_device_description(int ordinal) { return cuda::device_description(ordinal); }
 #else
 bool built_with_cuda() { return false; }
 int cuda_device_count() { return 0; }
+std::string cuda_device_description(int) { return ""; }
 #endif
 
 struct DeviceWarmer::Impl {

@@ -123,5 +123,6 @@ private:
 // Whether this build has the CUDA backend, and how many CUDA devices it sees (0 without a driver).
 bool built_with_cuda();
 int cuda_device_count();
+std::string cuda_device_description(int ordinal); // e.g. "NVIDIA H100 80GB HBM3, sm_90, 79.2 GiB, 132 SMs"
 
 } // namespace qasr

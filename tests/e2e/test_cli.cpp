@@ -227,6 +227,22 @@ TEST(Cli, SeveralInputsAtOnceKeepTheirOrder) {
     EXPECT_EQ(lines(bad.err), 1) << bad.err;
     EXPECT_EQ(bad.out, one.out.substr(0, one.out.find('\n') + 1)); // the first file's line only
     EXPECT_NE(run("transcribe -m " + demo + " --batch 0 " + en).status, 0);
+    // without -q: a line per input, then the whole run's (inputs overlap, so their own RTFs do not add up)
+    CliRun loud = run("transcribe -m " + demo + " --batch 3 " + en + " " + de);
+    ASSERT_EQ(loud.status, 0) << loud.err;
+    EXPECT_NE(loud.err.find("qasr: 2 inputs, 7.38 s of audio in "), std::string::npos) << loud.err;
+    EXPECT_NE(loud.err.find("real time, batch 3)"), std::string::npos) << loud.err;
+}
+
+TEST(Cli, VersionNamesTheBuildAndMachine) {
+    for (const char* arg : {"version", "--version"}) {
+        CliRun r = run(arg);
+        ASSERT_EQ(r.status, 0) << r.err;
+        EXPECT_EQ(r.out.rfind("qasr 0.", 0), 0u) << r.out;
+        for (const char* want : {"\nbuild: CUDA backend ", ", FFmpeg decoding ", "\ncpu: ", " threads, kernels ",
+                                 "bf16 products ", "HTTP server (qasr serve) "})
+            EXPECT_NE(r.out.find(want), std::string::npos) << want << " in " << r.out;
+    }
 }
 
 // `qasr bench --clients N`: concurrent requests on one model (a server's load) give the one-client tokens, and the

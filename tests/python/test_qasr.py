@@ -38,6 +38,9 @@ class Bindings(unittest.TestCase):
 
     def test_version(self):
         self.assertRegex(qasr.version(), r"^\d+\.\d+\.\d+$")
+        info = qasr.system_info()
+        self.assertTrue(info.startswith("qasr " + qasr.version()), info)
+        self.assertIn("\ncpu: ", info)
 
     def test_file_bytes_and_samples_agree(self):
         path = os.path.join(SAMPLES, "demo_en.wav")

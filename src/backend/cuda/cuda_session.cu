@@ -25,6 +25,18 @@ int device_count() {
     return n;
 }
 
+std::string device_description(int ordinal) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, ordinal) != cudaSuccess) {
+        cudaGetLastError();
+        return "(properties unavailable)";
+    }
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s, sm_%d%d, %.1f GiB, %d SMs", p.name, p.major, p.minor,
+                  double(p.totalGlobalMem) / double(1u << 30), p.multiProcessorCount);
+    return buf;
+}
+
 void init_context(int ordinal) noexcept {
     Stopwatch sw;
     if (cudaSetDevice(ordinal) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) cudaGetLastError();
