@@ -31,6 +31,9 @@ options:
   -m, --model DIR          model directory (config.json, *.safetensors, tokenizer files)
   --language L             force the language (English, en, Chinese, zh, ...); default: detect
   --context TEXT           context for the system prompt (names, terms)
+  --detect-language        identify the language only (decoding stops after the model's language tag):
+                           prints e.g. English (p = 0.998) per input; --format json gives language and
+                           language_probability
   --format F               text (default), json (one object per file: segments, tokens, logprobs, timings),
                            srt or vtt (subtitles; segments of at most 10 s unless --segment-seconds says)
   --segment-seconds S      cut the audio at pauses into pieces of at most S seconds (2..1200), each
@@ -71,6 +74,7 @@ nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
     return {{"file", file},
             {"text", r.text},
             {"language", r.language},
+            {"language_probability", r.language_probability},
             {"raw_text", r.raw_text},
             {"finish_reason", finish_reason_name(r.finish)},
             {"segments", segs},
@@ -85,8 +89,13 @@ nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
 }
 
 std::string render(const std::string& file, const TranscriptionResult& r, const std::string& format, bool raw,
-                   bool timestamps, int line_width) {
+                   bool timestamps, int line_width, bool language_only) {
     if (format == "json") return to_json(file, r).dump() + "\n";
+    if (language_only) {
+        char p[32];
+        std::snprintf(p, sizeof p, "%.3f", r.language_probability);
+        return (r.language.empty() ? std::string("none") : r.language) + " (p = " + p + ")\n";
+    }
     if (format == "srt") return to_srt(r.segments, 1, line_width);
     if (format == "vtt") return to_vtt(r.segments, true, line_width);
     if (raw) return r.raw_text + "\n";
@@ -153,6 +162,8 @@ int cmd_transcribe(int argc, char** argv) {
             o.decode.top_p = float(to_double("--top-p", v, 1e-6, 1.0));
         } else if (a.option("--seed", v)) {
             o.decode.seed = uint64_t(to_long("--seed", v, 0, 0x7fffffffffffffffL));
+        } else if (a.flag("--detect-language")) {
+            o.language_only = true;
         } else if (a.flag("--raw")) {
             raw = true;
         } else if (a.flag("--no-itn")) {
@@ -177,6 +188,9 @@ int cmd_transcribe(int argc, char** argv) {
         throw std::invalid_argument("--ignore-eos needs --max-new-tokens N");
     if (!o.language.empty()) o.language = canonical_language(o.language);
     const bool subtitles = format == "srt" || format == "vtt";
+    if (o.language_only && (subtitles || !o.language.empty() || segment_seconds > 0))
+        throw std::invalid_argument("--detect-language cannot be combined with --language, --segment-seconds or "
+                                    "--format srt|vtt");
     o.segment_seconds = segment_seconds >= 0 ? segment_seconds : subtitles ? 10.0 : 0.0;
     if (subtitles && files.size() > 1 && out_dir.empty())
         throw std::invalid_argument("several inputs with --format " + format + " need --output-dir DIR (one file each)");
@@ -218,7 +232,7 @@ int cmd_transcribe(int argc, char** argv) {
         },
         [&](TranscriptionResult& r) {
             const std::string& f = files[done++];
-            const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0, line_width);
+            const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0, line_width, o.language_only);
             if (!live && out_dir.empty()) {
                 std::cout << text;
                 std::cout.flush();

@@ -159,7 +159,7 @@ private:
             const double decode_ms =
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             const TranscriptionResult tr = t_.transcribe(pcm, r.opts);
-            respond(res, tr, r.format);
+            respond(res, tr, r.format, r.opts.language_only);
             char b[200];
             std::snprintf(b, sizeof b, "%.2f s audio (decoded in %.1f ms), %s, %zu tokens, transcribed in %.1f ms (RTF %.4f)",
                           tr.audio_seconds, decode_ms, tr.language.empty() ? "-" : tr.language.c_str(), tr.tokens.size(),

@@ -182,6 +182,13 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
     if (const auto* v = get("max_new_tokens"))
         r.opts.decode.max_new_tokens = int(to_number("max_new_tokens", *v, 1, 100000));
     if (const auto* v = get("itn")) r.opts.itn = to_bool("itn", *v);
+    if (const auto* v = get("language_only")) { // language identification: decoding stops at the language tag
+        r.opts.language_only = to_bool("language_only", *v);
+        if (r.opts.language_only && !r.opts.language.empty())
+            throw HttpError(400, "field 'language_only' detects the language: it cannot be combined with 'language'");
+        if (r.opts.language_only && r.opts.segment_seconds > 0)
+            throw HttpError(400, "field 'language_only' cannot be combined with segments (srt, vtt, segment_seconds)");
+    }
     if (const auto* v = get("ignore_eos")) { // benchmarks with random weights: exactly max_new_tokens tokens
         r.opts.decode.ignore_eos = to_bool("ignore_eos", *v);
         if (r.opts.decode.ignore_eos && !get("max_new_tokens"))
@@ -197,7 +204,7 @@ static std::string lower(std::string s) {
     return s;
 }
 
-void respond(httplib::Response& res, const TranscriptionResult& r, Format f) {
+void respond(httplib::Response& res, const TranscriptionResult& r, Format f, bool language_only) {
     res.status = 200;
     if (f == Format::Text) {
         res.set_content(r.text + "\n", "text/plain; charset=utf-8");
@@ -211,6 +218,8 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f) {
     json j;
     if (f == Format::Json) {
         j = {{"text", r.text}};
+        if (language_only) // the answer is the language
+            j["language"] = lower(r.language), j["language_probability"] = r.language_probability;
     } else {
         json toks = json::array(), segs = json::array();
         for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
@@ -226,6 +235,7 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f) {
         }
         j = {{"task", "transcribe"},
              {"language", lower(r.language)},
+             {"language_probability", r.language_probability},
              {"duration", r.audio_seconds},
              {"text", r.text},
              {"raw_text", r.raw_text},

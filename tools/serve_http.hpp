@@ -68,13 +68,13 @@ struct Fields {
     Format format = Format::Json;
 };
 // OpenAI's fields (language, prompt, response_format, temperature) and qasr's (itn, max_new_tokens, top_p, seed,
-// ignore_eos, context, segment_seconds); unknown fields are ignored (e.g. `model`). response_format srt and vtt
+// ignore_eos, context, segment_seconds, language_only); unknown fields are ignored (e.g. `model`). response_format srt and vtt
 // segment the audio (segment_seconds, 10 unless given).
 Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults);
 bool to_bool(const std::string& field, const std::string& v);
 double to_number(const std::string& field, const std::string& v, double lo, double hi);
 
-void respond(httplib::Response& res, const TranscriptionResult& r, Format f);
+void respond(httplib::Response& res, const TranscriptionResult& r, Format f, bool language_only = false);
 
 // Runs `body`, turning every exception into its status and JSON error (HttpError: its own; qasr::OutOfMemory and
 // std::bad_alloc: 503; qasr::Error from "[options]": 400; anything else: 500). Returns the message, or "" on success.

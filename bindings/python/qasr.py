@@ -43,7 +43,7 @@ class _TranscribeParams(ctypes.Structure):
     _fields_ = [("language", ctypes.c_char_p), ("context", ctypes.c_char_p), ("max_new_tokens", ctypes.c_int),
                 ("ignore_eos", ctypes.c_int), ("temperature", ctypes.c_float), ("top_p", ctypes.c_float),
                 ("seed", ctypes.c_uint64), ("itn", ctypes.c_int), ("segment_seconds", ctypes.c_double),
-                ("on_segment", _SEGMENT_CB), ("user_data", ctypes.c_void_p)]
+                ("on_segment", _SEGMENT_CB), ("user_data", ctypes.c_void_p), ("language_only", ctypes.c_int)]
 
 
 class _StreamParams(ctypes.Structure):
@@ -82,6 +82,7 @@ def _load_library() -> ctypes.CDLL:
                                           c.POINTER(P)]),
         "qasr_result_text": (c.c_char_p, [P]),
         "qasr_result_language": (c.c_char_p, [P]),
+        "qasr_result_language_probability": (c.c_double, [P]),
         "qasr_result_raw_text": (c.c_char_p, [P]),
         "qasr_result_rtf": (c.c_double, [P]),
         "qasr_result_audio_seconds": (c.c_double, [P]),
@@ -154,6 +155,7 @@ class Result:
     segments: List[Segment] = field(default_factory=list)
     srt: str = ""  # the segments as SubRip / WebVTT subtitles (with segment_seconds)
     vtt: str = ""
+    language_probability: float = 0.0  # the model's probability of its language tag (0: forced or none)
 
     @staticmethod
     def _take(h: ctypes.c_void_p) -> "Result":
@@ -168,7 +170,8 @@ class Result:
                 segments=[Segment(_lib.qasr_result_segment_start(h, i), _lib.qasr_result_segment_end(h, i),
                                   _text(_lib.qasr_result_segment_text(h, i))) for i in range(m)],
                 srt=_text(_lib.qasr_result_subtitles(h, b"srt")) if m else "",
-                vtt=_text(_lib.qasr_result_subtitles(h, b"vtt")) if m else "")
+                vtt=_text(_lib.qasr_result_subtitles(h, b"vtt")) if m else "",
+                language_probability=_lib.qasr_result_language_probability(h))
         finally:
             _lib.qasr_result_free(h)
 
@@ -225,15 +228,16 @@ class Model:
     def transcribe(self, audio: Audio, *, language: Optional[str] = None, context: Optional[str] = None,
                    max_new_tokens: int = 0, ignore_eos: bool = False, temperature: float = 0.0,
                    top_p: float = 1.0, seed: int = 0, itn: bool = True, segment_seconds: float = 0.0,
-                   on_segment: Optional[Callable[[Segment], None]] = None) -> Result:
+                   on_segment: Optional[Callable[[Segment], None]] = None, language_only: bool = False) -> Result:
         """Transcribes a file path, an encoded file's bytes (WAV; with FFmpeg mp3, flac, ogg, m4a ...) or 16 kHz
         mono float samples. segment_seconds > 0 cuts at pauses (pieces of at most that long) for segment times;
-        on_segment is called with each segment as its piece is done."""
+        on_segment is called with each segment as its piece is done. language_only identifies the language
+        without transcribing (r.language, r.language_probability; the text stays empty)."""
         h = self._handle()
         p = _lib.qasr_default_transcribe_params()
         p.language, p.context = _bytes(language), _bytes(context)
         p.max_new_tokens, p.ignore_eos, p.temperature, p.top_p = max_new_tokens, int(ignore_eos), temperature, top_p
-        p.seed, p.itn, p.segment_seconds = seed, int(itn), segment_seconds
+        p.seed, p.itn, p.segment_seconds, p.language_only = seed, int(itn), segment_seconds, int(language_only)
         raised: List[BaseException] = []
         if on_segment is not None:
             def cb(text, start, end, _user):

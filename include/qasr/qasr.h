@@ -53,6 +53,8 @@ typedef struct {
     /* NULL or called on the calling thread with each segment as soon as its piece is transcribed */
     void (*on_segment)(const char* text, double start_seconds, double end_seconds, void* user_data);
     void* user_data;
+    int language_only;     /* non-zero: identify the language only (decoding stops after the language tag; empty
+                              text; qasr_result_language_probability); needs language NULL or "" */
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);
@@ -72,6 +74,7 @@ qasr_status qasr_transcribe_pcm(const qasr_model* model, const float* samples, s
 
 const char* qasr_result_text(const qasr_result* r);
 const char* qasr_result_language(const qasr_result* r);
+double qasr_result_language_probability(const qasr_result* r); /* the model's probability of its language tag */
 const char* qasr_result_raw_text(const qasr_result* r);
 double qasr_result_rtf(const qasr_result* r);
 double qasr_result_audio_seconds(const qasr_result* r);

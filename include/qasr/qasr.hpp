@@ -53,6 +53,10 @@ struct TranscribeOptions {
     // Called on the calling thread with each segment as soon as its piece is transcribed (before transcribe*
     // returns): a long file's segments can be shown while the rest is still being transcribed.
     std::function<void(const Segment&)> on_segment;
+    // Language identification only: decoding stops once the model has written its language tag ("language X"),
+    // a few steps after the prefill; the result has the language and an empty text, and language_probability
+    // tells how sure the model was. Needs language == "" (detection).
+    bool language_only = false;
 };
 
 struct LoadOptions {
@@ -98,6 +102,10 @@ struct TranscriptionResult {
     Timings timings;       // a file of several pieces: sums over its pieces (they overlap where max_batch > 1)
     FinishReason finish = FinishReason::Empty;
     std::vector<Segment> segments; // pieces with a non-empty text, in order
+    // The probability the model gave its language tag: exp of the summed log-probabilities of the tokens before
+    // its <asr_text> ("language", " English"); 0 where it wrote none (a forced language, an empty result). A file of
+    // several pieces: the lowest of its pieces'.
+    double language_probability = 0;
 };
 
 // Live transcription (see Stream below).

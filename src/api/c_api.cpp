@@ -67,6 +67,7 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
     o.decode.seed = d.seed;
     o.itn = d.itn != 0;
     o.segment_seconds = d.segment_seconds;
+    o.language_only = d.language_only != 0;
     if (d.on_segment) {
         const auto cb = d.on_segment;
         void* user = d.user_data;
@@ -81,7 +82,9 @@ extern "C" {
 
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
-qasr_transcribe_params qasr_default_transcribe_params(void) { return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr}; }
+qasr_transcribe_params qasr_default_transcribe_params(void) {
+    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0};
+}
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {
     if (!dir || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model_dir and out must not be NULL");
@@ -126,6 +129,7 @@ qasr_status qasr_transcribe_pcm(const qasr_model* m, const float* samples, size_
 
 const char* qasr_result_text(const qasr_result* r) { return r ? r->r.text.c_str() : ""; }
 const char* qasr_result_language(const qasr_result* r) { return r ? r->r.language.c_str() : ""; }
+double qasr_result_language_probability(const qasr_result* r) { return r ? r->r.language_probability : 0.0; }
 const char* qasr_result_raw_text(const qasr_result* r) { return r ? r->r.raw_text.c_str() : ""; }
 double qasr_result_rtf(const qasr_result* r) { return r ? r->r.rtf : 0.0; }
 double qasr_result_audio_seconds(const qasr_result* r) { return r ? r->r.audio_seconds : 0.0; }

@@ -178,6 +178,8 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
             else all.text += r.text;
             all.raw_text += r.raw_text;
             langs.push_back(r.language);
+            all.language_probability =
+                langs.size() == 1 ? r.language_probability : std::min(all.language_probability, r.language_probability);
             all.tokens.insert(all.tokens.end(), r.tokens.begin(), r.tokens.end());
             all.n_prompt_tokens += r.n_prompt_tokens;
             all.n_audio_tokens += r.n_audio_tokens;

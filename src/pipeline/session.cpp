@@ -119,6 +119,11 @@ bool Session::accept(int tok, float lp, const DecodeOptions& d, std::vector<int>
             r.finish = FinishReason::Eos;
             return false;
         }
+        if (tok == st_.stop_id) { // language_only: the tag is complete; kept in the text so that it parses
+            out.push_back(tok);
+            r.finish = FinishReason::Eos;
+            return false;
+        }
     } else {
         r.tokens.push_back({tok, lp});
     }
@@ -137,6 +142,10 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (!(d.temperature >= 0.0f && d.temperature <= 100.0f)) fail("options", "temperature must be in [0, 100]");
     if (!(d.top_p > 0.0f && d.top_p <= 1.0f)) fail("options", "top_p must be in (0, 1]");
     st_.forced = opts.language.empty() ? "" : canonical_language(opts.language);
+    if (opts.language_only && !st_.forced.empty())
+        fail("options", "language_only detects the language: it cannot be combined with a forced language");
+    if (opts.language_only && d.ignore_eos) fail("options", "language_only cannot be combined with ignore_eos");
+    st_.stop_id = opts.language_only ? model_->special.asr_text : -1;
     st_.itn = opts.itn;
     if (audio.size() < 400) {
         r.finish = FinishReason::Empty;
@@ -219,6 +228,16 @@ TranscriptionResult Session::finish() {
     if (st_.empty) return r;
     r.timings.decode_ms = st_.sw.ms();
     r.raw_text = model_->tokenizer.decode(st_.out, true);
+    if (st_.forced.empty()) { // the language tag's probability: the tokens before <asr_text>
+        double lp = 0;
+        for (const TokenInfo& t : r.tokens) {
+            if (t.id == model_->special.asr_text) {
+                r.language_probability = std::exp(lp);
+                break;
+            }
+            lp += t.logprob;
+        }
+    }
     ParsedOutput parsed = parse_asr_output(r.raw_text, st_.forced);
     r.language = parsed.language;
     r.text = st_.itn ? postprocess_text(parsed.text, parsed.language) : parsed.text;

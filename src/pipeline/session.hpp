@@ -68,6 +68,7 @@ private:
         std::vector<int> out;
         int run_len = 0, cap = 0, n = 0;
         int64_t V = 0;
+        int stop_id = -1; // TranscribeOptions::language_only: <asr_text> ends the decode
         bool empty = false, device_greedy = false, itn = true;
         Tensor logits;
         Stopwatch sw;

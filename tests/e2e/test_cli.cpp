@@ -13,6 +13,7 @@
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -232,6 +233,29 @@ TEST(Cli, SeveralInputsAtOnceKeepTheirOrder) {
     ASSERT_EQ(loud.status, 0) << loud.err;
     EXPECT_NE(loud.err.find("qasr: 2 inputs, 7.38 s of audio in "), std::string::npos) << loud.err;
     EXPECT_NE(loud.err.find("real time, batch 3)"), std::string::npos) << loud.err;
+}
+
+TEST(Cli, DetectLanguagePrintsTheLanguageAndItsProbability) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    const std::string de = std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav";
+    CliRun r = run("transcribe -m " + demo + " -q --detect-language " + en + " " + de);
+    ASSERT_EQ(r.status, 0) << r.err;
+    ASSERT_EQ(lines(r.out), 2) << r.out;
+    EXPECT_TRUE(std::regex_match(r.out, std::regex(R"(English \(p = [01]\.\d{3}\)\nGerman \(p = [01]\.\d{3}\)\n)")))
+        << r.out;
+    CliRun j = run("transcribe -m " + demo + " -q --detect-language --format json " + en);
+    ASSERT_EQ(j.status, 0) << j.err;
+    const auto js = nlohmann::json::parse(j.out);
+    EXPECT_EQ(js["language"], "English");
+    EXPECT_EQ(js["text"], "");
+    EXPECT_GT(js["language_probability"].get<double>(), 0.5);
+    for (const char* bad : {" --language en", " --segment-seconds 5", " --format srt"}) {
+        CliRun b = run("transcribe -m " + demo + " --detect-language" + std::string(bad) + " " + en);
+        EXPECT_EQ(b.status, 2) << bad;
+        EXPECT_EQ(lines(b.err), 1) << b.err;
+    }
 }
 
 TEST(Cli, VersionNamesTheBuildAndMachine) {

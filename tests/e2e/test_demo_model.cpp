@@ -15,6 +15,7 @@
 #include <thread>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <unistd.h>
 
@@ -62,6 +63,48 @@ TEST(DemoModel, TranscriptsEqualTransformers) {
         same += res.raw_text == r.raw;
     }
     std::printf("%d/%zu transcripts identical to transformers\n", same, rows.size());
+}
+
+// TranscribeOptions::language_only: the decode stops at the language tag; the language is the full transcription's
+// on every held-out clip (English and German), with the same probability (the same first tokens), the text is
+// empty and only the tag's few tokens were generated; alone and through a batch engine alike.
+TEST(DemoModel, LanguageOnlyStopsAtTheTag) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const auto rows = expected();
+    ASSERT_GE(rows.size(), 50u);
+    qasr::LoadOptions lo;
+    lo.max_batch = 4;
+    const qasr::Transcriber t = qasr::Transcriber::load(dir), tb = qasr::Transcriber::load(dir, lo);
+    qasr::TranscribeOptions full, lid;
+    lid.language_only = true;
+    std::set<std::string> langs;
+    for (size_t i = 0; i < rows.size(); i += 5) {
+        const std::string path = std::string(QASR_SOURCE_DIR) + "/" + rows[i].path;
+        const auto f = t.transcribe_file(path, full);
+        const auto l = t.transcribe_file(path, lid);
+        EXPECT_EQ(l.language, rows[i].language) << path;
+        EXPECT_EQ(l.language, f.language) << path;
+        EXPECT_TRUE(l.text.empty()) << path << ": " << l.text;
+        EXPECT_EQ(l.finish, qasr::FinishReason::Eos) << path;
+        ASSERT_GE(l.tokens.size(), 2u) << path;
+        EXPECT_LE(l.tokens.size(), 5u) << path;
+        ASSERT_LT(l.tokens.size(), f.tokens.size()) << path;
+        for (size_t k = 0; k < l.tokens.size(); ++k) EXPECT_EQ(l.tokens[k].id, f.tokens[k].id) << path << " " << k;
+        EXPECT_GT(l.language_probability, 0.5) << path;
+        EXPECT_LE(l.language_probability, 1.0) << path;
+        EXPECT_NEAR(l.language_probability, f.language_probability, 1e-6) << path;
+        EXPECT_EQ(tb.transcribe_file(path, lid).language, l.language) << path;
+        langs.insert(l.language);
+    }
+    EXPECT_EQ(langs, (std::set<std::string>{"English", "German"}));
+    // a forced language leaves nothing to detect: its probability is 0, and language_only refuses it
+    qasr::TranscribeOptions forced;
+    forced.language = "en";
+    const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    EXPECT_EQ(t.transcribe_file(en, forced).language_probability, 0.0);
+    lid.language = "en";
+    EXPECT_THROW(t.transcribe_file(en, lid), qasr::Error);
 }
 
 // LoadOptions::compute = "bf16" on a float checkpoint: the encoder's and prefill's products take bf16 (AMX or

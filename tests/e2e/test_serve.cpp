@@ -181,6 +181,17 @@ TEST_F(Serve, MultipartUploadGivesTheCliTranscriptInEveryFormat) {
     EXPECT_GE(j["segments"][0]["start"].get<double>(), 0.0);
     EXPECT_LE(j["segments"][0]["end"].get<double>(), 3.04);
 
+    EXPECT_GT(j["language_probability"].get<double>(), 0.5);
+
+    // qasr's language_only: the language without the transcript
+    r = post_file(c, de_, {{"language_only", "true", "", ""}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json lid = json::parse(r->body);
+    EXPECT_EQ(lid["text"], "");
+    EXPECT_EQ(lid["language"], "german");
+    EXPECT_GT(lid["language_probability"].get<double>(), 0.5);
+
     // OpenAI's timestamp_granularities[]: segment (sent with word too: word is refused, see the bad requests)
     r = post_file(c, en_, {{"response_format", "verbose_json", "", ""}, {"timestamp_granularities[]", "segment", "", ""}});
     ASSERT_TRUE(r);
@@ -248,6 +259,9 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
                      400, "word timestamps"});
     cases.push_back({post_file(c, en_, {{"timestamp_granularities[]", "segment", "", ""}}), 400, "verbose_json"});
     cases.push_back({post_file(c, en_, {{"temperature", "hot", "", ""}}), 400, "temperature"});
+    cases.push_back({post_file(c, en_, {{"language_only", "1", "", ""}, {"language", "en", "", ""}}), 400, "language_only"});
+    cases.push_back({post_file(c, en_, {{"language_only", "1", "", ""}, {"response_format", "srt", "", ""}}), 400,
+                     "language_only"});
     cases.push_back({post_file(c, en_, {{"stream", "true", "", ""}}), 400, "not supported"});
     cases.push_back({post_file(c, en_, {{"itn", "maybe", "", ""}}), 400, "true or false"});
     cases.push_back({post_file(c, en_, {{"ignore_eos", "true", "", ""}}), 400, "needs 'max_new_tokens'"});

@@ -166,7 +166,11 @@ TEST(Kernels, FloatGemvAndVectorOpsMatchPortable) {
 // order.
 TEST(Kernels, Int16PrepMatchesDefinition) {
     SKIP_IF_FORCED_ISA_MISSING();
+#if defined(__x86_64__) || defined(__i386__)
     if (!cpu::isa_supported(Isa::Avx512) || !__builtin_cpu_supports("avx512vnni")) GTEST_SKIP() << "no AVX512-VNNI";
+#else
+    GTEST_SKIP() << "AVX512-VNNI: x86 only";
+#endif
     const cpu::KernelTable* T = cpu::avx512_kernels();
     for (int bits : {4, 6, 8})
         for (int gs : {64, 128})
@@ -587,6 +591,7 @@ TEST(Kernels, LinearOnWeightMatrixMatchesReference) {
         }
 }
 
+#ifdef QASR_TEST_BF16_ENGINES // x86-64 only (bf16_gemm.cpp)
 TEST(Kernels, Bf16GemmAwkwardSizes) {
     SKIP_IF_FORCED_ISA_MISSING();
     if (!cpu::bf16_gemm_available()) GTEST_SKIP() << "neither AMX nor AVX512-BF16 on this CPU";
@@ -612,6 +617,7 @@ TEST(Kernels, Bf16GemmAwkwardSizes) {
                     }
             }
 }
+#endif
 
 TEST(Kernels, IsaSelection) {
     SKIP_IF_FORCED_ISA_MISSING();

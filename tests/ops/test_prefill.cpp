@@ -323,6 +323,7 @@ TEST(Kernels, RowNormsInBf16ScopeMatchRmsNorm) {
         }
 }
 
+#ifdef QASR_TEST_BF16_ENGINES // x86-64 only (bf16_gemm.cpp)
 // bf16_pack_x (on the team for large x) writes the tile layout of its definition: tile (mb, kb) row p holds, for the
 // 16 x rows of block mb, bf16(x[m][32kb + 2p]) and bf16(x[m][32kb + 2p + 1]) (zero past M and K); the same bytes
 // with 1 and 2 threads.
@@ -350,6 +351,7 @@ TEST(Kernels, Bf16PackXLayoutOnTheTeam) {
             }
     }
 }
+#endif
 
 // The encoder's windowed attention against a double-precision reference: float32 scope (ops::softmax_row) and the
 // bf16 scope of quantized checkpoints (the table's softmax, vector exp); windows with a short last one, 1 and 2

@@ -59,6 +59,14 @@ class Bindings(unittest.TestCase):
         self.assertEqual(self.model.transcribe(os.path.join(SAMPLES, "demo_de.wav"), language="de").text, self.de)
         self.assertEqual(self.model.transcribe([]).finish_reason, "empty")  # under 400 samples: no model run
 
+    def test_language_only(self):
+        r = self.model.transcribe(os.path.join(SAMPLES, "demo_de.wav"), language_only=True)
+        self.assertEqual((r.language, r.text), ("German", ""))
+        self.assertGreater(r.language_probability, 0.5)
+        self.assertLessEqual(len(r.tokens), 5)
+        with self.assertRaises(qasr.Error):
+            self.model.transcribe(os.path.join(SAMPLES, "demo_de.wav"), language_only=True, language="de")
+
     def test_segments_and_subtitles(self):
         en, _ = pcm(os.path.join(SAMPLES, "demo_en.wav"))
         de, _ = pcm(os.path.join(SAMPLES, "demo_de.wav"))

@@ -58,7 +58,7 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
 void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, const WeightMatrix& up, float* h) {
     if (M <= 0) return;
     if (gate.rows != up.rows || gate.cols != up.cols) fail("linear", "linear_swiglu_rows: gate and up differ in shape");
-    const int64_t N = gate.rows, K = gate.cols;
+    [[maybe_unused]] const int64_t N = gate.rows, K = gate.cols; // K: the AMX path
 #ifdef QASR_HAVE_AMX
     const bool fused = M > 1 && gate.fmt == WFormat::Q && up.fmt == WFormat::Q && gate.bits == up.bits &&
                        gate.group_size == up.group_size && gate.group_size % 32 == 0 && K % gate.group_size == 0;

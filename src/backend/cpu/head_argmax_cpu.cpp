@@ -40,9 +40,9 @@ constexpr size_t kMaxCandidates = 4096; // beyond this many (degenerate heads), 
 
 int first_argmax(const float* x, int64_t n) { return int(std::max_element(x, x + n) - x); }
 
-float bf16_round(float f) { return bf16_to_f32(f32_to_bf16(f)); } // as vcvtne2ps2bf16 (nearest even)
+[[maybe_unused]] float bf16_round(float f) { return bf16_to_f32(f32_to_bf16(f)); } // as vcvtne2ps2bf16 (nearest even)
 
-float up(double v) { // v as float, rounded towards +∞ (a bound stays a bound)
+[[maybe_unused]] float up(double v) { // v as float, rounded towards +∞ (a bound stays a bound)
     float f = float(v);
     if (double(f) < v) f = std::nextafter(f, std::numeric_limits<float>::infinity());
     return f;
@@ -123,7 +123,7 @@ std::shared_ptr<const HeadScreen> head_screen(const WeightMatrix& W) {
 
 void head_argmax(const float* h, int64_t n, const WeightMatrix& W, const HeadScreen* screen, int* out) {
     if (n <= 0) return;
-    const int64_t V = W.rows, K = W.cols;
+    [[maybe_unused]] const int64_t V = W.rows, K = W.cols; // K: the AMX path
     if (!screen || int64_t(screen->wnorm.size()) != V) { // the float32 logits themselves
         std::vector<float> logits(size_t(n * V));
         Bf16GemmScope f32(false);

@@ -5,7 +5,10 @@
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#define QASR_X86 1
 #include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -89,13 +92,18 @@ const KernelTable kPortable{Isa::Portable, "portable",        p_q_prep,         
 
 const KernelTable* g_active = nullptr;
 
+#ifdef QASR_X86
 // F16C through CPUID (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
 bool cpu_has_f16c() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
+#endif
 
 bool cpu_has(Isa isa) {
+#ifndef QASR_X86 // other CPUs (ARM, ...): the portable table, which the compiler vectorizes for the target
+    return isa == Isa::Portable;
+#else
     __builtin_cpu_init();
     switch (isa) {
     case Isa::Portable: return true;
@@ -106,6 +114,7 @@ bool cpu_has(Isa isa) {
                __builtin_cpu_supports("fma");
     }
     return false;
+#endif
 }
 
 const KernelTable* table_for(Isa isa) {
