@@ -318,3 +318,45 @@ TEST(Cuda, BatchEngineGivesEveryClientItsTranscript) {
     EXPECT_GE(st.max_batch_seen, 2);
     EXPECT_LE(st.max_batch_seen, 6);
 }
+
+// TranscribeOptions::language_only on the device: the greedy loop runs one step ahead of the host's stop checks, so
+// the step after the language tag may already be queued; the result must still stop at the tag — the language and
+// the first tokens of the full transcription, their probability, an empty text — alone and through the batch engine.
+TEST(Cuda, LanguageOnlyStopsAtTheTagOnTheDevice) {
+    NEED_GPU();
+    const char* env = std::getenv("QASR_DEMO_DIR");
+    const std::string dir = env && *env ? env : std::string(QASR_SOURCE_DIR) + "/models/demo";
+    const std::string clips = dir + "/../../tests/data/demo_testset";
+    if (!std::filesystem::exists(dir + "/tokenizer.json") || !std::filesystem::exists(clips))
+        GTEST_SKIP() << "demo model with tokenizer, or its test clips, not found in " << dir << " (set QASR_DEMO_DIR)";
+    std::vector<std::string> wavs;
+    for (const auto& e : std::filesystem::directory_iterator(clips))
+        if (e.path().extension() == ".wav") wavs.push_back(e.path().string());
+    std::sort(wavs.begin(), wavs.end());
+    LoadOptions lo;
+    lo.device = "cuda";
+    const Transcriber t = Transcriber::load(dir, lo);
+    lo.max_batch = 4;
+    const Transcriber tb = Transcriber::load(dir, lo);
+    TranscribeOptions full, lid;
+    lid.language_only = true;
+    int checked = 0;
+    for (size_t i = 0; i < wavs.size(); i += 7) {
+        const auto f = t.transcribe_file(wavs[i], full);
+        const auto l = t.transcribe_file(wavs[i], lid);
+        EXPECT_EQ(l.language, f.language) << wavs[i];
+        EXPECT_TRUE(l.text.empty()) << wavs[i] << ": " << l.text;
+        ASSERT_GE(l.tokens.size(), 2u) << wavs[i];
+        EXPECT_LE(l.tokens.size(), 5u) << wavs[i];
+        for (size_t k = 0; k < l.tokens.size() && k < f.tokens.size(); ++k)
+            EXPECT_EQ(l.tokens[k].id, f.tokens[k].id) << wavs[i] << " " << k;
+        EXPECT_GT(l.language_probability, 0.5) << wavs[i];
+        EXPECT_NEAR(l.language_probability, f.language_probability, 1e-4) << wavs[i];
+        const auto b = tb.transcribe_file(wavs[i], lid);
+        EXPECT_EQ(b.language, l.language) << wavs[i];
+        EXPECT_EQ(b.tokens.size(), l.tokens.size()) << wavs[i];
+        ++checked;
+    }
+    std::printf("language_only on the device: %d clips\n", checked);
+    EXPECT_GE(checked, 5);
+}
