@@ -265,20 +265,28 @@ TEST(Cuda, BatchedStepTinyHeadsMatchLoneSessionSteps) {
     batched_rows_match_lone_steps("tiny", true); // head_dim 32: the cuBLAS path's row-per-warp attention
 }
 
+// The trained demo model ($QASR_DEMO_DIR, else models/demo) and its held-out clips, sorted; false when either is
+// missing (dir is set for the message).
+static bool demo_model_clips(std::string& dir, std::vector<std::string>& wavs) {
+    const char* env = std::getenv("QASR_DEMO_DIR");
+    dir = env && *env ? env : std::string(QASR_SOURCE_DIR) + "/models/demo";
+    const std::string clips = dir + "/../../tests/data/demo_testset";
+    if (!std::filesystem::exists(dir + "/tokenizer.json") || !std::filesystem::exists(clips)) return false;
+    for (const auto& e : std::filesystem::directory_iterator(clips))
+        if (e.path().extension() == ".wav") wavs.push_back(e.path().string());
+    std::sort(wavs.begin(), wavs.end());
+    return true;
+}
+
 // The batch engine on the device (LoadOptions::max_batch with --device cuda): concurrent clients, each request's
 // encoder and prefill on its own stream and the decode steps batched, get the transcripts the model gives one
 // request at a time (the trained demo model: no near-ties), and sampled requests still run on their own.
 TEST(Cuda, BatchEngineGivesEveryClientItsTranscript) {
     NEED_GPU();
-    const char* env = std::getenv("QASR_DEMO_DIR");
-    const std::string dir = env && *env ? env : std::string(QASR_SOURCE_DIR) + "/models/demo";
-    const std::string clips = dir + "/../../tests/data/demo_testset";
-    if (!std::filesystem::exists(dir + "/tokenizer.json") || !std::filesystem::exists(clips))
-        GTEST_SKIP() << "demo model with tokenizer, or its test clips, not found in " << dir << " (set QASR_DEMO_DIR)";
+    std::string dir;
     std::vector<std::string> wavs;
-    for (const auto& e : std::filesystem::directory_iterator(clips))
-        if (e.path().extension() == ".wav") wavs.push_back(e.path().string());
-    std::sort(wavs.begin(), wavs.end());
+    if (!demo_model_clips(dir, wavs))
+        GTEST_SKIP() << "demo model with tokenizer, or its test clips, not found in " << dir << " (set QASR_DEMO_DIR)";
     wavs.resize(std::min<size_t>(wavs.size(), 24));
     LoadOptions lo;
     lo.device = "cuda";
@@ -324,15 +332,10 @@ TEST(Cuda, BatchEngineGivesEveryClientItsTranscript) {
 // the first tokens of the full transcription, their probability, an empty text — alone and through the batch engine.
 TEST(Cuda, LanguageOnlyStopsAtTheTagOnTheDevice) {
     NEED_GPU();
-    const char* env = std::getenv("QASR_DEMO_DIR");
-    const std::string dir = env && *env ? env : std::string(QASR_SOURCE_DIR) + "/models/demo";
-    const std::string clips = dir + "/../../tests/data/demo_testset";
-    if (!std::filesystem::exists(dir + "/tokenizer.json") || !std::filesystem::exists(clips))
-        GTEST_SKIP() << "demo model with tokenizer, or its test clips, not found in " << dir << " (set QASR_DEMO_DIR)";
+    std::string dir;
     std::vector<std::string> wavs;
-    for (const auto& e : std::filesystem::directory_iterator(clips))
-        if (e.path().extension() == ".wav") wavs.push_back(e.path().string());
-    std::sort(wavs.begin(), wavs.end());
+    if (!demo_model_clips(dir, wavs))
+        GTEST_SKIP() << "demo model with tokenizer, or its test clips, not found in " << dir << " (set QASR_DEMO_DIR)";
     LoadOptions lo;
     lo.device = "cuda";
     const Transcriber t = Transcriber::load(dir, lo);
