@@ -15,6 +15,7 @@ import array
 import ctypes
 import ctypes.util
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
@@ -204,10 +205,13 @@ class Model:
         h = ctypes.c_void_p()
         _check(_lib.qasr_model_load(os.fsencode(model_dir), ctypes.byref(p), ctypes.byref(h)))
         self._h = h
+        self._streams = weakref.WeakSet()
 
     def close(self) -> None:
-        """Frees the model now (streams opened from it must be closed first)."""
-        if getattr(self, "_h", None):
+        """Frees the model now; streams still open on it are closed first."""
+        for st in list(getattr(self, "_streams", ())):
+            st.close()
+        if getattr(self, "_h", None) and _lib is not None:  # (_lib is None while the interpreter shuts down)
             _lib.qasr_model_free(self._h)
             self._h = None
 
@@ -297,6 +301,7 @@ class Stream:
         h = ctypes.c_void_p()
         _check(_lib.qasr_stream_open(model._handle(), ctypes.byref(p), _STREAM_CB(), None, ctypes.byref(h)))
         self._h = h
+        model._streams.add(self)
 
     def _handle(self) -> ctypes.c_void_p:
         if not getattr(self, "_h", None):
@@ -328,7 +333,7 @@ class Stream:
         return Result._take(out)
 
     def close(self) -> None:
-        if getattr(self, "_h", None):
+        if getattr(self, "_h", None) and _lib is not None:
             _lib.qasr_stream_free(self._h)
             self._h = None
 

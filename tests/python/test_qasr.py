@@ -117,6 +117,13 @@ class Bindings(unittest.TestCase):
             st.push(samples)
             st.interrupt()
             self.assertEqual(st.finish().text, self.en)
+        # closing a model closes its open streams first (no use of a freed model)
+        m = qasr.Model(DEMO, threads=2)
+        st = m.open_stream()
+        st.push(samples[:16000])
+        m.close()
+        with self.assertRaises(ValueError):
+            st.push(samples[:1600])
 
     def test_threads_share_a_batched_model(self):
         with qasr.Model(DEMO, threads=2, max_batch=4) as m:
