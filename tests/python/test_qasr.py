@@ -1,5 +1,6 @@
 """The Python bindings (bindings/python/qasr.py) on the demo model, through the built libqasr.so.
-    QASR_LIBRARY=build/src/libqasr.so python3 tests/python/test_qasr.py      (ctest python.bindings; 77 = skipped)"""
+    QASR_LIBRARY=build/src/libqasr.so python3 tests/python/test_qasr.py      (ctest e2e.python; 77 = skipped)
+QASR_TEST_DEVICE=cuda runs the models on the GPU (a CUDA build's library)."""
 import array
 import os
 import re
@@ -11,6 +12,7 @@ import wave
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "models", "demo")
 SAMPLES = os.path.join(ROOT, "samples")
+DEVICE = os.environ.get("QASR_TEST_DEVICE") or None
 
 
 def pcm(path):
@@ -29,7 +31,7 @@ def expected(name):
 class Bindings(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.model = qasr.Model(DEMO, threads=2)
+        cls.model = qasr.Model(DEMO, threads=2, device=DEVICE)
         cls.en, cls.de = expected("demo_en"), expected("demo_de")
 
     @classmethod
@@ -97,7 +99,7 @@ class Bindings(unittest.TestCase):
         self.assertEqual(e.exception.status, "invalid argument")
         with self.assertRaises(qasr.Error):
             self.model.transcribe(array.array("f", [0.0, float("nan")] * 4000))
-        closed = qasr.Model(DEMO)
+        closed = qasr.Model(DEMO, device=DEVICE)
         closed.close()
         with self.assertRaises(ValueError):
             closed.transcribe(os.path.join(SAMPLES, "demo_en.wav"))
@@ -118,7 +120,7 @@ class Bindings(unittest.TestCase):
             st.interrupt()
             self.assertEqual(st.finish().text, self.en)
         # closing a model closes its open streams first (no use of a freed model)
-        m = qasr.Model(DEMO, threads=2)
+        m = qasr.Model(DEMO, threads=2, device=DEVICE)
         st = m.open_stream()
         st.push(samples[:16000])
         m.close()
@@ -126,7 +128,7 @@ class Bindings(unittest.TestCase):
             st.push(samples[:1600])
 
     def test_threads_share_a_batched_model(self):
-        with qasr.Model(DEMO, threads=2, max_batch=4) as m:
+        with qasr.Model(DEMO, threads=2, max_batch=4, device=DEVICE) as m:
             paths = [os.path.join(SAMPLES, n + ".wav") for n in ("demo_en", "demo_de") * 3]
             got = [None] * len(paths)
 
