@@ -5,7 +5,8 @@
     r = model.transcribe("samples/demo_en.wav")       # a path, an encoded file's bytes, or 16 kHz mono floats
     print(r.text, r.language, r.rtf)
 
-The library is $QASR_LIBRARY if set, else libqasr.so from the system's library path (after `cmake --install`).
+The library is $QASR_LIBRARY if set, else libqasr.so beside this file, in the source tree's build/src (after
+scripts/build.sh), or installed (`cmake --install`).
 Calls release the GIL: threads may transcribe on one Model at once (with max_batch > 1 their steps decode together).
 Failures raise qasr.Error (its .status names the C status: "model", "audio", "invalid argument", ...).
 """
@@ -61,11 +62,25 @@ class _StreamEvent(ctypes.Structure):
 _STREAM_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_StreamEvent))
 
 
+def _find_library() -> Optional[str]:
+    """$QASR_LIBRARY; libqasr.so beside this file; the source tree's build/src (scripts/build.sh); the system's."""
+    if os.environ.get("QASR_LIBRARY"):
+        return os.environ["QASR_LIBRARY"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(here, "libqasr.so"), os.path.join(here, "..", "..", "build", "src", "libqasr.so")):
+        if os.path.exists(cand):
+            return cand
+    for d in ("/usr/local/lib", "/usr/local/lib64"):  # `cmake --install` without ldconfig afterwards
+        if os.path.exists(os.path.join(d, "libqasr.so")):
+            return os.path.join(d, "libqasr.so")
+    return ctypes.util.find_library("qasr")
+
+
 def _load_library() -> ctypes.CDLL:
-    path = os.environ.get("QASR_LIBRARY") or ctypes.util.find_library("qasr")
+    path = _find_library()
     if not path:
-        raise ImportError("libqasr.so not found: set QASR_LIBRARY to its path (build/src/libqasr.so, or install qasr "
-                          "with `cmake --install`)")
+        raise ImportError("libqasr.so not found: set QASR_LIBRARY to its path (build/src/libqasr.so after "
+                          "scripts/build.sh), or install qasr with `cmake --install`")
     lib = ctypes.CDLL(path)
     P, c = ctypes.c_void_p, ctypes
     sigs = {
