@@ -137,6 +137,21 @@ int main(void) {
     CHECK(r && qasr_result_n_segments(r) == 1 && want && strcmp(qasr_result_text(r), want) == 0);
     CHECK(live == 1);
     qasr_result_free(r);
+    /* language identification only: the language and its probability, an empty text, a few tokens */
+    tp = qasr_default_transcribe_params();
+    CHECK(tp.language_only == 0);
+    tp.language_only = 1;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
+    CHECK(r && strcmp(qasr_result_language(r), "English") == 0 && strcmp(qasr_result_text(r), "") == 0);
+    CHECK(r && qasr_result_n_tokens(r) >= 2 && qasr_result_n_tokens(r) <= 5);
+    CHECK(r && qasr_result_language_probability(r) > 0.5 && qasr_result_language_probability(r) <= 1.0);
+    qasr_result_free(r);
+    tp.language = "en"; /* a forced language leaves nothing to detect */
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_ERR_INVALID_ARGUMENT && r == NULL);
+    CHECK(qasr_result_language_probability(NULL) == 0.0);
+    /* version and system information */
+    CHECK(strlen(qasr_version()) >= 5 && strncmp(qasr_system_info(), "qasr ", 5) == 0);
+    CHECK(strstr(qasr_system_info(), qasr_version()) != NULL && strstr(qasr_system_info(), "\ncpu: ") != NULL);
 
     float nan_pcm[1000] = {0};
     nan_pcm[500] = NAN; /* not a number: an audio error, no result */
