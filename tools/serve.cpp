@@ -16,6 +16,7 @@
 #include "api/transcriber_impl.hpp"
 #include "audio/audio.hpp"
 #include "core/error.hpp"
+#include "qasr/qasr.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -95,6 +96,7 @@ public:
             j["status"] = "ok";
             j["model"] = o_.model_name;
             j["device"] = o_.device;
+            j["version"] = qasr_version();
             res.set_content(j.dump() + "\n", "application/json");
         });
         svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

@@ -38,6 +38,7 @@ export LD_LIBRARY_PATH=$(dirname "$so")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 ver=$(pkg-config --modversion qasr)
 usage=$("$tmp/transcribe" 2>&1 || true)
 grep -qF "(qasr $ver)" <<< "$usage" || { echo "FAIL: qasr_version() is not the .pc's $ver"; exit 1; }
+"$p/bin/qasr" version | head -1 | grep -qF "qasr $ver" || { echo "FAIL: the installed CLI is not qasr $ver"; exit 1; }
 check "C program (pkg-config)" "$("$tmp/transcribe" "$demo" "$src/samples/demo_en.wav" 2> "$tmp/err")"
 grep -q "^language English" "$tmp/err" || { echo "FAIL: no language line"; cat "$tmp/err"; exit 1; }
 set +e

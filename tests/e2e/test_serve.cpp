@@ -296,6 +296,7 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
     EXPECT_EQ(json::parse(r->body)["status"], "ok");
+    EXPECT_EQ(json::parse(r->body)["version"].get<std::string>().rfind("0.", 0), 0u) << r->body;
     EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin")) << "no CORS unless --cors";
     r = c.Get("/v1/models");
     ASSERT_TRUE(r);
