@@ -209,8 +209,34 @@ def _floats(samples) -> Tuple[object, object, int]:
     return a, ctypes.cast(ctypes.c_void_p(ptr), ctypes.POINTER(ctypes.c_float)), n
 
 
-class Model:
+class _Owned:
+    """A libqasr handle freed by close(), on leaving a `with` block or when collected; use after close() raises."""
+    _free_name = ""  # the C function that frees the handle
+    _what = ""
+
+    def _handle(self) -> ctypes.c_void_p:
+        if not getattr(self, "_h", None):
+            raise ValueError("the %s is closed" % self._what)
+        return self._h
+
+    def close(self) -> None:
+        if getattr(self, "_h", None) and _lib is not None:  # (_lib is None while the interpreter shuts down)
+            getattr(_lib, self._free_name)(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class Model(_Owned):
     """A loaded Qwen3-ASR model (immutable; any number of threads and streams may use it at once)."""
+    _free_name, _what = "qasr_model_free", "model"
 
     def __init__(self, model_dir: Union[str, os.PathLike], *, threads: int = 0, warmup: bool = False,
                  device: Optional[str] = None, max_batch: int = 1, compute: Optional[str] = None):
@@ -226,23 +252,7 @@ class Model:
         """Frees the model now; streams still open on it are closed first."""
         for st in list(getattr(self, "_streams", ())):
             st.close()
-        if getattr(self, "_h", None) and _lib is not None:  # (_lib is None while the interpreter shuts down)
-            _lib.qasr_model_free(self._h)
-            self._h = None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-    def _handle(self) -> ctypes.c_void_p:
-        if not getattr(self, "_h", None):
-            raise ValueError("the model is closed")
-        return self._h
+        super().close()
 
     def transcribe(self, audio: Audio, *, language: Optional[str] = None, context: Optional[str] = None,
                    max_new_tokens: int = 0, ignore_eos: bool = False, temperature: float = 0.0,
@@ -275,8 +285,7 @@ class Model:
             status = _lib.qasr_transcribe_memory(h, buf, len(buf), ctypes.byref(p), ctypes.byref(out))
         else:
             keep, ptr, n = _floats(audio)
-            status = _lib.qasr_transcribe_pcm(h, ptr, n, ctypes.byref(p), ctypes.byref(out))
-            del keep
+            status = _lib.qasr_transcribe_pcm(h, ptr, n, ctypes.byref(p), ctypes.byref(out))  # keep: alive to here
         if raised:
             if status == 0:
                 _lib.qasr_result_free(out)
@@ -303,10 +312,11 @@ class StreamEvent:
         return self.stable + self.unstable
 
 
-class Stream:
+class Stream(_Owned):
     """Live transcription (Model.open_stream): push() 16 kHz mono floats or push_s16le() raw PCM bytes, events()
     for the partial texts so far, finish() for the final Result. interrupt() (thread-safe) stops a step in
     progress (push-to-talk: on key release)."""
+    _free_name, _what = "qasr_stream_free", "stream"
 
     def __init__(self, model: Model, language, context, chunk_seconds, exact_final, itn):
         p = _lib.qasr_default_stream_params()
@@ -318,15 +328,10 @@ class Stream:
         self._h = h
         model._streams.add(self)
 
-    def _handle(self) -> ctypes.c_void_p:
-        if not getattr(self, "_h", None):
-            raise ValueError("the stream is closed")
-        return self._h
 
     def push(self, samples) -> None:
         keep, ptr, n = _floats(samples)
-        _check(_lib.qasr_stream_push(self._handle(), ptr, n))
-        del keep
+        _check(_lib.qasr_stream_push(self._handle(), ptr, n))  # keep: alive to here
 
     def push_s16le(self, data: bytes) -> None:
         data = bytes(data)
@@ -347,16 +352,3 @@ class Stream:
         _check(_lib.qasr_stream_finish(self._handle(), ctypes.byref(out)))
         return Result._take(out)
 
-    def close(self) -> None:
-        if getattr(self, "_h", None) and _lib is not None:
-            _lib.qasr_stream_free(self._h)
-            self._h = None
-
-    def __enter__(self) -> "Stream":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        self.close()
