@@ -101,7 +101,7 @@ int dev_logits(int argc, char** argv) {
 } // namespace
 
 int cmd_dev(int argc, char** argv) {
-    const char* help = "usage: qasr dev make-random --preset tiny|0.6b|1.7b [--layout hf|original] [--seed N]\n"
+    const char* help = "usage: qasr dev make-random --preset tiny|0.6b|1.7b|aligner-tiny|aligner-0.6b [--layout hf|original] [--seed N]\n"
                        "                            [--tokenizer DIR] OUT_DIR\n"
                        "       qasr dev logits -m DIR [--device D] [--steps N] AUDIO   (prefill argmax + forced greedy, JSON)\n";
     if (argc < 3 || std::string(argv[2]) == "-h" || std::string(argv[2]) == "--help") {

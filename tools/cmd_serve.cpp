@@ -21,6 +21,7 @@
 #include <thread>
 #include <cstdlib>
 #include <stdexcept>
+#include <memory>
 #include <string>
 
 namespace qasr::cli {
@@ -80,6 +81,8 @@ options:
   --cors ORIGIN            allow browser pages from ORIGIN ("*": any) to call the server (CORS headers, preflights)
   --language L             default language for requests without one (default: detect)
   --context TEXT           default context
+  --aligner DIR            a Qwen3-ForcedAligner checkpoint: requests may ask for word timestamps
+                           (response_format=verbose_json, timestamp_granularities[]=word → "words")
   --no-itn                 no inverse text normalization unless a request asks for it (itn=true)
   --no-warmup              skip the warm-up transcription after loading
   -q, --quiet              no per-request log lines
@@ -142,7 +145,7 @@ private:
 
 int cmd_serve(int argc, char** argv) {
     Args a(argc, argv, 2);
-    std::string model, v;
+    std::string model, aligner_dir, v;
     ServeOptions o;
     LoadOptions lo;
     int parallel = 0;
@@ -180,6 +183,7 @@ int cmd_serve(int argc, char** argv) {
         } else if (a.option("--cors", o.cors_origin)) {
         } else if (a.option("--language", v)) {
             o.defaults.language = canonical_language(v);
+        } else if (a.option("--aligner", aligner_dir)) {
         } else if (a.option("--context", o.defaults.context)) {
         } else if (a.flag("--no-itn")) {
             o.defaults.itn = false;
@@ -207,6 +211,14 @@ int cmd_serve(int argc, char** argv) {
     if (const auto p = o.model_name.find_last_of('/'); p != std::string::npos) o.model_name = o.model_name.substr(p + 1);
     SignalWatcher sig;
     const Transcriber t = warm ? Transcriber::load_with_warmup(model, lo) : Transcriber::load(model, lo);
+    std::unique_ptr<Aligner> aligner;
+    if (!aligner_dir.empty()) {
+        LoadOptions al = lo;
+        al.max_batch = 1;
+        aligner = std::make_unique<Aligner>(Aligner::load(aligner_dir, al));
+        o.aligner = aligner.get();
+        std::fprintf(stderr, "qasr serve: word timestamps from %s\n", aligner->model_summary().c_str());
+    }
     std::fprintf(stderr, "qasr serve: %s on %s, %d at once%s, %d may wait\n", t.model_summary().c_str(),
                  o.device.c_str(), o.parallel, lo.max_batch > 1 ? (", decoding together up to " + std::to_string(lo.max_batch)).c_str() : "",
                  o.max_queue);

@@ -16,6 +16,7 @@
 #include <iostream>
 #include <set>
 #include <iterator>
+#include <memory>
 
 namespace qasr::cli {
 namespace {
@@ -39,6 +40,10 @@ options:
   --segment-seconds S      cut the audio at pauses into pieces of at most S seconds (2..1200), each
                            transcribed on its own, for segment timestamps; text output then prints
                            "[00:00:01.230 --> 00:00:04.560]  text" lines (default 0: the audio whole)
+  --aligner DIR            word timestamps from a Qwen3-ForcedAligner checkpoint: each segment's text is
+                           aligned to its audio; text output then prints a "[start --> end]  word" line per
+                           word, json adds "words" [{"word", "start", "end"}] (srt/vtt keep segment cues);
+                           pieces are then at most 180 s long
   --line-width N           subtitle lines of at most N columns (default 42; 0: a cue on one line)
   -o, --output-dir DIR     write each transcript to DIR/NAME.txt|json|srt|vtt (NAME: the input's file
                            name without its extension; "stdin" for "-") instead of standard output
@@ -78,6 +83,7 @@ nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
             {"raw_text", r.raw_text},
             {"finish_reason", finish_reason_name(r.finish)},
             {"segments", segs},
+            {"words", words_json(r.words)},
             {"tokens", toks},
             {"n_prompt_tokens", r.n_prompt_tokens},
             {"n_audio_tokens", r.n_audio_tokens},
@@ -89,7 +95,7 @@ nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
 }
 
 std::string render(const std::string& file, const TranscriptionResult& r, const std::string& format, bool raw,
-                   bool timestamps, int line_width, bool language_only) {
+                   bool timestamps, int line_width, bool language_only, bool words) {
     if (format == "json") return to_json(file, r).dump() + "\n";
     if (language_only) {
         char p[32];
@@ -99,6 +105,7 @@ std::string render(const std::string& file, const TranscriptionResult& r, const 
     if (format == "srt") return to_srt(r.segments, 1, line_width);
     if (format == "vtt") return to_vtt(r.segments, true, line_width);
     if (raw) return r.raw_text + "\n";
+    if (words) return to_timestamped_text(word_segments(r.words));
     return timestamps ? to_timestamped_text(r.segments) : r.text + "\n";
 }
 
@@ -119,7 +126,7 @@ std::string output_path(const std::string& dir, const std::string& input, const 
 
 int cmd_transcribe(int argc, char** argv) {
     Args a(argc, argv, 2);
-    std::string model, format = "text", out_dir, v;
+    std::string model, format = "text", out_dir, aligner_dir, v;
     double segment_seconds = -1; // -1: 10 for subtitles, else 0
     int line_width = 42;
     std::vector<std::string> files;
@@ -141,6 +148,7 @@ int cmd_transcribe(int argc, char** argv) {
             segment_seconds = to_double("--segment-seconds", v, 0.0, 1200.0);
             if (segment_seconds != 0 && segment_seconds < 2)
                 throw std::invalid_argument("--segment-seconds must be 0 (off) or between 2 and 1200");
+        } else if (a.option("--aligner", aligner_dir)) {
         } else if (a.option("--line-width", v)) {
             line_width = int(to_long("--line-width", v, 0, 10000));
         } else if (a.option("-o", out_dir) || a.option("--output-dir", out_dir)) {
@@ -191,6 +199,9 @@ int cmd_transcribe(int argc, char** argv) {
     if (o.language_only && (subtitles || !o.language.empty() || segment_seconds > 0))
         throw std::invalid_argument("--detect-language cannot be combined with --language, --segment-seconds or "
                                     "--format srt|vtt");
+    if (!aligner_dir.empty() && o.language_only)
+        throw std::invalid_argument("--aligner times the words of a transcript; --detect-language writes none");
+    if (!aligner_dir.empty()) o.max_piece_seconds = 180; // the reference aligner's limit per call
     o.segment_seconds = segment_seconds >= 0 ? segment_seconds : subtitles ? 10.0 : 0.0;
     if (subtitles && files.size() > 1 && out_dir.empty())
         throw std::invalid_argument("several inputs with --format " + format + " need --output-dir DIR (one file each)");
@@ -201,11 +212,18 @@ int cmd_transcribe(int argc, char** argv) {
     // faults) for a request that is not made, before paying them again in part for the real one.
     const bool do_warm = warm < 0 ? files.size() > 1 : warm == 1;
     Transcriber t = do_warm ? Transcriber::load_with_warmup(model, lo) : Transcriber::load(model, lo);
+    std::unique_ptr<Aligner> aligner;
+    if (!aligner_dir.empty()) {
+        LoadOptions al = lo;
+        al.max_batch = 1;
+        aligner = std::make_unique<Aligner>(Aligner::load(aligner_dir, al));
+    }
     // Several inputs with --batch N: N files at once, their decode steps batched, the outputs in input order.
     const int parallel = files.size() > 1 ? lo.max_batch : 1;
     // Subtitles and timestamped lines on standard output: each segment as soon as its piece is transcribed (one
     // file at a time)
-    const bool live = out_dir.empty() && !raw && parallel == 1 && (subtitles || (format == "text" && o.segment_seconds > 0));
+    const bool live = out_dir.empty() && !raw && parallel == 1 &&
+                      (subtitles || (format == "text" && o.segment_seconds > 0 && !aligner));
     int cues = 0;
     if (live) {
         o.on_segment = [&](const Segment& s) {
@@ -226,13 +244,22 @@ int cmd_transcribe(int argc, char** argv) {
                 cues = 0;
                 if (format == "vtt") std::cout << "WEBVTT\n" << std::flush;
             }
-            if (files[i] != "-") return t.transcribe_file(files[i], o);
-            std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-            return t.transcribe(pcm_s16le_to_float(bytes.data(), bytes.size()), o);
+            if (files[i] != "-" && !aligner) return t.transcribe_file(files[i], o);
+            std::vector<float> samples;
+            if (files[i] != "-") {
+                samples = load_audio_file(files[i]);
+            } else {
+                std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+                samples = pcm_s16le_to_float(bytes.data(), bytes.size());
+            }
+            TranscriptionResult r = t.transcribe(samples, o);
+            if (aligner) aligner->add_words(samples, r);
+            return r;
         },
         [&](TranscriptionResult& r) {
             const std::string& f = files[done++];
-            const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0, line_width, o.language_only);
+            const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0, line_width, o.language_only,
+                                                     aligner != nullptr);
             if (!live && out_dir.empty()) {
                 std::cout << text;
                 std::cout.flush();

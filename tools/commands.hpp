@@ -1,5 +1,10 @@
 // Subcommands of the qasr CLI. Each returns the process exit code; errors are thrown and reported by main.
 #pragma once
+#include "qasr/qasr.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
 
 namespace qasr::cli {
 
@@ -9,6 +14,12 @@ int cmd_quantize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_stream(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_align(int argc, char** argv);
+
+// Word timestamps for output (cmd_align.cpp): one Segment per word (subtitle cues, timestamped lines), JSON objects
+// {"word", "start", "end"}.
+std::vector<Segment> word_segments(const std::vector<AlignedWord>& words);
+nlohmann::json words_json(const std::vector<AlignedWord>& words);
 
 // -v / --verbose: diagnostics from Info up (load and warm-up stage times) on stderr.
 void log_verbose();

@@ -20,6 +20,7 @@ const char* kUsage = R"(usage: qasr COMMAND [options]
 
 commands:
   transcribe   transcribe audio files            (qasr transcribe --help)
+  align        word timestamps of a known transcript (forced aligner) (qasr align --help)
   stream       live transcription from stdin or a replayed file (qasr stream --help)
   serve        HTTP server: OpenAI-compatible transcription API (qasr serve --help)
   itn          inverse text normalization of stdin lines (qasr itn --help)
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
             return 0;
         }
         if (cmd == "transcribe") return qasr::cli::cmd_transcribe(argc, argv);
+        if (cmd == "align") return qasr::cli::cmd_align(argc, argv);
         if (cmd == "dev") return qasr::cli::cmd_dev(argc, argv);
         if (cmd == "quantize") return qasr::cli::cmd_quantize(argc, argv);
         if (cmd == "bench") return qasr::cli::cmd_bench(argc, argv);

@@ -148,6 +148,9 @@ private:
         const std::string err = guarded(res, [&] {
             const Upload u = read_upload(req);
             const Fields r = parse_fields(u.fields, o_.defaults);
+            if (r.words && !o_.aligner)
+                throw HttpError(400, "word timestamps need a forced aligner: start the server with --aligner DIR "
+                                     "(Qwen3-ForcedAligner); timestamp_granularities[]=segment works without");
             const AdmissionSlot slot(adm_, o_.parallel, o_.max_queue);
             std::vector<float> pcm;
             try {
@@ -160,7 +163,8 @@ private:
             }
             const double decode_ms =
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            const TranscriptionResult tr = t_.transcribe(pcm, r.opts);
+            TranscriptionResult tr = t_.transcribe(pcm, r.opts);
+            if (r.words) o_.aligner->add_words(pcm, tr);
             respond(res, tr, r.format, r.opts.language_only);
             char b[200];
             std::snprintf(b, sizeof b, "%.2f s audio (decoded in %.1f ms), %s, %zu tokens, transcribed in %.1f ms (RTF %.4f)",

@@ -25,6 +25,7 @@ struct ServeOptions {
     std::string model_name;          // the id /v1/models reports
     std::string device;              // for /health
     bool log_requests = true;        // one line per request on stderr
+    const Aligner* aligner = nullptr; // --aligner: word timestamps (timestamp_granularities[]=word)
 };
 
 // Stops a running server from another thread (the signal watcher). stop() may be called again and again; a call

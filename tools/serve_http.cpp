@@ -152,23 +152,23 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
         else if (*v == "vtt") r.format = Format::Vtt;
         else throw HttpError(400, "response_format must be json, text, verbose_json, srt or vtt, got '" + *v + "'");
     }
-    // OpenAI's timestamp_granularities[] (with verbose_json): "segment" segments the audio as srt/vtt do; there are
-    // no word timestamps (Qwen3-ASR writes none, and qasr has no forced aligner)
+    // OpenAI's timestamp_granularities[] (with verbose_json): "segment" segments the audio as srt/vtt do; "word"
+    // asks for word timestamps, which the server's forced aligner (qasr serve --aligner) adds
     bool granular = false;
     for (const char* k : {"timestamp_granularities[]", "timestamp_granularities"}) {
         const auto* v = get(k);
         if (!v) continue;
         std::stringstream ss(*v);
         for (std::string g; std::getline(ss, g, ',');) {
-            if (g == "word")
-                throw HttpError(400, "word timestamps are not available (Qwen3-ASR writes none and qasr has no forced "
-                                     "aligner): ask for timestamp_granularities[]=segment");
-            if (g != "segment") throw HttpError(400, "timestamp_granularities must be segment, got '" + g + "'");
+            if (g == "word") r.words = true;
+            else if (g != "segment")
+                throw HttpError(400, "timestamp_granularities must be segment or word, got '" + g + "'");
             granular = true;
         }
     }
     if (granular && r.format != Format::VerboseJson)
         throw HttpError(400, "timestamp_granularities needs response_format verbose_json");
+    if (r.words) r.opts.max_piece_seconds = 180; // the reference aligner's limit per call
     if (const auto* v = get("segment_seconds")) {
         r.opts.segment_seconds = to_number("segment_seconds", *v, 0, 1200);
         if (r.opts.segment_seconds != 0 && r.opts.segment_seconds < 2)
@@ -246,6 +246,11 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f, boo
              {"timings_ms",
               {{"mel", r.timings.mel_ms}, {"encode", r.timings.encode_ms}, {"prefill", r.timings.prefill_ms},
                {"decode", r.timings.decode_ms}}}};
+        if (!r.words.empty()) { // OpenAI's word objects
+            json w = json::array();
+            for (const AlignedWord& x : r.words) w.push_back({{"word", x.text}, {"start", x.start}, {"end", x.end}});
+            j["words"] = w;
+        }
     }
     res.set_content(j.dump() + "\n", "application/json");
 }

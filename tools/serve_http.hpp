@@ -66,6 +66,7 @@ enum class Format { Json, Text, VerboseJson, Srt, Vtt };
 struct Fields {
     TranscribeOptions opts;
     Format format = Format::Json;
+    bool words = false; // timestamp_granularities[] has "word": the server's aligner times the transcript's words
 };
 // OpenAI's fields (language, prompt, response_format, temperature) and qasr's (itn, max_new_tokens, top_p, seed,
 // ignore_eos, context, segment_seconds, language_only); unknown fields are ignored (e.g. `model`). response_format srt and vtt

@@ -111,7 +111,15 @@ def _load_library() -> ctypes.CDLL:
         "qasr_result_segment_end": (c.c_double, [P, c.c_size_t]),
         "qasr_result_segment_text": (c.c_char_p, [P, c.c_size_t]),
         "qasr_result_subtitles": (c.c_char_p, [P, c.c_char_p]),
+        "qasr_result_n_words": (c.c_size_t, [P]),
+        "qasr_result_word_start": (c.c_double, [P, c.c_size_t]),
+        "qasr_result_word_end": (c.c_double, [P, c.c_size_t]),
+        "qasr_result_word_text": (c.c_char_p, [P, c.c_size_t]),
         "qasr_result_free": (None, [P]),
+        "qasr_aligner_load": (c.c_int, [c.c_char_p, c.POINTER(_LoadParams), c.POINTER(P)]),
+        "qasr_aligner_free": (None, [P]),
+        "qasr_align_file": (c.c_int, [P, c.c_char_p, c.c_char_p, c.POINTER(P)]),
+        "qasr_align_pcm": (c.c_int, [P, c.POINTER(c.c_float), c.c_size_t, c.c_char_p, c.POINTER(P)]),
         "qasr_stream_open": (c.c_int, [P, c.POINTER(_StreamParams), _STREAM_CB, P, c.POINTER(P)]),
         "qasr_stream_push": (c.c_int, [P, c.POINTER(c.c_float), c.c_size_t]),
         "qasr_stream_push_s16le": (c.c_int, [P, c.c_char_p, c.c_size_t]),
@@ -160,6 +168,13 @@ class Segment:
 
 
 @dataclass
+class Word:
+    text: str  # as the aligner saw it: punctuation removed, a CJK character on its own
+    start: float  # seconds
+    end: float
+
+
+@dataclass
 class Result:
     text: str
     language: str
@@ -172,6 +187,7 @@ class Result:
     srt: str = ""  # the segments as SubRip / WebVTT subtitles (with segment_seconds)
     vtt: str = ""
     language_probability: float = 0.0  # the model's probability of its language tag (0: forced or none)
+    words: List[Word] = field(default_factory=list)  # word timestamps (Aligner.align)
 
     @staticmethod
     def _take(h: ctypes.c_void_p) -> "Result":
@@ -187,7 +203,9 @@ class Result:
                                   _text(_lib.qasr_result_segment_text(h, i))) for i in range(m)],
                 srt=_text(_lib.qasr_result_subtitles(h, b"srt")) if m else "",
                 vtt=_text(_lib.qasr_result_subtitles(h, b"vtt")) if m else "",
-                language_probability=_lib.qasr_result_language_probability(h))
+                language_probability=_lib.qasr_result_language_probability(h),
+                words=[Word(_text(_lib.qasr_result_word_text(h, i)), _lib.qasr_result_word_start(h, i),
+                            _lib.qasr_result_word_end(h, i)) for i in range(_lib.qasr_result_n_words(h))])
         finally:
             _lib.qasr_result_free(h)
 
@@ -352,3 +370,29 @@ class Stream(_Owned):
         _check(_lib.qasr_stream_finish(self._handle(), ctypes.byref(out)))
         return Result._take(out)
 
+
+
+class Aligner(_Owned):
+    """A Qwen3-ForcedAligner checkpoint: the time of every word of a known transcript (word timestamps)."""
+    _free_name, _what = "qasr_aligner_free", "aligner"
+
+    def __init__(self, model_dir: Union[str, os.PathLike], *, threads: int = 0, device: Optional[str] = None,
+                 compute: Optional[str] = None):
+        p = _lib.qasr_default_load_params()
+        p.n_threads, p.device, p.compute = threads, _bytes(device), _bytes(compute)
+        h = ctypes.c_void_p()
+        _check(_lib.qasr_aligner_load(os.fsencode(model_dir), ctypes.byref(p), ctypes.byref(h)))
+        self._h = h
+
+    def align(self, audio: Union[str, os.PathLike, Sequence[float]], text: str) -> Result:
+        """The words of `text` with their times in `audio` (a file path or 16 kHz mono float samples): r.words."""
+        h = self._handle()
+        out = ctypes.c_void_p()
+        t = text.encode("utf-8")
+        if isinstance(audio, (str, os.PathLike)):
+            status = _lib.qasr_align_file(h, os.fsencode(audio), t, ctypes.byref(out))
+        else:
+            keep, ptr, n = _floats(audio)
+            status = _lib.qasr_align_pcm(h, ptr, n, t, ctypes.byref(out))  # keep: alive to here
+        _check(status)
+        return Result._take(out)

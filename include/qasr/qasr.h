@@ -89,7 +89,23 @@ double qasr_result_segment_end(const qasr_result* r, size_t i);
 const char* qasr_result_segment_text(const qasr_result* r, size_t i);
 /* The result as SubRip ("srt") or WebVTT ("vtt") subtitles; NULL for another format. Valid until qasr_result_free. */
 const char* qasr_result_subtitles(qasr_result* r, const char* format);
+/* Word timestamps (qasr::AlignedWord), from a forced aligner: qasr_align_* or qasr_result_add_words. */
+size_t qasr_result_n_words(const qasr_result* r);
+double qasr_result_word_start(const qasr_result* r, size_t i);
+double qasr_result_word_end(const qasr_result* r, size_t i);
+const char* qasr_result_word_text(const qasr_result* r, size_t i);
 void qasr_result_free(qasr_result* r);
+
+/* Forced alignment (qasr::Aligner): a Qwen3-ForcedAligner checkpoint times the words of a known text. Its results
+ * are qasr_result handles whose words are filled (text: the given text; no tokens or segments). */
+typedef struct qasr_aligner qasr_aligner;
+qasr_status qasr_aligner_load(const char* model_dir, const qasr_load_params* params, qasr_aligner** out);
+void qasr_aligner_free(qasr_aligner* aligner);
+qasr_status qasr_align_pcm(const qasr_aligner* aligner, const float* samples, size_t n_samples, const char* text,
+                           qasr_result** out);
+qasr_status qasr_align_file(const qasr_aligner* aligner, const char* path, const char* text, qasr_result** out);
+/* The words of a transcription result r of these samples, segment by segment (qasr::Aligner::add_words). */
+qasr_status qasr_result_add_words(const qasr_aligner* aligner, const float* samples, size_t n_samples, qasr_result* r);
 
 /* Streaming (live dictation). Events arrive through the optional callback (called inside push/finish, on the
  * pushing thread) and through qasr_stream_next_event (polling). */

@@ -90,6 +90,12 @@ struct Timings {
     double total_ms() const { return mel_ms + encode_ms + prefill_ms + decode_ms; }
 };
 
+// A word of a transcript with its time in the audio, from the forced aligner (Aligner).
+struct AlignedWord {
+    std::string text;          // the word as the aligner saw it: punctuation removed, a CJK character on its own
+    double start = 0, end = 0; // seconds (whole milliseconds)
+};
+
 struct TranscriptionResult {
     std::string text;      // parsed, repetition-fixed, ITN applied (unless disabled)
     std::string language;  // detected or forced language name; "" when none
@@ -106,6 +112,7 @@ struct TranscriptionResult {
     // its <asr_text> ("language", " English"); 0 where it wrote none (a forced language, an empty result). A file of
     // several pieces: the lowest of its pieces'.
     double language_probability = 0;
+    std::vector<AlignedWord> words; // word timestamps: empty unless an Aligner added them (Aligner::add_words)
 };
 
 // Live transcription (see Stream below).
@@ -160,6 +167,50 @@ std::string summary_line(const TranscriptionResult& r);
 enum class LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3 };
 using LogSink = std::function<void(LogLevel, const std::string&)>;
 void set_log_sink(LogSink sink);
+
+struct AlignOptions {
+    size_t min_samples = 8000; // zero-pad shorter audio (as TranscribeOptions::min_samples)
+};
+
+struct Alignment {
+    std::vector<AlignedWord> words; // in text order; times non-decreasing
+    std::vector<int> classes;       // the aligner's raw class per <timestamp> (start₀, end₀, start₁, …), unrepaired
+    int n_tokens = 0;               // the aligner's input length (audio rows + words + timestamp markers)
+    double audio_seconds = 0;
+    double rtf = 0;
+    Timings timings; // mel, encode, prefill (the aligner's one pass); load_ms
+};
+
+// Word timestamps with Qwen3-ForcedAligner: given audio and its transcript, the time of every word. A forced
+// aligner does not transcribe; pair it with a Transcriber (add_words) or give it a known text (align).
+//
+//   auto al = qasr::Aligner::load("models/Qwen3-ForcedAligner-0.6B");
+//   for (auto& w : al.align_file("a.wav", "Hello world.").words) std::cout << w.text << " " << w.start << "\n";
+//
+// Words: whitespace-separated runs of letters, digits and apostrophes; every CJK character is a word of its own;
+// other characters are dropped. One call aligns at most the classes' span (5000 × 80 ms = 400 s; the reference
+// toolkit uses ≤ 180 s). Thread-safe like Transcriber.
+class Aligner {
+public:
+    static Aligner load(const std::string& model_dir, const LoadOptions& opts = {}); // threads, device, compute
+    Alignment align(const std::vector<float>& samples, const std::string& text, const AlignOptions& opts = {}) const;
+    Alignment align_file(const std::string& path, const std::string& text, const AlignOptions& opts = {}) const;
+    // Fills r.words: each segment's text aligned with its stretch of `samples` (the samples r was transcribed from),
+    // times in the whole audio. A segment longer than the aligner's span is an error (transcribe with
+    // TranscribeOptions::max_piece_seconds ≤ 180 or segment_seconds).
+    void add_words(const std::vector<float>& samples, TranscriptionResult& r, const AlignOptions& opts = {}) const;
+    double load_ms() const;
+    std::string model_summary() const;
+
+    Aligner(Aligner&&) noexcept;
+    Aligner& operator=(Aligner&&) noexcept;
+    ~Aligner();
+    struct Impl;
+
+private:
+    explicit Aligner(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
 
 class StreamSession;
 class Transcriber;

@@ -16,6 +16,9 @@ struct qasr_result {
     qasr::TranscriptionResult r;
     std::string subtitles; // qasr_result_subtitles' last answer
 };
+struct qasr_aligner {
+    qasr::Aligner a;
+};
 struct qasr_stream {
     qasr_stream_callback cb = nullptr;
     void* user = nullptr;
@@ -160,7 +163,66 @@ const char* qasr_result_subtitles(qasr_result* r, const char* format) {
     }
     return r->subtitles.c_str();
 }
+size_t qasr_result_n_words(const qasr_result* r) { return r ? r->r.words.size() : 0; }
+double qasr_result_word_start(const qasr_result* r, size_t i) { return r && i < r->r.words.size() ? r->r.words[i].start : 0.0; }
+double qasr_result_word_end(const qasr_result* r, size_t i) { return r && i < r->r.words.size() ? r->r.words[i].end : 0.0; }
+const char* qasr_result_word_text(const qasr_result* r, size_t i) {
+    return r && i < r->r.words.size() ? r->r.words[i].text.c_str() : "";
+}
 void qasr_result_free(qasr_result* r) { delete r; }
+
+qasr_status qasr_aligner_load(const char* dir, const qasr_load_params* params, qasr_aligner** out) {
+    if (!dir || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model_dir and out must not be NULL");
+    *out = nullptr;
+    const qasr_load_params p = params ? *params : qasr_default_load_params();
+    return guarded(QASR_ERR_MODEL, [&] {
+        qasr::LoadOptions o;
+        o.threads = p.n_threads;
+        if (p.device) o.device = p.device;
+        if (p.compute) o.compute = p.compute;
+        *out = new qasr_aligner{qasr::Aligner::load(dir, o)};
+    });
+}
+
+void qasr_aligner_free(qasr_aligner* a) { delete a; }
+
+namespace {
+
+qasr_result* alignment_result(const qasr::Alignment& al, const char* text) {
+    auto* r = new qasr_result{};
+    r->r.text = text;
+    r->r.words = al.words;
+    r->r.audio_seconds = al.audio_seconds;
+    r->r.rtf = al.rtf;
+    r->r.timings = al.timings;
+    return r;
+}
+
+} // namespace
+
+qasr_status qasr_align_pcm(const qasr_aligner* a, const float* samples, size_t n, const char* text, qasr_result** out) {
+    if (!a || !out || !text || (!samples && n))
+        return fail_with(QASR_ERR_INVALID_ARGUMENT, "aligner, samples, text and out must not be NULL");
+    *out = nullptr;
+    return guarded(QASR_ERR_INTERNAL, [&] {
+        const std::vector<float> pcm(samples, samples + n);
+        *out = alignment_result(a->a.align(pcm, text), text);
+    });
+}
+
+qasr_status qasr_align_file(const qasr_aligner* a, const char* path, const char* text, qasr_result** out) {
+    if (!a || !out || !text || !path) return fail_with(QASR_ERR_INVALID_ARGUMENT, "aligner, path, text and out must not be NULL");
+    *out = nullptr;
+    return guarded(QASR_ERR_INTERNAL, [&] { *out = alignment_result(a->a.align_file(path, text), text); });
+}
+
+qasr_status qasr_result_add_words(const qasr_aligner* a, const float* samples, size_t n, qasr_result* r) {
+    if (!a || !r || (!samples && n)) return fail_with(QASR_ERR_INVALID_ARGUMENT, "aligner, samples and r must not be NULL");
+    return guarded(QASR_ERR_INTERNAL, [&] {
+        const std::vector<float> pcm(samples, samples + n);
+        a->a.add_words(pcm, r->r);
+    });
+}
 
 qasr_stream_params qasr_default_stream_params(void) { return {nullptr, nullptr, 2.0f, 5, 2, 3, 0, 1}; }
 

@@ -39,19 +39,36 @@ std::string summary_line(const TranscriptionResult& r) {
     return buf;
 }
 
+void check_load_options(const LoadOptions& opts) {
+    if (opts.threads < 0 || opts.threads > 1024) fail("options", "threads must be in [0, 1024]");
+    if (opts.max_batch < 1 || opts.max_batch > 1024) fail("options", "max_batch must be in [1, 1024]");
+    if (opts.compute != "auto" && opts.compute != "bf16" && opts.compute != "f32")
+        fail("options", "compute must be auto, bf16 or f32, got \"" + opts.compute + "\"");
+    ops::set_num_threads(opts.threads);
+}
+
+std::string model_summary(const Model& m) {
+    const HParams& hp = m.hp;
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "%s layout (%s tensors): encoder %d×%d, decoder %d×%d, vocab %d%s",
+                  hp.layout.c_str(), m.weights.scheme.c_str(), hp.audio.n_layers, hp.audio.d_model, hp.text.n_layers,
+                  hp.text.hidden, hp.text.vocab_size,
+                  hp.aligner.classes ? (", aligner " + std::to_string(hp.aligner.classes) + " classes").c_str() : "");
+    return buf;
+}
+
 Transcriber::Transcriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Transcriber::Transcriber(Transcriber&&) noexcept = default;
 Transcriber& Transcriber::operator=(Transcriber&&) noexcept = default;
 Transcriber::~Transcriber() = default;
 
 Transcriber Transcriber::load(const std::string& model_dir, const LoadOptions& opts) {
-    if (opts.threads < 0 || opts.threads > 1024) fail("options", "threads must be in [0, 1024]");
-    ops::set_num_threads(opts.threads);
+    check_load_options(opts);
     auto impl = std::make_unique<Impl>();
-    if (opts.max_batch < 1 || opts.max_batch > 1024) fail("options", "max_batch must be in [1, 1024]");
-    if (opts.compute != "auto" && opts.compute != "bf16" && opts.compute != "f32")
-        fail("options", "compute must be auto, bf16 or f32, got \"" + opts.compute + "\"");
     impl->model = Model::load(model_dir, opts.device, opts.compute);
+    if (impl->model->hp.aligner.classes)
+        fail("loader", model_dir + " is a forced aligner (Qwen3-ForcedAligner): it times the words of a known "
+                                   "transcript (qasr align, --aligner, qasr::Aligner) and does not transcribe");
     if (opts.max_batch > 1) impl->engine = std::make_unique<BatchEngine>(impl->model, opts.max_batch);
     impl->max_batch = opts.max_batch;
     return Transcriber(std::move(impl));
@@ -201,14 +218,7 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
 
 double Transcriber::load_ms() const { return impl_->model->load_ms; }
 
-std::string Transcriber::model_summary() const {
-    const HParams& hp = impl_->model->hp;
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "%s layout (%s tensors): encoder %d×%d, decoder %d×%d, vocab %d",
-                  hp.layout.c_str(), impl_->model->weights.scheme.c_str(), hp.audio.n_layers, hp.audio.d_model,
-                  hp.text.n_layers, hp.text.hidden, hp.text.vocab_size);
-    return buf;
-}
+std::string Transcriber::model_summary() const { return qasr::model_summary(*impl_->model); }
 
 } // namespace qasr
 

@@ -8,6 +8,10 @@
 
 namespace qasr {
 
+// LoadOptions checked (threads, max_batch, compute) and the thread count applied; shared by Transcriber and Aligner.
+void check_load_options(const LoadOptions& opts);
+std::string model_summary(const Model& m);
+
 struct Transcriber::Impl {
     std::shared_ptr<const Model> model;
     std::unique_ptr<BatchEngine> engine; // LoadOptions::max_batch > 1 (CPU or device)

@@ -63,6 +63,11 @@ std::optional<int> opt_int(const json& obj, const char* key) {
     return std::nullopt;
 }
 
+bool src_has_bias(const json& obj) {
+    return obj.is_object() && obj.contains("token_classification_bias") && obj["token_classification_bias"].is_boolean() &&
+           obj["token_classification_bias"].get<bool>();
+}
+
 } // namespace
 
 int AudioHParams::freq_after_conv() const {
@@ -161,6 +166,42 @@ HParams parse_config_json(const std::string& json_text, const std::string& what)
                 for (const auto& x : e)
                     if (x.is_number_integer()) hp.eos_token_ids.push_back(x.get<int>());
         }
+    }
+    // The ForcedAligner: original layout thinker_config.classify_num (model_type "qwen3_forced_aligner"); -hf layout
+    // architectures ["Qwen3ASRForTokenClassification"] with num_labels (saved as id2label).
+    bool token_classification = false;
+    if (root.contains("architectures") && root["architectures"].is_array())
+        for (const auto& x : root["architectures"])
+            if (x.is_string() && x.get<std::string>().find("ForTokenClassification") != std::string::npos)
+                token_classification = true;
+    if (top->contains("model_type") && (*top)["model_type"].is_string() &&
+        (*top)["model_type"].get<std::string>().find("forced_aligner") != std::string::npos)
+        token_classification = true;
+    for (const json* src : std::initializer_list<const json*>{top, &root}) {
+        if (hp.aligner.classes) break;
+        if (src->contains("classify_num")) {
+            hp.aligner.classes = r.integer(*src, src == top ? prefix : "", {"classify_num"}, 2, 1 << 20);
+            token_classification = true;
+        } else if (token_classification && src->contains("num_labels")) {
+            hp.aligner.classes = r.integer(*src, src == top ? prefix : "", {"num_labels"}, 2, 1 << 20);
+        } else if (token_classification && src->contains("id2label") && (*src)["id2label"].is_object()) {
+            hp.aligner.classes = int(std::min<size_t>((*src)["id2label"].size(), size_t(1) << 21));
+            if (hp.aligner.classes < 2 || hp.aligner.classes > (1 << 20))
+                r.problems.push_back("id2label has " + std::to_string(hp.aligner.classes) + " labels (expected 2 .. 2^20)");
+        }
+    }
+    if (token_classification) {
+        if (!hp.aligner.classes)
+            r.problems.push_back("a token-classification (forced aligner) config without classify_num or num_labels");
+        for (const json* src : std::initializer_list<const json*>{&root, top}) {
+            const std::string p = src == top ? prefix : "";
+            if (src->contains("timestamp_token_id"))
+                hp.aligner.timestamp_token_id = r.integer(*src, p, {"timestamp_token_id"}, 0, 1 << 22);
+            if (src->contains("timestamp_segment_time"))
+                hp.aligner.segment_ms = r.number(*src, p, "timestamp_segment_time", 0.0, 1e5);
+        }
+        if (src_has_bias(root) || src_has_bias(*top))
+            r.problems.push_back("token_classification_bias = true is not supported");
     }
     for (const char* qk : {"quantization", "quantization_config"}) {
         if (!root.contains(qk) || !root[qk].is_object()) continue;

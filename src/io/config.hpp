@@ -42,10 +42,19 @@ struct QuantHParams {
     std::string mode;    // "affine"
 };
 
+// Qwen3-ForcedAligner (spec §9): a classifier of `classes` timestamp classes of `segment_ms` each replaces the LM
+// head; classes == 0 for an ASR checkpoint.
+struct AlignerHParams {
+    int classes = 0;
+    int timestamp_token_id = 151705;
+    double segment_ms = 80;
+};
+
 struct HParams {
     std::string layout; // "original" | "hf" | "flat"
     AudioHParams audio;
     TextHParams text;
+    AlignerHParams aligner;
     std::optional<int> audio_token_id, audio_start_token_id, audio_end_token_id;
     std::vector<int> eos_token_ids; // empty: take from the tokenizer
     QuantHParams quant;

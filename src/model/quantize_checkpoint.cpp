@@ -83,7 +83,8 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
             }
             return;
         }
-        const bool decoder = name.rfind("model.language_model.", 0) == 0;
+        // the decoder and the aligner's classifier, as MLX's predicate (everything but the audio tower)
+        const bool decoder = name.rfind("model.language_model.", 0) == 0 || name == "score.weight";
         const int64_t rows = m->rows, cols = m->cols;
         const std::vector<float> v = m->to_f32();
         if ((decoder || o.encoder) && cols % o.group_size == 0 && (cols * o.bits) % 32 == 0) {

@@ -35,6 +35,7 @@ bool ends_with(const std::string& s, const std::string& suf) {
 struct Preset {
     int enc_d, enc_layers, enc_heads, enc_ffn, conv_ch, out_dim;
     int dec_d, dec_layers, dec_heads, dec_kv, head_dim, inter, vocab;
+    int classes = 0; // > 0: a ForcedAligner (spec §9) with this many timestamp classes
 };
 
 Preset preset(const std::string& name) {
@@ -45,7 +46,10 @@ Preset preset(const std::string& name) {
     if (name == "wide") return {64, 2, 4, 128, 16, 256, 256, 2, 2, 1, 128, 512, 151936};
     if (name == "0.6b") return {896, 18, 14, 3584, 480, 1024, 1024, 28, 16, 8, 128, 3072, 151936};
     if (name == "1.7b") return {1024, 24, 16, 4096, 480, 2048, 2048, 28, 16, 8, 128, 6144, 151936};
-    fail("random", "unknown preset '" + name + "' (tiny, small, wide, 0.6b, 1.7b)");
+    // Qwen3-ForcedAligner-0.6B (spec §1, §9): the 1.7B encoder, a 0.6B-sized decoder, vocab 152064, 5000 classes
+    if (name == "aligner-tiny") return {64, 2, 4, 128, 16, 64, 64, 2, 4, 2, 32, 128, 152064, 5000};
+    if (name == "aligner-0.6b") return {1024, 24, 16, 4096, 480, 1024, 1024, 28, 16, 8, 128, 3072, 152064, 5000};
+    fail("random", "unknown preset '" + name + "' (tiny, small, wide, 0.6b, 1.7b, aligner-tiny, aligner-0.6b)");
 }
 
 } // namespace
@@ -125,6 +129,22 @@ std::string preset_config_json(const std::string& name, const std::string& layou
     } else {
         fail("random", "unknown layout '" + layout + "' (hf, original)");
     }
+    if (p.classes) { // the aligner's fields (spec §2.1, §2.2)
+        text["tie_word_embeddings"] = false;
+        root["tie_word_embeddings"] = false;
+        root["timestamp_token_id"] = 151705;
+        if (layout == "hf") {
+            root["architectures"] = {"Qwen3ASRForTokenClassification"};
+            root["num_labels"] = p.classes;
+            root["token_classification_bias"] = false;
+            root["text_config"] = text;
+        } else {
+            root["timestamp_segment_time"] = 80;
+            root["thinker_config"]["model_type"] = "qwen3_forced_aligner";
+            root["thinker_config"]["classify_num"] = p.classes;
+            root["thinker_config"]["text_config"] = text;
+        }
+    }
     return root.dump(2);
 }
 
@@ -148,7 +168,7 @@ void write_random_checkpoint(const std::string& out_dir, const std::string& pres
             t.bytes[2 * i + 1] = uint8_t(h >> 8);
         }
         tensors.push_back(std::move(t));
-        if (layout == "original" && name == "model.language_model.embed_tokens.weight") {
+        if (layout == "original" && !hp.aligner.classes && name == "model.language_model.embed_tokens.weight") {
             TensorToWrite head = tensors.back();
             head.name = stored_name("lm_head.weight", scheme);
             tensors.push_back(std::move(head));

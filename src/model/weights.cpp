@@ -47,6 +47,7 @@ std::string stored_name(const std::string& canonical, const std::string& scheme)
     if (replace_prefix(s, "model.multi_modal_projector.linear_2.", root + "audio_tower.proj2.")) return s;
     if (replace_prefix(s, "model.audio_tower.", root + "audio_tower.")) return s;
     if (replace_prefix(s, "lm_head.", root + "lm_head.")) return s;
+    if (replace_prefix(s, "score.", root + "lm_head.")) return s; // the aligner's classifier (spec §2.3)
     return s;
 }
 
@@ -104,7 +105,7 @@ public:
 
 private:
     bool ignorable(const std::string& name) const {
-        return name == stored_name("lm_head.weight", scheme_); // tied copy, checked separately
+        return !hp_.aligner.classes && name == stored_name("lm_head.weight", scheme_); // tied copy, checked separately
     }
 
     bool quantized(const Spec& s) const {
@@ -292,6 +293,7 @@ template <typename Sink> void declare_weights(Sink& L, ModelWeights& W, const HP
         L.linear(p + "mlp.down_proj", l.down, Dm, t.intermediate, false);
     }
     L.add(lm + "norm.weight", {Dm}, &D.norm);
+    if (hp.aligner.classes) L.matrix("score.weight", {hp.aligner.classes, Dm}, &D.lm_head); // untied classifier
 }
 
 struct NameCollector {
@@ -325,7 +327,7 @@ struct Visitor {
 void for_each_weight(const ModelWeights& w, const HParams& hp, const WeightVisitor& fn) {
     Visitor v{fn};
     declare_weights(v, const_cast<ModelWeights&>(w), hp); // the visitor only reads
-    if (!w.dec.lm_head.empty()) fn("lm_head.weight", w.dec.lm_head.shape(), nullptr, &w.dec.lm_head);
+    if (!hp.aligner.classes && !w.dec.lm_head.empty()) fn("lm_head.weight", w.dec.lm_head.shape(), nullptr, &w.dec.lm_head);
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> weight_table(const HParams& hp) {
@@ -401,8 +403,9 @@ ModelWeights load_weights(const TensorStore& store, const HParams& hp) {
                            std::to_string(t.hidden));
     declare_weights(L, W, hp);
     DecoderW& D = W.dec;
-    const bool tied = t.tie_word_embeddings.value_or(store.find(stored_name("lm_head.weight", W.scheme)) == nullptr);
-    if (!tied) L.matrix("lm_head.weight", {t.vocab_size, int64_t(t.hidden)}, &D.lm_head);
+    const bool tied = !hp.aligner.classes &&
+                      t.tie_word_embeddings.value_or(store.find(stored_name("lm_head.weight", W.scheme)) == nullptr);
+    if (!tied && !hp.aligner.classes) L.matrix("lm_head.weight", {t.vocab_size, int64_t(t.hidden)}, &D.lm_head);
     L.check_and_load();
     // Quantized checkpoints are approximations already: their matrix-matrix products run in bf16 (AMX) like
     // MLX's; float checkpoints keep the float32 path that matches the reference.

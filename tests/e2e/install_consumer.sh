@@ -27,7 +27,7 @@ check() { # NAME OUTPUT
 }
 # 1. the exports: C API, the C++ API's classes and functions, qasr::Error's type information — nothing internal
 extra=$(nm -D --defined-only -C "$so" | sed -E 's/^[0-9a-f]+ [A-Za-z] //; s/@@?QASR_0$//' |
-    grep -vE '^(qasr_[a-z0-9_]+|QASR_0|qasr::(Transcriber|Stream|Error)::.*|qasr::(finish_reason_name|to_srt|to_vtt|to_timestamped_text|summary_line|set_log_sink|system_info)(\[abi:cxx11\])?\(.*|(typeinfo|typeinfo name|vtable) for qasr::Error)$' || true)
+    grep -vE '^(qasr_[a-z0-9_]+|QASR_0|qasr::(Transcriber|Stream|Aligner|Error)::.*|qasr::(finish_reason_name|to_srt|to_vtt|to_timestamped_text|summary_line|set_log_sink|system_info)(\[abi:cxx11\])?\(.*|(typeinfo|typeinfo name|vtable) for qasr::Error)$' || true)
 if [ -n "$extra" ]; then echo "FAIL: libqasr.so exports more than the public APIs:"; echo "$extra" | head -20; exit 1; fi
 echo "ok: $(nm -D --defined-only "$so" | wc -l) exported symbols, all public API"
 # 2. C through pkg-config

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -320,6 +321,88 @@ TEST(Cli, DevLogitsGivesArgmaxMarginsTopAndBf16Argmax) {
         ++checked;
     }
     EXPECT_GT(checked, int(L) / 2);
+}
+
+const std::string& tiny_aligner() {
+    static std::string dir = [] {
+        const std::string d = scratch() + "/tiny-aligner";
+        if (!fs::exists(d + "/model.safetensors"))
+            write_random_checkpoint(d, "aligner-tiny", "original", 1, QASR_TOKENIZER_DIR);
+        return d;
+    }();
+    return dir;
+}
+
+// Forced alignment with a random-weight aligner: every word of the text gets a time (the values are the random
+// model's; tests/parity/aligner_parity.cpp compares them with transformers), in every output format; a transcript's
+// words come from its segments; misuse fails with one line.
+TEST(Cli, AlignTimesEveryWordOfTheText) {
+    NEED_TOKENIZER();
+    const std::string text = "\"Hello, world! It's 你好.\"";
+    CliRun r = run("align -m " + tiny_aligner() + " --format json -q --text " + text + " " + kWav);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    std::vector<std::string> words;
+    double last = 0;
+    for (const auto& w : j["words"]) {
+        words.push_back(w["word"]);
+        EXPECT_LE(last, w["start"].get<double>());
+        EXPECT_LE(w["start"].get<double>(), w["end"].get<double>());
+        last = w["end"];
+    }
+    EXPECT_EQ(words, (std::vector<std::string>{"Hello", "world", "It's", "你", "好"}));
+    EXPECT_EQ(j["classes"].size(), 10u);
+    for (const auto& c : j["classes"]) EXPECT_TRUE(c.get<int>() >= 0 && c.get<int>() < 5000);
+    const std::string tf = scratch() + "/transcript.txt";
+    std::ofstream(tf) << "Hello, world! It's 你好.";
+    CliRun f = run("align -m " + tiny_aligner() + " --format json -q --text-file " + tf + " " + kWav);
+    ASSERT_EQ(f.status, 0) << f.err;
+    EXPECT_EQ(nlohmann::json::parse(f.out)["words"], j["words"]);
+    CliRun t = run("align -m " + tiny_aligner() + " -q --text " + text + " " + kWav);
+    ASSERT_EQ(t.status, 0) << t.err;
+    EXPECT_EQ(lines(t.out), 5) << t.out;
+    EXPECT_TRUE(std::regex_search(t.out, std::regex(R"(^\[\d\d:\d\d:\d\d\.\d{3} --> \d\d:\d\d:\d\d\.\d{3}\]  Hello\n)")))
+        << t.out;
+    CliRun srt = run("align -m " + tiny_aligner() + " -q --format srt --text " + text + " " + kWav);
+    ASSERT_EQ(srt.status, 0) << srt.err;
+    EXPECT_NE(srt.out.find("\n5\n"), std::string::npos) << srt.out;
+    CliRun empty = run("align -m " + tiny_aligner() + " -q --format json --text '... !' " + kWav);
+    ASSERT_EQ(empty.status, 0) << empty.err;
+    EXPECT_TRUE(nlohmann::json::parse(empty.out)["words"].empty());
+    // misuse: an ASR model to align, the aligner to transcribe, no text, two texts
+    for (const std::string& args :
+         {"align -m " + tiny() + " --text hi " + kWav, "transcribe -m " + tiny_aligner() + " " + kWav,
+          "align -m " + tiny_aligner() + " " + kWav, "align -m " + tiny_aligner() + " --text a --text-file " + tf + " " + kWav,
+          "transcribe -m " + tiny() + " --aligner " + tiny() + " " + kWav}) {
+        CliRun e = run(args);
+        EXPECT_NE(e.status, 0) << args;
+        EXPECT_EQ(lines(e.err), 1) << args << ": " << e.err;
+    }
+    EXPECT_NE(run("align -m " + tiny() + " --text hi " + kWav).err.find("not a forced aligner"), std::string::npos);
+    EXPECT_NE(run("transcribe -m " + tiny_aligner() + " " + kWav).err.find("is a forced aligner"), std::string::npos);
+}
+
+TEST(Cli, TranscribeWithAlignerTimesTheTranscriptsWords) {
+    NEED_TOKENIZER();
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string wav = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    CliRun r = run("transcribe -m " + demo + " --aligner " + tiny_aligner() + " --format json -q " + wav);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_FALSE(j["text"].get<std::string>().empty());
+    std::string joined;
+    for (const auto& w : j["words"]) joined += w["word"].get<std::string>() + " ";
+    std::string expect; // the text's letters, digits and apostrophes, a space after each word
+    std::string word;
+    for (char c : j["text"].get<std::string>() + " ") {
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == '\'') word += c;
+        else if (c == ' ' && !word.empty()) expect += word + " ", word.clear();
+    }
+    EXPECT_EQ(joined, expect);
+    CliRun t = run("transcribe -m " + demo + " --aligner " + tiny_aligner() + " -q " + wav);
+    ASSERT_EQ(t.status, 0) << t.err;
+    EXPECT_EQ(lines(t.out), int(j["words"].size())) << t.out;
 }
 
 TEST(Cli, BadModelDirectory) {

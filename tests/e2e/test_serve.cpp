@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -338,6 +339,42 @@ TEST_F(Serve, ConcurrentClientsGetTheSameTranscripts) {
 
 // --batch: the running requests decode together on one engine thread; every client gets its transcript, and
 // /metrics shows batched steps (more requests than steps: steps carried several of them).
+// --aligner: timestamp_granularities[]=word adds OpenAI's "words" (a random-weight aligner: the times are its, the
+// words are the transcript's); without the granularity there is no "words".
+TEST(ServeLimits, WordTimestampsFromTheAligner) {
+    NEED_DEMO();
+    const std::string al = testing::TempDir() + "/qasr_serve_aligner_" + std::to_string(::getpid());
+    ASSERT_EQ(std::system((std::string(QASR_BIN) + " dev make-random --preset aligner-tiny --layout original --tokenizer " +
+                           kDemo + " " + al + " >/dev/null 2>&1").c_str()), 0);
+    {
+        ServerProcess s({"--aligner", al, "--no-warmup", "-q"});
+        ASSERT_GT(s.port(), 0) << s.log();
+        auto c = s.client();
+        const std::string en = slurp(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
+        auto r = post_file(c, en, {{"response_format", "verbose_json", "", ""}, {"timestamp_granularities[]", "word", "", ""}});
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const json j = json::parse(r->body);
+        ASSERT_TRUE(j.contains("words")) << r->body;
+        std::string joined, expect, word;
+        for (const auto& w : j["words"]) {
+            joined += w["word"].get<std::string>() + " ";
+            EXPECT_LE(w["start"].get<double>(), w["end"].get<double>());
+        }
+        for (char ch : j["text"].get<std::string>() + " ") {
+            if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '\'') word += ch;
+            else if (ch == ' ' && !word.empty()) expect += word + " ", word.clear();
+        }
+        EXPECT_FALSE(expect.empty());
+        EXPECT_EQ(joined, expect);
+        r = post_file(c, en, {{"response_format", "verbose_json", "", ""}, {"timestamp_granularities[]", "segment", "", ""}});
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        EXPECT_FALSE(json::parse(r->body).contains("words"));
+    }
+    fs::remove_all(al);
+}
+
 TEST(ServeLimits, BatchedDecodingGivesEveryClientItsTranscript) {
     NEED_DEMO();
     ServerProcess s({"--batch", "4", "-q", "--no-warmup"});

@@ -86,6 +86,32 @@ class Bindings(unittest.TestCase):
         with self.assertRaises(KeyError):
             self.model.transcribe(audio, segment_seconds=6, on_segment=boom)
 
+    def test_aligner(self):
+        """Word timestamps: a random-weight aligner (written by the qasr binary next to the library) times every word
+        of a text, from a file and from samples alike; an ASR model is refused as an aligner."""
+        import subprocess
+        import tempfile
+        lib = os.environ.get("QASR_LIBRARY", "")
+        exe = os.environ.get("QASR_BIN") or os.path.join(os.path.dirname(os.path.dirname(lib)), "tools", "qasr")
+        if not os.path.exists(exe):
+            self.skipTest("no qasr binary to write the aligner checkpoint (QASR_BIN)")
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([exe, "dev", "make-random", "--preset", "aligner-tiny", "--layout", "original",
+                            "--tokenizer", DEMO, d], check=True, capture_output=True)
+            with qasr.Aligner(d, threads=2, device=DEVICE) as al:
+                wav = os.path.join(SAMPLES, "demo_en.wav")
+                r = al.align(wav, "Hello, world! It's 你好.")
+                self.assertEqual([w.text for w in r.words], ["Hello", "world", "It's", "你", "好"])
+                # the repaired times never go back: start <= end <= the next word's start
+                self.assertTrue(all(w.start <= w.end for w in r.words))
+                self.assertTrue(all(a.end <= b.start for a, b in zip(r.words, r.words[1:])))
+                samples, _ = pcm(wav)
+                self.assertEqual(al.align(samples, "Hello, world! It's 你好.").words, r.words)
+                self.assertEqual(al.align(samples, "...").words, [])
+        with self.assertRaises(qasr.Error) as e:
+            qasr.Aligner(DEMO)
+        self.assertIn("not a forced aligner", str(e.exception))
+
     def test_errors(self):
         with self.assertRaises(qasr.Error) as e:
             qasr.Model(os.path.join(ROOT, "no-such-model"))

@@ -99,6 +99,16 @@ int main(void) {
         qasr_model_free(m);
         m = NULL;
     }
+    {   /* the aligner: an ASR model is refused with a clear error; NULL handles and empty word lists are safe */
+        qasr_aligner* al = NULL;
+        CHECK(qasr_aligner_load(dir, &lp, &al) == QASR_ERR_MODEL && al == NULL);
+        CHECK(strstr(qasr_last_error(), "not a forced aligner") != NULL);
+        CHECK(qasr_aligner_load(NULL, &lp, &al) == QASR_ERR_INVALID_ARGUMENT);
+        qasr_result* ar = NULL;
+        CHECK(qasr_align_file(NULL, wav, "hello", &ar) == QASR_ERR_INVALID_ARGUMENT && ar == NULL);
+        CHECK(qasr_result_n_words(NULL) == 0 && qasr_result_word_start(NULL, 0) == 0.0);
+        CHECK(strcmp(qasr_result_word_text(NULL, 3), "") == 0);
+    }
     CHECK(qasr_model_load(dir, &lp, &m) == QASR_OK);
     if (!m) return 1;
 
@@ -120,6 +130,7 @@ int main(void) {
     CHECK(qasr_result_segment_start(r, 0) >= 0.0 && qasr_result_segment_start(r, 0) < qasr_result_segment_end(r, 0));
     CHECK(qasr_result_segment_end(r, 0) <= 3.04 && qasr_result_segment_end(r, 5) == 0.0);
     CHECK(strcmp(qasr_result_segment_text(r, 1), "") == 0);
+    CHECK(qasr_result_n_words(r) == 0 && qasr_result_word_end(r, 0) == 0.0); /* no aligner: no words */
     const char* srt = qasr_result_subtitles(r, "srt");
     CHECK(srt && strncmp(srt, "1\n00:00:0", 9) == 0 && want && strstr(srt, want) != NULL);
     const char* vtt = qasr_result_subtitles(r, "vtt");

@@ -107,7 +107,7 @@ bool CudaSession::queue_rows_attention(size_t li, int B, int splits, const Batch
 
 void CudaSession::step_greedy(int token, int* id, float* logprob) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
-    if (token < 0 || token >= V_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
+    if (token < 0 || token >= vocab_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
     if (len_ <= 0 || len_ + 1 > cap_) fail("decoder", "a batched step for a session without room (batch_first() first)");
     first_queued_ = false;
     *tok_h_ = token;
@@ -148,7 +148,7 @@ void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, 
         const CudaSession& r = *rows[b];
         longest = std::max(longest, r.len_);
         if (&r.w_ != &w_) fail("cuda", "a batched step needs sessions of one model on one device");
-        if (tokens[b] < 0 || tokens[b] >= V_) fail("decoder", "token id " + std::to_string(tokens[b]) + " is outside the vocabulary");
+        if (tokens[b] < 0 || tokens[b] >= vocab_) fail("decoder", "token id " + std::to_string(tokens[b]) + " is outside the vocabulary");
         if (r.len_ <= 0 || r.len_ + 1 > r.cap_) fail("decoder", "a batched step for a session without room (batch_first() first)");
         rows_h_->tok[b] = tokens[b];
         rows_h_->pos[b] = int(r.len_);

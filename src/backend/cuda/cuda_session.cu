@@ -137,7 +137,7 @@ Tensor CudaSession::prefill_rows(const std::vector<int>& ids, int64_t audio_begi
     const int L = int(ids.size());
     if (L <= 0) fail("decoder", "empty prompt");
     for (int id : ids)
-        if (id < 0 || id >= V_) fail("decoder", "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(V_));
+        if (id < 0 || id >= vocab_) fail("decoder", "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab_));
     if (A && (audio_begin < 0 || audio_begin + A > L)) fail("decoder", "audio rows do not fit the prompt");
     len_ = 0;
     first_queued_ = false;
@@ -513,7 +513,7 @@ cudaGraphExec_t CudaSession::capture_step(int splits, bool screened) {
 Tensor CudaSession::step(int token) {
     join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
-    if (token < 0 || token >= V_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
+    if (token < 0 || token >= vocab_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
     if (len_ <= 0) fail("decoder", "step() before prefill()");
     first_queued_ = false;
     ensure_kv(len_ + 1);

@@ -49,7 +49,7 @@ public:
         QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&tok_h_), sizeof(int), cudaHostAllocDefault));
         ints_.alloc(4 * sizeof(int));
         const TextHParams& t = m.hp.text;
-        D_ = t.hidden, Hq_ = t.n_heads, Hkv_ = t.n_kv_heads, hd_ = t.head_dim, I_ = t.intermediate, V_ = t.vocab_size;
+        D_ = t.hidden, Hq_ = t.n_heads, Hkv_ = t.n_kv_heads, hd_ = t.head_dim, I_ = t.intermediate, V_ = int(w_.head.rows), vocab_ = t.vocab_size;
         kvrow_ = int64_t(Hkv_) * hd_;
         qkvw_ = int64_t(Hq_ + 2 * Hkv_) * hd_;
         x1_.alloc(size_t(D_) * 4);
@@ -433,7 +433,8 @@ private:
     int2* ring_d_ = nullptr;
     int* tok_h_ = nullptr;
     Buffer ints_;
-    int D_ = 0, Hq_ = 0, Hkv_ = 0, hd_ = 0, I_ = 0, V_ = 0;
+    int D_ = 0, Hq_ = 0, Hkv_ = 0, hd_ = 0, I_ = 0;
+    int V_ = 0, vocab_ = 0; // the head's rows (the vocabulary; an aligner's classes), the input ids' range
     int64_t kvrow_ = 0, qkvw_ = 0;
     // KV cache: [layers][k|v][cap][Hkv·hd]
     Buffer kv_;

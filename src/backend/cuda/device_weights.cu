@@ -186,7 +186,7 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const Model& m, int ordinal
     const char* hs = std::getenv("QASR_CUDA_HEAD_SCREEN");
     up.finish(); // the screen's kernels read the head
     double t_screen = sw.ms();
-    if (!(hs && std::string(hs) == "0")) w->head_screen = build_head_screen(w->head, w->storage, w->bytes);
+    if (!(hs && std::string(hs) == "0") && !m.hp.aligner.classes) w->head_screen = build_head_screen(w->head, w->storage, w->bytes);
     t_screen = sw.ms() - t_screen;
     for (const DecoderLayerW& l : d.layers) {
         DevDecLayer x{};
