@@ -58,23 +58,15 @@ Alignment align_audio(const std::shared_ptr<const Model>& m, const std::vector<f
                           std::to_string(ah.classes) + " classes of " + std::to_string(ah.segment_ms) +
                           " ms cover at most " + std::to_string(cover_s) + " s (cut it into pieces)");
     Session s(m);
+    const Tensor rows = s.encode_samples(audio, opts.min_samples, r.timings);
     Stopwatch sw;
-    const auto lap = [&sw] {
-        const double t = sw.ms();
-        sw.reset();
-        return t;
-    };
-    const Tensor mel = s.mel(audio, opts.min_samples);
-    r.timings.mel_ms = lap();
-    const Tensor rows = s.encode(mel);
-    r.timings.encode_ms = lap();
     AlignInput in = build_align_input(*m, rows.rows(), text);
     if (in.words.empty()) {
         r.rtf = r.audio_seconds > 0 ? total.ms() / 1000.0 / r.audio_seconds : 0;
         return r;
     }
     const Tensor logits = s.prefill(in.prompt, rows, true);
-    r.timings.prefill_ms = lap();
+    r.timings.prefill_ms = sw.ms();
     if (logits.rows() != int64_t(in.prompt.ids.size()) || logits.cols() != ah.classes)
         fail("align", "the aligner's logits are " + shape_str(logits.shape) + ", expected [" +
                           std::to_string(in.prompt.ids.size()) + ", " + std::to_string(ah.classes) + "]");

@@ -59,6 +59,22 @@ Tensor Session::prefill(const Prompt& p, const Tensor& audio_rows, bool all_logi
     return decoder_.logits(last);
 }
 
+Tensor Session::encode_samples(const std::vector<float>& audio, size_t min_samples, Timings& t) const {
+    Stopwatch sw;
+    Tensor rows;
+    if (accel_) { // log-mel and encoder on the device
+        rows = accel_->encode_audio(audio, min_samples, &t.mel_ms);
+        t.encode_ms = sw.ms() - t.mel_ms;
+        return rows;
+    }
+    const Tensor m = mel(audio, min_samples);
+    t.mel_ms = sw.ms();
+    sw.reset();
+    rows = encode(m);
+    t.encode_ms = sw.ms();
+    return rows;
+}
+
 Tensor Session::step(int token) {
     if (accel_) return accel_->step(token);
     Tensor h = decoder_.forward(decoder_.embed({token}), cache_);
@@ -164,16 +180,8 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (device_greedy) {
         n_rows = accel_->encode_audio_resident(audio, opts.min_samples, &r.timings.mel_ms);
         r.timings.encode_ms = sw.ms() - r.timings.mel_ms;
-    } else if (accel_) { // log-mel and encoder on the device
-        rows = accel_->encode_audio(audio, opts.min_samples, &r.timings.mel_ms);
-        r.timings.encode_ms = sw.ms() - r.timings.mel_ms;
-        n_rows = rows.rows();
     } else {
-        Tensor m = mel(audio, opts.min_samples);
-        r.timings.mel_ms = sw.ms();
-        sw.reset();
-        rows = encode(m);
-        r.timings.encode_ms = sw.ms();
+        rows = encode_samples(audio, opts.min_samples, r.timings);
         n_rows = rows.rows();
     }
     Prompt p = prompt(n_rows, opts);

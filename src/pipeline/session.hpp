@@ -19,6 +19,8 @@ public:
 
     Tensor mel(const std::vector<float>& audio, size_t min_samples) const;  // [n_mels, T]
     Tensor encode(const Tensor& mel, const TapFn* tap = nullptr) const;     // [A, D]
+    // Samples → log-mel → encoder rows [A, D] (on the device where there is one); t.mel_ms / t.encode_ms get the times.
+    Tensor encode_samples(const std::vector<float>& audio, size_t min_samples, Timings& t) const;
     Prompt prompt(int64_t n_audio, const TranscribeOptions& opts) const;
     // Clears the cache, embeds the prompt, fills the audio rows, runs the decoder. Returns logits of the last
     // position, or of all positions when all_logits.

@@ -5,6 +5,7 @@
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/staged_upload.hpp"
 #include "cuda_test_util.hpp"
+#include "pipeline/align.hpp"
 
 #include <cstring>
 #include <functional>
@@ -420,6 +421,40 @@ TEST(Cuda, PersistentDecodeStepEqualsPerLayerKernels) {
 }
 
 // End to end on the tiny random checkpoint: the GPU path (bf16 products) against the CPU path (fp32).
+// The forced aligner on the device (the head's rows are the 5000 classes, the input ids reach past them): every
+// timestamp's class is the CPU's where the CPU's two best classes are apart by more than the bf16 noise, and the
+// words are the same.
+TEST(Cuda, AlignerOnTheDeviceAgreesWithCpu) {
+    NEED_GPU();
+    const std::string tok_dir = tokenizer_dir();
+    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
+        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
+    const std::string dir = random_checkpoint_dir("aligner-tiny", 1, tok_dir);
+    const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
+    ASSERT_TRUE(gpu->device);
+    ASSERT_EQ(gpu->hp.aligner.classes, 5000);
+    const std::vector<float> audio = randv(16000 * 7, 23, 0.1f);
+    const std::string text = "The quick brown fox jumps over the lazy dog, 今天天气很好 O'Neil 2026.";
+    Session sc(cpu);
+    Timings t;
+    const Tensor rows = sc.encode_samples(audio, 8000, t);
+    const AlignInput in = build_align_input(*cpu, rows.rows(), text);
+    const Tensor lc = sc.prefill(in.prompt, rows, true);
+    const Alignment ac = align_audio(cpu, audio, text, {}), ag = align_audio(gpu, audio, text, {});
+    ASSERT_EQ(ag.words.size(), ac.words.size());
+    ASSERT_EQ(ag.classes.size(), in.positions.size());
+    for (size_t w = 0; w < ac.words.size(); ++w) EXPECT_EQ(ag.words[w].text, ac.words[w].text);
+    int compared = 0;
+    for (size_t k = 0; k < in.positions.size(); ++k) {
+        std::vector<float> row(lc.row(in.positions[k]), lc.row(in.positions[k]) + lc.cols());
+        std::nth_element(row.begin(), row.begin() + 1, row.end(), std::greater<float>());
+        if (row[0] - row[1] < 0.05f) continue; // a near-tie: bf16 rounding may pick either
+        ++compared;
+        EXPECT_EQ(ag.classes[k], ac.classes[k]) << "timestamp " << k << " (margin " << row[0] - row[1] << ")";
+    }
+    EXPECT_GT(compared, int(in.positions.size()) / 2);
+}
+
 TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     NEED_GPU();
     const std::string tok_dir = tokenizer_dir();
