@@ -448,11 +448,12 @@ TEST(Cuda, AlignerOnTheDeviceAgreesWithCpu) {
     for (size_t k = 0; k < in.positions.size(); ++k) {
         std::vector<float> row(lc.row(in.positions[k]), lc.row(in.positions[k]) + lc.cols());
         std::nth_element(row.begin(), row.begin() + 1, row.end(), std::greater<float>());
-        if (row[0] - row[1] < 0.05f) continue; // a near-tie: bf16 rounding may pick either
+        // a near-tie (the tiny random model's logits are ≈ 2, where one bf16 step is 0.0156): either may win
+        if (row[0] - row[1] < 0.02f) continue;
         ++compared;
         EXPECT_EQ(ag.classes[k], ac.classes[k]) << "timestamp " << k << " (margin " << row[0] - row[1] << ")";
     }
-    EXPECT_GT(compared, int(in.positions.size()) / 2);
+    EXPECT_GE(compared, 10) << "of " << in.positions.size() << " timestamps"; // 19 of 34 on the CPU
 }
 
 TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
