@@ -33,6 +33,13 @@ std::vector<std::vector<uint8_t>> seeds() {
                            R"("n_window":50,"n_window_infer":800},"text_config":{"vocab_size":151936,"hidden_size":64,)"
                            R"("intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,)"
                            R"("head_dim":32,"rms_norm_eps":1e-6,"rope_theta":1000000}}})"));
+    out.push_back(bytes(2, R"({"architectures":["Qwen3ASRForTokenClassification"],"num_labels":5000,"timestamp_token_id":151705,)"
+                           R"("timestamp_segment_time":80,"audio_config":{"num_mel_bins":128,"d_model":64,"encoder_layers":2,)"
+                           R"("encoder_attention_heads":4,"encoder_ffn_dim":128,"downsample_hidden_size":16,"output_dim":64,)"
+                           R"("n_window":50,"n_window_infer":800},"text_config":{"vocab_size":152064,"hidden_size":64,)"
+                           R"("intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,)"
+                           R"("head_dim":32,"rms_norm_eps":1e-6,"rope_theta":1000000}})"));
+    out.push_back(bytes(7, "Hello, world! It's 2026. 今天天气很好 O'Neil's test-case ½ Ⅻ cafe\u0301 \xff\xfe"));
     out.push_back(bytes(3, "<|im_start|>system\nNames: Qwen 3, qasr.<|im_end|> 你好 👩‍💻 I'm 1234 \xff\xfe"));
     out.push_back(bytes(4, "twenty five dollars on march third twenty twenty at ten thirty 百分之五十 一百二十三"));
     out.push_back(bytes(5, R"({"added_tokens":[{"id":9,"content":"<|x|>","special":true}],"model":{"type":"BPE",)"

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
+#include "text/align_words.hpp"
 #include "text/itn/itn.hpp"
 #include "text/tokenizer.hpp"
 #include "text/utf8.hpp"
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -33,7 +35,7 @@ const qasr::Tokenizer* tokenizer() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
-    const uint8_t which = data[0] % 7;
+    const uint8_t which = data[0] % 8;
     ++data;
     --size;
     try {
@@ -74,6 +76,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             const auto a = qasr::load_audio_bytes(data, size, "fuzz", 600);
             for (float v : a)
                 if (!(v >= -1.0f && v <= 1.0f)) __builtin_trap(); // conditioned to [-1, 1], never NaN
+            break;
+        }
+        case 7: { // a transcript for the aligner: its words; the bytes as raw timestamps for the repair
+            const std::string s(reinterpret_cast<const char*>(data), size);
+            for (const std::string& w : qasr::split_alignment_words(s))
+                if (w.empty() || qasr::utf8::sanitize(w) != w || w.find_first_of(" \t\n\r") != std::string::npos)
+                    __builtin_trap();
+            std::vector<double> raw(size);
+            for (size_t i = 0; i < size; ++i) raw[i] = double(data[i]) * 80.0;
+            const std::vector<int64_t> fixed = qasr::fix_timestamps(raw);
+            if (fixed.size() != raw.size()) __builtin_trap();
+            for (size_t i = 1; i < fixed.size(); ++i)
+                if (fixed[i] < fixed[i - 1]) __builtin_trap(); // the repair never goes back
             break;
         }
         }
