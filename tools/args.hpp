@@ -1,5 +1,7 @@
 // Minimal argument scanner shared by the qasr subcommands: "--name value", "--flag", positionals.
 #pragma once
+#include "qasr/qasr.hpp"
+
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -54,6 +56,14 @@ inline double to_double(const std::string& opt, const std::string& v, double lo,
         throw std::invalid_argument(opt + " expects a number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                                     "], got '" + v + "'");
     return x;
+}
+
+// --device D, --threads N, --compute C: what every command that loads a model takes (LoadOptions). True when the
+// current item was one of them (and was read into lo).
+inline bool load_option(Args& a, LoadOptions& lo) {
+    std::string v;
+    if (a.option("--threads", v)) return lo.threads = int(to_long("--threads", v, 1, 1024)), true;
+    return a.option("--device", lo.device) || a.option("--compute", lo.compute);
 }
 
 } // namespace qasr::cli

@@ -72,12 +72,7 @@ int cmd_align(int argc, char** argv) {
         } else if (a.option("--format", format)) {
             if (format != "text" && format != "json" && format != "srt" && format != "vtt")
                 throw std::invalid_argument("--format must be text, json, srt or vtt");
-        } else if (a.option("--device", v)) {
-            lo.device = v;
-        } else if (a.option("--threads", v)) {
-            lo.threads = int(to_long("--threads", v, 1, 1024));
-        } else if (a.option("--compute", v)) {
-            lo.compute = v;
+        } else if (load_option(a, lo)) {
         } else if (a.option("--runs", v)) {
             runs = int(to_long("--runs", v, 1, 10000));
         } else if (a.flag("-q") || a.flag("--quiet")) {

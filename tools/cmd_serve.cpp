@@ -159,12 +159,7 @@ int cmd_serve(int argc, char** argv) {
         } else if (a.option("--host", o.host)) {
         } else if (a.option("--port", v)) {
             o.port = int(to_long("--port", v, 0, 65535));
-        } else if (a.option("--device", v)) {
-            lo.device = v;
-        } else if (a.option("--threads", v)) {
-            lo.threads = int(to_long("--threads", v, 1, 1024));
-        } else if (a.option("--compute", v)) {
-            lo.compute = v;
+        } else if (load_option(a, lo)) {
         } else if (a.option("--parallel", v)) {
             parallel = int(to_long("--parallel", v, 1, 256));
         } else if (a.option("--batch", v)) {

@@ -95,9 +95,7 @@ bool parse_common(Args& a, Common& c) {
     if (a.option("--unfixed-chunks", v)) return c.so.unfixed_chunks = int(to_long("--unfixed-chunks", v, 0, 1000)), true;
     if (a.option("--segment-windows", v))
         return c.so.max_segment_windows = int(to_long("--segment-windows", v, 1, 1000)), true;
-    if (a.option("--threads", v)) return c.lo.threads = int(to_long("--threads", v, 1, 1024)), true;
-    if (a.option("--device", c.lo.device)) return true;
-    if (a.option("--compute", c.lo.compute)) return true;
+    if (load_option(a, c.lo)) return true;
     if (a.flag("--no-itn")) return c.so.itn = false, true;
     if (a.flag("--exact-final")) return c.so.exact_final = true, true;
     if (a.flag("--no-speculative")) return c.so.speculative = false, true;

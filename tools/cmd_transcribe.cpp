@@ -154,12 +154,7 @@ int cmd_transcribe(int argc, char** argv) {
         } else if (a.option("-o", out_dir) || a.option("--output-dir", out_dir)) {
         } else if (a.option("--batch", v)) {
             lo.max_batch = int(to_long("--batch", v, 1, 128));
-        } else if (a.option("--threads", v)) {
-            lo.threads = int(to_long("--threads", v, 1, 1024));
-        } else if (a.option("--device", v)) {
-            lo.device = v;
-        } else if (a.option("--compute", v)) {
-            lo.compute = v;
+        } else if (load_option(a, lo)) {
         } else if (a.option("--max-new-tokens", v)) {
             o.decode.max_new_tokens = int(to_long("--max-new-tokens", v, 1, 1000000));
         } else if (a.flag("--ignore-eos")) {
