@@ -67,6 +67,14 @@ std::shared_ptr<const Model> Model::load(const std::string& dir, const std::stri
     if (size_t(m->hp.text.vocab_size) < m->tokenizer.vocab_size())
         fail("loader", "text_config.vocab_size " + std::to_string(m->hp.text.vocab_size) +
                            " is smaller than the tokenizer (" + std::to_string(m->tokenizer.vocab_size()) + " ids)");
+    if (const AlignerHParams& al = m->hp.aligner; al.classes) {
+        const auto ts = m->tokenizer.token_id("<timestamp>");
+        if (!ts || *ts != al.timestamp_token_id || al.timestamp_token_id >= m->hp.text.vocab_size)
+            fail("loader", "the aligner's timestamp_token_id " + std::to_string(al.timestamp_token_id) +
+                               (ts ? " differs from the tokenizer's <timestamp> id " + std::to_string(*ts) +
+                                         " or lies outside the vocabulary"
+                                   : " has no <timestamp> token in the tokenizer (not a Qwen3-ASR tokenizer?)"));
+    }
     m->eos_ids = m->hp.eos_token_ids;
     if (m->eos_ids.empty()) m->eos_ids = {sp.endoftext, sp.im_end};
     for (int id : {sp.endoftext, sp.im_end})

@@ -379,6 +379,17 @@ TEST(Cli, AlignTimesEveryWordOfTheText) {
         EXPECT_EQ(lines(e.err), 1) << args << ": " << e.err;
     }
     EXPECT_NE(run("align -m " + tiny() + " --text hi " + kWav).err.find("not a forced aligner"), std::string::npos);
+    // a config whose timestamp id is not the tokenizer's <timestamp>
+    const std::string bad = scratch() + "/aligner-bad-ts";
+    fs::remove_all(bad);
+    fs::copy(tiny_aligner(), bad, fs::copy_options::recursive);
+    auto cfg = nlohmann::json::parse(std::ifstream(bad + "/config.json"));
+    cfg["timestamp_token_id"] = 151704;
+    std::ofstream(bad + "/config.json") << cfg.dump();
+    CliRun e = run("align -m " + bad + " --text hi " + kWav);
+    EXPECT_NE(e.status, 0);
+    EXPECT_EQ(lines(e.err), 1) << e.err;
+    EXPECT_NE(e.err.find("differs from the tokenizer's <timestamp> id 151705"), std::string::npos) << e.err;
     EXPECT_NE(run("transcribe -m " + tiny_aligner() + " " + kWav).err.find("is a forced aligner"), std::string::npos);
 }
 
