@@ -150,9 +150,9 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         if (!own) own = std::make_unique<Session>(impl_->model);
         return own->run(a, opts);
     };
-    const auto pieces =
-        segmented ? split_at_pauses(samples, opts.segment_seconds) : split_long_audio(samples, opts.max_piece_seconds);
     const float quiet = quiet_level(samples);
+    const auto pieces = segmented ? split_at_pauses(samples, opts.segment_seconds, kSampleRate, quiet)
+                                  : split_long_audio(samples, opts.max_piece_seconds);
     const auto seconds = [](size_t i) { return double(i) / kSampleRate; };
     // The piece [b, e)'s segment (none for an empty text): times are its speech extent [sb, se), the whole piece
     // without one

@@ -43,10 +43,11 @@ std::pair<size_t, size_t> speech_extent(const std::vector<float>& x, size_t begi
     return first == end ? std::pair{begin, begin} : std::pair{first, last};
 }
 
-std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>& x, double max_seconds, int sr) {
+std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>& x, double max_seconds, int sr,
+                                                       float level) {
     std::vector<std::pair<size_t, size_t>> out;
     const size_t n = x.size(), limit = std::max<size_t>(2, size_t(max_seconds * sr)), win = size_t(sr / 10);
-    const float level = quiet_level(x);
+    if (level < 0) level = quiet_level(x);
     const size_t lead = size_t(sr) / 5;  // of a pause kept before and after speech
     const size_t long_pause = 2 * lead + win;
     const auto quiet = [&](size_t i) { return i < n && frame_rms(&x[i], std::min(kFrame, n - i)) <= level; };

@@ -19,9 +19,9 @@ namespace qasr {
 // speech: the demo model's 8 clips of a concatenation with 1 s pauses come out as alone 8/8 with this, 4/8 cut in
 // the middle). Where no pause overlaps (speech or music throughout) the cut goes to the quietest 100 ms window of
 // [start + max/2, start + max) (moving sum of |x|, first minimum; then its first minimum-|x| sample). A quiet end
-// of at least 0.5 s is a piece of its own too.
+// of at least 0.5 s is a piece of its own too. level < 0: quiet_level(x) (a caller that has it already passes it).
 std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>& x, double max_seconds,
-                                                       int sample_rate = 16000);
+                                                       int sample_rate = 16000, float level = -1);
 
 // The level below which a 10 ms frame counts as quiet: 35 dB under the loudest frame's RMS, and never under
 // -60 dBFS (RMS 1e-3).
