@@ -30,6 +30,7 @@ typedef enum {
 
 typedef struct qasr_model qasr_model;
 typedef struct qasr_result qasr_result;
+typedef struct qasr_aligner qasr_aligner; /* a forced aligner (word timestamps): qasr_aligner_load below */
 
 typedef struct {
     int n_threads; /* 0: all cores */
@@ -55,6 +56,8 @@ typedef struct {
     void* user_data;
     int language_only;     /* non-zero: identify the language only (decoding stops after the language tag; empty
                               text; qasr_result_language_probability); needs language NULL or "" */
+    const qasr_aligner* aligner; /* NULL, or word timestamps of the transcript from this aligner (qasr_result_word_*;
+                                    pieces are then at most 180 s) */
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);
@@ -98,7 +101,6 @@ void qasr_result_free(qasr_result* r);
 
 /* Forced alignment (qasr::Aligner): a Qwen3-ForcedAligner checkpoint times the words of a known text. Its results
  * are qasr_result handles whose words are filled (text: the given text; no tokens or segments). */
-typedef struct qasr_aligner qasr_aligner;
 qasr_status qasr_aligner_load(const char* model_dir, const qasr_load_params* params, qasr_aligner** out);
 void qasr_aligner_free(qasr_aligner* aligner);
 qasr_status qasr_align_pcm(const qasr_aligner* aligner, const float* samples, size_t n_samples, const char* text,

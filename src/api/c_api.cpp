@@ -2,6 +2,7 @@
 #include "qasr/qasr.h"
 
 #include "core/error.hpp"
+#include "audio/audio.hpp"
 #include "qasr/qasr.hpp"
 
 #include <deque>
@@ -15,9 +16,6 @@ struct qasr_model {
 struct qasr_result {
     qasr::TranscriptionResult r;
     std::string subtitles; // qasr_result_subtitles' last answer
-};
-struct qasr_aligner {
-    qasr::Aligner a;
 };
 struct qasr_stream {
     qasr_stream_callback cb = nullptr;
@@ -71,6 +69,7 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
     o.itn = d.itn != 0;
     o.segment_seconds = d.segment_seconds;
     o.language_only = d.language_only != 0;
+    if (d.aligner) o.max_piece_seconds = 180; // the reference aligner's limit per call
     if (d.on_segment) {
         const auto cb = d.on_segment;
         void* user = d.user_data;
@@ -81,12 +80,27 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
 
 } // namespace
 
+struct qasr_aligner {
+    qasr::Aligner a;
+};
+
+namespace {
+
+// A transcription, with word timestamps when the params name an aligner.
+qasr_result* transcribe_samples(const qasr_model* m, const std::vector<float>& samples, const qasr_transcribe_params* p) {
+    auto r = std::make_unique<qasr_result>(qasr_result{m->t.transcribe(samples, to_options(p)), {}});
+    if (p && p->aligner) p->aligner->a.add_words(samples, r->r);
+    return r.release();
+}
+
+} // namespace
+
 extern "C" {
 
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
 qasr_transcribe_params qasr_default_transcribe_params(void) {
-    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0};
+    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr};
 }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {
@@ -110,14 +124,17 @@ qasr_status qasr_transcribe_file(const qasr_model* m, const char* path, const qa
                                  qasr_result** out) {
     if (!m || !path || !out) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model, path and out must not be NULL");
     *out = nullptr;
-    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{m->t.transcribe_file(path, to_options(params)), {}}; });
+    return guarded(QASR_ERR_INTERNAL, [&] { *out = transcribe_samples(m, qasr::load_audio_file(path), params); });
 }
 
 qasr_status qasr_transcribe_memory(const qasr_model* m, const void* data, size_t size, const qasr_transcribe_params* params,
                                    qasr_result** out) {
     if (!m || !out || (!data && size)) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model, data and out must not be NULL");
     *out = nullptr;
-    return guarded(QASR_ERR_INTERNAL, [&] { *out = new qasr_result{m->t.transcribe_memory(data, size, to_options(params)), {}}; });
+    return guarded(QASR_ERR_INTERNAL, [&] {
+        *out = transcribe_samples(m, qasr::load_audio_bytes(static_cast<const uint8_t*>(data), size, "audio in memory"),
+                                  params);
+    });
 }
 
 qasr_status qasr_transcribe_pcm(const qasr_model* m, const float* samples, size_t n, const qasr_transcribe_params* params,
@@ -125,8 +142,7 @@ qasr_status qasr_transcribe_pcm(const qasr_model* m, const float* samples, size_
     if (!m || !out || (!samples && n)) return fail_with(QASR_ERR_INVALID_ARGUMENT, "model, samples and out must not be NULL");
     *out = nullptr;
     return guarded(QASR_ERR_INTERNAL, [&] {
-        std::vector<float> pcm(samples, samples + n);
-        *out = new qasr_result{m->t.transcribe(pcm, to_options(params)), {}};
+        *out = transcribe_samples(m, std::vector<float>(samples, samples + n), params);
     });
 }
 

@@ -108,6 +108,15 @@ class Bindings(unittest.TestCase):
                 samples, _ = pcm(wav)
                 self.assertEqual(al.align(samples, "Hello, world! It's 你好.").words, r.words)
                 self.assertEqual(al.align(samples, "...").words, [])
+                # a transcription's words: the transcript's, from a file, bytes and samples alike
+                t = self.model.transcribe(wav, aligner=al)
+                self.assertEqual(t.text, self.en)
+                self.assertEqual([w.text for w in t.words],
+                                 [re.sub(r"[^\w']", "", x) for x in t.text.split() if re.sub(r"[^\w']", "", x)])
+                with open(wav, "rb") as f:
+                    self.assertEqual(self.model.transcribe(f.read(), aligner=al).words, t.words)
+                self.assertEqual(self.model.transcribe(samples, aligner=al).words, t.words)
+                self.assertEqual(self.model.transcribe(wav).words, [])
         with self.assertRaises(qasr.Error) as e:
             qasr.Aligner(DEMO)
         self.assertIn("not a forced aligner", str(e.exception))
