@@ -196,7 +196,7 @@ int cmd_transcribe(int argc, char** argv) {
                                     "--format srt|vtt");
     if (!aligner_dir.empty() && o.language_only)
         throw std::invalid_argument("--aligner times the words of a transcript; --detect-language writes none");
-    if (!aligner_dir.empty()) o.max_piece_seconds = 180; // the reference aligner's limit per call
+    if (!aligner_dir.empty()) o.max_piece_seconds = Aligner::max_piece_seconds;
     o.segment_seconds = segment_seconds >= 0 ? segment_seconds : subtitles ? 10.0 : 0.0;
     if (subtitles && files.size() > 1 && out_dir.empty())
         throw std::invalid_argument("several inputs with --format " + format + " need --output-dir DIR (one file each)");

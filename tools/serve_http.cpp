@@ -1,6 +1,8 @@
 // `qasr serve`'s shared HTTP pieces (serve_http.hpp).
 #include "serve_http.hpp"
 
+#include "commands.hpp"
+
 #include "core/error.hpp"
 #include "text/output.hpp"
 
@@ -168,7 +170,7 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
     }
     if (granular && r.format != Format::VerboseJson)
         throw HttpError(400, "timestamp_granularities needs response_format verbose_json");
-    if (r.words) r.opts.max_piece_seconds = 180; // the reference aligner's limit per call
+    if (r.words) r.opts.max_piece_seconds = Aligner::max_piece_seconds;
     if (const auto* v = get("segment_seconds")) {
         r.opts.segment_seconds = to_number("segment_seconds", *v, 0, 1200);
         if (r.opts.segment_seconds != 0 && r.opts.segment_seconds < 2)
@@ -246,11 +248,7 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f, boo
              {"timings_ms",
               {{"mel", r.timings.mel_ms}, {"encode", r.timings.encode_ms}, {"prefill", r.timings.prefill_ms},
                {"decode", r.timings.decode_ms}}}};
-        if (!r.words.empty()) { // OpenAI's word objects
-            json w = json::array();
-            for (const AlignedWord& x : r.words) w.push_back({{"word", x.text}, {"start", x.start}, {"end", x.end}});
-            j["words"] = w;
-        }
+        if (!r.words.empty()) j["words"] = words_json(r.words); // OpenAI's word objects
     }
     res.set_content(j.dump() + "\n", "application/json");
 }

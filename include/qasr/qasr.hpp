@@ -192,6 +192,9 @@ struct Alignment {
 // toolkit uses ≤ 180 s). Thread-safe like Transcriber.
 class Aligner {
 public:
+    // The longest piece a transcription aligned with add_words() should have (the reference toolkit's limit): the
+    // CLI, the server and the C API set TranscribeOptions::max_piece_seconds to it when they align.
+    static constexpr double max_piece_seconds = 180;
     static Aligner load(const std::string& model_dir, const LoadOptions& opts = {}); // threads, device, compute
     Alignment align(const std::vector<float>& samples, const std::string& text, const AlignOptions& opts = {}) const;
     Alignment align_file(const std::string& path, const std::string& text, const AlignOptions& opts = {}) const;

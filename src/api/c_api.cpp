@@ -69,7 +69,7 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
     o.itn = d.itn != 0;
     o.segment_seconds = d.segment_seconds;
     o.language_only = d.language_only != 0;
-    if (d.aligner) o.max_piece_seconds = 180; // the reference aligner's limit per call
+    if (d.aligner) o.max_piece_seconds = qasr::Aligner::max_piece_seconds;
     if (d.on_segment) {
         const auto cb = d.on_segment;
         void* user = d.user_data;

@@ -2,19 +2,16 @@
 
 #include "core/error.hpp"
 #include "core/timer.hpp"
-#include "model/encoder.hpp"
 #include "pipeline/session.hpp"
-#include "text/align_words.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace qasr {
 
-AlignInput build_align_input(const Model& m, int64_t n_audio, const std::string& text) {
+AlignInput build_align_input(const Model& m, int64_t n_audio, std::vector<std::string> words) {
     const int ts = m.hp.aligner.timestamp_token_id;
     AlignInput in;
-    in.words = split_alignment_words(text);
+    in.words = std::move(words);
     std::vector<int>& ids = in.prompt.ids;
     ids.push_back(m.special.audio_start);
     in.prompt.audio_begin = int64_t(ids.size());
@@ -57,14 +54,12 @@ Alignment align_audio(const std::shared_ptr<const Model>& m, const std::vector<f
         fail("align", "the audio is " + std::to_string(r.audio_seconds) + " s long; the aligner's " +
                           std::to_string(ah.classes) + " classes of " + std::to_string(ah.segment_ms) +
                           " ms cover at most " + std::to_string(cover_s) + " s (cut it into pieces)");
+    std::vector<std::string> words = split_alignment_words(text);
+    if (words.empty()) return r; // nothing to time: the model does not run
     Session s(m);
     const Tensor rows = s.encode_samples(audio, opts.min_samples, r.timings);
     Stopwatch sw;
-    AlignInput in = build_align_input(*m, rows.rows(), text);
-    if (in.words.empty()) {
-        r.rtf = r.audio_seconds > 0 ? total.ms() / 1000.0 / r.audio_seconds : 0;
-        return r;
-    }
+    const AlignInput in = build_align_input(*m, rows.rows(), std::move(words));
     const Tensor logits = s.prefill(in.prompt, rows, true);
     r.timings.prefill_ms = sw.ms();
     if (logits.rows() != int64_t(in.prompt.ids.size()) || logits.cols() != ah.classes)

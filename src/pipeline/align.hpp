@@ -4,6 +4,7 @@
 #pragma once
 #include "model/model.hpp"
 #include "qasr/qasr.hpp"
+#include "text/align_words.hpp"
 #include "text/prompt.hpp"
 
 #include <memory>
@@ -18,8 +19,8 @@ struct AlignInput {
     std::vector<int64_t> positions; // the <timestamp> positions: 2 per word (start, end)
 };
 
-// The aligner's input for n_audio encoder rows and the words of `text` (split_alignment_words).
-AlignInput build_align_input(const Model& m, int64_t n_audio, const std::string& text);
+// The aligner's input for n_audio encoder rows and `words` (split_alignment_words of the transcript).
+AlignInput build_align_input(const Model& m, int64_t n_audio, std::vector<std::string> words);
 
 // Aligns `text` to 16 kHz audio with an aligner model (the CPU ops or its device). Audio shorter than
 // min_samples is zero-padded (as for transcription); longer than the classes cover (5000 × 80 ms = 400 s) is an

@@ -438,7 +438,7 @@ TEST(Cuda, AlignerOnTheDeviceAgreesWithCpu) {
     Session sc(cpu);
     Timings t;
     const Tensor rows = sc.encode_samples(audio, 8000, t);
-    const AlignInput in = build_align_input(*cpu, rows.rows(), text);
+    const AlignInput in = build_align_input(*cpu, rows.rows(), split_alignment_words(text));
     const Tensor lc = sc.prefill(in.prompt, rows, true);
     const Alignment ac = align_audio(cpu, audio, text, {}), ag = align_audio(gpu, audio, text, {});
     ASSERT_EQ(ag.words.size(), ac.words.size());

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
             // the input the reference saw
             Session s(model);
             const Tensor rows = s.encode(s.mel(audio, opts.min_samples));
-            const AlignInput in = build_align_input(*model, rows.rows(), k["text"]);
+            const AlignInput in = build_align_input(*model, rows.rows(), split_alignment_words(k["text"].get<std::string>()));
             c.check(in.words == k["words"].get<std::vector<std::string>>(), name + ": word list");
             c.check(in.prompt.ids == k["ids"].get<std::vector<int>>(), name + ": input ids");
             c.check(in.positions == k["positions"].get<std::vector<int64_t>>(), name + ": timestamp positions");
