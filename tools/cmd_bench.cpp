@@ -51,6 +51,8 @@ options:
   --threads N            CPU threads (default: all cores)
   --max-new-tokens N     cap on generated tokens
   --ignore-eos           decode exactly --max-new-tokens tokens (fixed decode length)
+  --beam-size N          beam search over N hypotheses (1..16; default 1: greedy); ms/token is then per token
+                         of the winning hypothesis (each step advances every beam)
   --isa portable|avx2|avx512   force the kernel ISA (default: best supported; env QASR_ISA)
   --device D             cpu (default), cuda or cuda:N: run the model on a GPU (no DRAM probe then)
   --compute C            the CPU's matrix-matrix products: auto (bf16 for quantized checkpoints, float32
@@ -240,6 +242,8 @@ int cmd_bench(int argc, char** argv) {
             opts.decode.max_new_tokens = int(to_long("--max-new-tokens", v, 1, 1 << 20));
         } else if (a.flag("--ignore-eos")) {
             opts.decode.ignore_eos = true;
+        } else if (a.option("--beam-size", v)) {
+            opts.decode.beam_size = int(to_long("--beam-size", v, 1, 16));
         } else if (a.option("--isa", v)) {
             isa = v;
         } else if (a.option("--device", v)) {
@@ -417,6 +421,7 @@ int cmd_bench(int argc, char** argv) {
                         {"warmup", warmup},
                         {"prompt_tokens", n_prompt},
                         {"tokens", n_tokens},
+                        {"beam_size", opts.decode.beam_size},
                         {"load_ms", load_ms},
                         {"mel_ms", median(mel)},
                         {"encode_ms", median(enc)},

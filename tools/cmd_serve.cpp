@@ -40,7 +40,8 @@ Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish
                                   `segment_seconds` (cut at pauses into pieces of at most this many seconds for
                                   segment times; 10 for srt/vtt and timestamp_granularities[]=segment unless
                                   given, else 0: whole), `max_new_tokens`,
-                                  `top_p`, `seed`, `ignore_eos` (with max_new_tokens: benchmarks on random weights).
+                                  `top_p`, `seed`, `beam_size` (1..16: beam search), `length_penalty`,
+                                  `ignore_eos` (with max_new_tokens: benchmarks on random weights).
                                   The audio may also be the raw request body, the fields then query parameters.
   POST /inference                 the same (whisper.cpp's server path)
   POST /v1/streams                live dictation: opens a stream (fields language, prompt, itn, chunk_seconds,

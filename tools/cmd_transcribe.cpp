@@ -58,6 +58,9 @@ options:
   --max-new-tokens N       cap on generated tokens (default: ceil(seconds*20)+64)
   --ignore-eos             decode exactly --max-new-tokens argmax tokens; no EOS or repetition stop
   --temperature T          sampling temperature (default 0: greedy)
+  -bs, --beam-size N       beam search over N hypotheses (1..16; default 1: greedy), as transformers'
+                           generate(num_beams=N); a step of N beams costs about one greedy step on the CPU
+  --length-penalty L       beam search: scores are sum(log p) / length^L (default 1)
   --top-p P                nucleus sampling threshold (default 1)
   --seed S                 sampling seed (default 0)
   --raw                    print the unparsed model output
@@ -161,6 +164,10 @@ int cmd_transcribe(int argc, char** argv) {
             o.decode.ignore_eos = true;
         } else if (a.option("--temperature", v)) {
             o.decode.temperature = float(to_double("--temperature", v, 0.0, 100.0));
+        } else if (a.option("--beam-size", v) || a.option("-bs", v)) {
+            o.decode.beam_size = int(to_long("--beam-size", v, 1, 16));
+        } else if (a.option("--length-penalty", v)) {
+            o.decode.length_penalty = float(to_double("--length-penalty", v, -10.0, 10.0));
         } else if (a.option("--top-p", v)) {
             o.decode.top_p = float(to_double("--top-p", v, 1e-6, 1.0));
         } else if (a.option("--seed", v)) {

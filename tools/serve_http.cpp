@@ -179,6 +179,11 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
         r.opts.segment_seconds = 10;
     }
     if (const auto* v = get("temperature")) r.opts.decode.temperature = float(to_number("temperature", *v, 0, 100));
+    if (const auto* v = get("beam_size")) r.opts.decode.beam_size = int(to_number("beam_size", *v, 1, 16));
+    if (const auto* v = get("length_penalty"))
+        r.opts.decode.length_penalty = float(to_number("length_penalty", *v, -10, 10));
+    if (r.opts.decode.beam_size > 1 && r.opts.decode.temperature > 0)
+        throw HttpError(400, "field 'beam_size' decodes without sampling: it needs temperature 0");
     if (const auto* v = get("top_p")) r.opts.decode.top_p = float(to_number("top_p", *v, 1e-6, 1));
     if (const auto* v = get("seed")) r.opts.decode.seed = uint64_t(to_number("seed", *v, 0, 9007199254740992.0));
     if (const auto* v = get("max_new_tokens"))

@@ -69,7 +69,7 @@ struct Fields {
     bool words = false; // timestamp_granularities[] has "word": the server's aligner times the transcript's words
 };
 // OpenAI's fields (language, prompt, response_format, temperature) and qasr's (itn, max_new_tokens, top_p, seed,
-// ignore_eos, context, segment_seconds, language_only); unknown fields are ignored (e.g. `model`). response_format srt and vtt
+// ignore_eos, context, segment_seconds, language_only, beam_size, length_penalty); unknown fields are ignored (e.g. `model`). response_format srt and vtt
 // segment the audio (segment_seconds, 10 unless given).
 Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults);
 bool to_bool(const std::string& field, const std::string& v);

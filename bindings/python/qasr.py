@@ -46,7 +46,7 @@ class _TranscribeParams(ctypes.Structure):
                 ("ignore_eos", ctypes.c_int), ("temperature", ctypes.c_float), ("top_p", ctypes.c_float),
                 ("seed", ctypes.c_uint64), ("itn", ctypes.c_int), ("segment_seconds", ctypes.c_double),
                 ("on_segment", _SEGMENT_CB), ("user_data", ctypes.c_void_p), ("language_only", ctypes.c_int),
-                ("aligner", ctypes.c_void_p)]
+                ("aligner", ctypes.c_void_p), ("beam_size", ctypes.c_int), ("length_penalty", ctypes.c_float)]
 
 
 class _StreamParams(ctypes.Structure):
@@ -277,18 +277,20 @@ class Model(_Owned):
                    max_new_tokens: int = 0, ignore_eos: bool = False, temperature: float = 0.0,
                    top_p: float = 1.0, seed: int = 0, itn: bool = True, segment_seconds: float = 0.0,
                    on_segment: Optional[Callable[[Segment], None]] = None, language_only: bool = False,
-                   aligner: Optional["Aligner"] = None) -> Result:
+                   aligner: Optional["Aligner"] = None, beam_size: int = 1, length_penalty: float = 1.0) -> Result:
         """Transcribes a file path, an encoded file's bytes (WAV; with FFmpeg mp3, flac, ogg, m4a ...) or 16 kHz
         mono float samples. segment_seconds > 0 cuts at pauses (pieces of at most that long) for segment times;
         on_segment is called with each segment as its piece is done. language_only identifies the language
         without transcribing (r.language, r.language_probability; the text stays empty). aligner (an Aligner) adds
-        word timestamps (r.words)."""
+        word timestamps (r.words). beam_size > 1 decodes by beam search (greedy otherwise; temperature must be 0),
+        length_penalty the exponent of the length its scores are divided by."""
         h = self._handle()
         p = _lib.qasr_default_transcribe_params()
         p.language, p.context = _bytes(language), _bytes(context)
         p.max_new_tokens, p.ignore_eos, p.temperature, p.top_p = max_new_tokens, int(ignore_eos), temperature, top_p
         p.seed, p.itn, p.segment_seconds, p.language_only = seed, int(itn), segment_seconds, int(language_only)
         p.aligner = aligner._handle() if aligner is not None else None
+        p.beam_size, p.length_penalty = beam_size, length_penalty
         raised: List[BaseException] = []
         if on_segment is not None:
             def cb(text, start, end, _user):

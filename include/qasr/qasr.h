@@ -58,6 +58,8 @@ typedef struct {
                               text; qasr_result_language_probability); needs language NULL or "" */
     const qasr_aligner* aligner; /* NULL, or word timestamps of the transcript from this aligner (qasr_result_word_*;
                                     pieces are then at most 180 s) */
+    int beam_size;         /* 1: greedy; 2..16: beam search (DecodeOptions::beam_size; temperature must be 0) */
+    float length_penalty;  /* beam search: scores are sum(log p) / length^length_penalty (default 1) */
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);

@@ -25,6 +25,11 @@ struct DecodeOptions {
     float top_p = 1.0f;        // nucleus sampling when temperature > 0
     uint64_t seed = 0;         // sampling seed
     int repetition_limit = 10; // stop when one token would repeat more often than this in a row (0: off)
+    // > 1: beam search over this many hypotheses (≤ 16), as transformers' generate(num_beams=N) with its defaults
+    // (early_stopping=False): the finished hypothesis with the best Σ log p / length^length_penalty wins. Greedy
+    // only (temperature 0); not with ignore_eos, language_only or streams.
+    int beam_size = 1;
+    float length_penalty = 1.0f; // beam search: the exponent of the length that divides a hypothesis' score
 };
 
 // A stretch of the transcript with its time in the audio. Without TranscribeOptions::segment_seconds there is one

@@ -66,6 +66,8 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
     o.decode.temperature = d.temperature;
     o.decode.top_p = d.top_p;
     o.decode.seed = d.seed;
+    o.decode.beam_size = d.beam_size;
+    o.decode.length_penalty = d.length_penalty;
     o.itn = d.itn != 0;
     o.segment_seconds = d.segment_seconds;
     o.language_only = d.language_only != 0;
@@ -100,7 +102,7 @@ extern "C" {
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
 qasr_transcribe_params qasr_default_transcribe_params(void) {
-    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr};
+    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f};
 }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {

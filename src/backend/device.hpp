@@ -65,6 +65,13 @@ public:
         (void)max_tokens, (void)id, (void)logprob;
         throw_unsupported("batched decoding");
     }
+    // Beam search (pipeline/beam_search.hpp): this session's KV cache becomes src's, a session of the same context:
+    // positions [from, src.length()) are copied on the device and the first `from` are taken to be equal already
+    // (both hypotheses continue one prefix; from ≤ length()). The next step() continues at src.length().
+    virtual void copy_cache(DeviceSession& src, int64_t from) {
+        (void)src, (void)from;
+        throw_unsupported("beam search");
+    }
     // The backend's own session behind a wrapper (a pool's handle), for the backend's DeviceBatch.
     virtual DeviceSession* inner() { return this; }
 

@@ -166,6 +166,26 @@ void KvCache::write(size_t layer, const float* kx, const float* vx, int64_t pos,
         }
 }
 
+void KvCache::copy_from(const KvCache& src, int64_t from) {
+    if (&src == this) return;
+    if (from < 0 || from > len || from > src.len) fail("decoder", "KV cache copy from a position past the cache");
+    if (k.size() != src.k.size()) {
+        if (from > 0) fail("decoder", "KV cache copy between caches of different depths");
+        reset(src.k.size());
+    }
+    len = from; // nothing after `from` needs keeping if the arena grows
+    if (src.len == 0) return;
+    reserve(src.len, src.heads, src.head_dim, src.bf16);
+    const size_t es = bf16 ? 2 : 4, n = size_t(src.len - from) * size_t(head_dim) * es;
+    for (size_t l = 0; l < k.size() && n > 0; ++l)
+        for (int64_t c = 0; c < heads; ++c) {
+            const size_t d = size_t((c * cap + from) * head_dim) * es, s = size_t((c * src.cap + from) * head_dim) * es;
+            std::memcpy(static_cast<char*>(k[l]) + d, static_cast<const char*>(src.k[l]) + s, n);
+            std::memcpy(static_cast<char*>(v[l]) + d, static_cast<const char*>(src.v[l]) + s, n);
+        }
+    len = src.len;
+}
+
 Decoder::Decoder(const DecoderW& w, const TextHParams& hp) : w_(w), hp_(hp) {
     const int64_t half = hp.head_dim / 2;
     inv_freq_.resize(size_t(half));

@@ -40,6 +40,9 @@ struct KvCache {
     void reserve(int64_t need, int64_t heads, int64_t head_dim, bool bf16);
     // Writes rows [0, n) of k and v ([n, heads·head_dim] float32) at positions pos … pos+n-1 of `layer`.
     void write(size_t layer, const float* k, const float* v, int64_t pos, int64_t n);
+    // Makes this cache hold src's positions: copies positions [from, src.len) of every layer; the first `from`
+    // are taken to hold src's already (beam search: both continue one prefix). from ≤ len and ≤ src.len.
+    void copy_from(const KvCache& src, int64_t from);
 
 private:
     std::unique_ptr<void, KvArenaUnmap> arena_;

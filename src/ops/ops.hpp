@@ -67,6 +67,9 @@ void softmax_row(float* x, int64_t n);
 // Greedy choice over one row of logits on the thread team: the argmax (ties → lowest index, as torch.argmax) and
 // log-softmax at `at` (at < 0: at the argmax). Returns the index whose log-probability was computed.
 int64_t argmax_logprob(const float* x, int64_t n, int64_t at, float& logprob);
+// Beam search's view of one row of logits: the k largest (ties → lowest index first; k ≤ n) in descending order,
+// with their log-softmax values computed as argmax_logprob computes one. ids and logprobs get k entries each.
+void top_logprobs(const float* x, int64_t n, int k, int64_t* ids, float* logprobs);
 
 // 3×3, stride 2, padding 1 convolution, OIHW weights. in [Cin, H, W] → out [Cout, ⌈H/2⌉, ⌈W/2⌉] (+bias).
 void conv3x3_s2(const float* in, int64_t Cin, int64_t H, int64_t W, const float* w, const float* bias, int64_t Cout,

@@ -42,6 +42,7 @@ BatchEngine::~BatchEngine() {
 }
 
 TranscriptionResult BatchEngine::run(const std::vector<float>& audio, const TranscribeOptions& opts) {
+    if (opts.decode.beam_size > 1) return Session(model_).run(audio, opts); // its beams batch among themselves
     Job j;
     j.audio = &audio;
     j.opts = &opts;

@@ -37,7 +37,8 @@ public:
     BatchEngine& operator=(const BatchEngine&) = delete;
 
     // Transcribes one piece of audio (Session::run's contract and errors); blocks the calling thread until done.
-    // Thread-safe.
+    // Thread-safe. A beam search request (DecodeOptions::beam_size > 1) runs alone on the calling thread: its beams
+    // are the rows of its own batched steps.
     TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts);
 
     struct Stats {

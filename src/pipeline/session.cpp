@@ -157,6 +157,13 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (d.ignore_eos && d.max_new_tokens <= 0) fail("options", "ignore_eos needs an explicit max_new_tokens");
     if (!(d.temperature >= 0.0f && d.temperature <= 100.0f)) fail("options", "temperature must be in [0, 100]");
     if (!(d.top_p > 0.0f && d.top_p <= 1.0f)) fail("options", "top_p must be in (0, 1]");
+    if (d.beam_size < 1 || d.beam_size > 16) fail("options", "beam_size must be in [1, 16]");
+    if (!(d.length_penalty >= -10.0f && d.length_penalty <= 10.0f)) fail("options", "length_penalty must be in [-10, 10]");
+    if (d.beam_size > 1) {
+        if (d.temperature > 0.0f) fail("options", "beam search decodes without sampling: it needs temperature 0");
+        if (d.ignore_eos) fail("options", "beam search cannot be combined with ignore_eos");
+        if (opts.language_only) fail("options", "language_only decodes greedily: it cannot be combined with beam search");
+    }
     st_.forced = opts.language.empty() ? "" : canonical_language(opts.language);
     if (opts.language_only && !st_.forced.empty())
         fail("options", "language_only detects the language: it cannot be combined with a forced language");
@@ -186,6 +193,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     }
     Prompt p = prompt(n_rows, opts);
     r.n_prompt_tokens = int(p.ids.size());
+    st_.prompt_len = int64_t(p.ids.size());
     r.n_audio_tokens = int(p.n_audio);
     sw.reset();
     if (device_greedy) accel_->prefill_resident(p.ids, p.audio_begin);
@@ -257,6 +265,8 @@ TranscriptionResult Session::run(const std::vector<float>& audio, const Transcri
     if (!begin(audio, opts)) return finish();
     if (st_.device_greedy) {
         accel_->greedy(st_.cap, [&](int tok, float lp) { return accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r); });
+    } else if (st_.d.beam_size > 1) {
+        decode_beams();
     } else {
         for (int tok; (tok = next(st_.logits.ptr())) >= 0;) st_.logits = step(tok);
     }

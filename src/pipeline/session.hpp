@@ -45,7 +45,12 @@ public:
     bool device_greedy() const { return st_.device_greedy; }
     // Whether these options decode by argmax (greedy, or --ignore-eos's plain argmax): on a device, such a request
     // keeps its tokens on the device (device_greedy) and can join a DeviceBatch.
-    static bool argmax_decoding(const DecodeOptions& d) { return d.temperature <= 0.0f || d.ignore_eos; }
+    static bool argmax_decoding(const DecodeOptions& d) {
+        return (d.temperature <= 0.0f && d.beam_size <= 1) || d.ignore_eos;
+    }
+    // Beam search (pipeline/beam_search.hpp): this session's KV cache becomes src's (another session of the same
+    // model); positions before `from` are taken to be equal already.
+    void copy_state_from(Session& src, int64_t from);
     int begin_device_batch();
     // One greedy step of B device sessions together (DeviceBatch::step): ids/logprobs get each row's choice.
     static void step_batch_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int* ids,
@@ -61,6 +66,7 @@ public:
     }
 
 private:
+    void decode_beams(); // after begin(): DecodeOptions::beam_size > 1 (beam_search.cpp)
     int choose(const float* logits, int64_t V, const DecodeOptions& d, float& logprob);
     bool accept(int tok, float lp, const DecodeOptions& d, std::vector<int>& out, int& run_len, TranscriptionResult& r) const;
     struct Pending { // the request between begin() and finish()
@@ -69,7 +75,7 @@ private:
         std::string forced;
         std::vector<int> out;
         int run_len = 0, cap = 0, n = 0;
-        int64_t V = 0;
+        int64_t V = 0, prompt_len = 0;
         int stop_id = -1; // TranscribeOptions::language_only: <asr_text> ends the decode
         bool empty = false, device_greedy = false, itn = true;
         Tensor logits;

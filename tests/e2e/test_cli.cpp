@@ -259,6 +259,27 @@ TEST(Cli, DetectLanguagePrintsTheLanguageAndItsProbability) {
     }
 }
 
+TEST(Cli, BeamSizeSearchesBeamsAndRefusesSampling) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    CliRun r = run("transcribe -m " + demo + " -q --beam-size 3 --batch 2 " + en + " " + en); // through a batch engine
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out, "The concert on Tuesday starts at 8:30.\nThe concert on Tuesday starts at 8:30.\n");
+    CliRun j = run("transcribe -m " + demo + " -q -bs 2 --length-penalty 0.5 --format json " + en);
+    ASSERT_EQ(j.status, 0) << j.err;
+    EXPECT_EQ(nlohmann::json::parse(j.out)["text"], "The concert on Tuesday starts at 8:30.");
+    CliRun b = run("bench -m " + demo + " --audio " + en + " --beam-size 2 --runs 1 --warmup 0 --bw-mb 0 --json");
+    ASSERT_EQ(b.status, 0) << b.err;
+    EXPECT_EQ(nlohmann::json::parse(b.out)["beam_size"], 2);
+    for (const char* bad : {" --beam-size 2 --temperature 0.5", " --beam-size 0", " --beam-size 17",
+                            " --beam-size 2 --detect-language", " --length-penalty nan"}) {
+        CliRun e = run("transcribe -m " + demo + std::string(bad) + " " + en);
+        EXPECT_NE(e.status, 0) << bad;
+        EXPECT_EQ(lines(e.err), 1) << bad << ": " << e.err;
+    }
+}
+
 TEST(Cli, VersionNamesTheBuildAndMachine) {
     for (const char* arg : {"version", "--version"}) {
         CliRun r = run(arg);

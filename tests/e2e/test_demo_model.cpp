@@ -8,6 +8,7 @@
 #include "qasr/qasr.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -374,4 +375,57 @@ TEST(DemoModel, ConcurrentRequestsDecodeTogether) {
             qasr::Transcriber::load(dir, wrong);
         },
         qasr::Error);
+}
+
+// Beam search against transformers' generate(num_beams=N, do_sample=False) with its defaults on the bundled samples
+// and the held-out clips (tests/data/ref_beam/demo.json from scripts/reference_beam.py, fp32 on the GPU machine):
+// the same token sequences (the ending EOS included) and the same scores Σ log p / length; alone and through a batch
+// engine (a beam request runs on its caller's thread there) alike. A beam request refuses sampling.
+TEST(DemoModel, BeamSearchEqualsTransformers) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    std::ifstream in(std::string(QASR_SOURCE_DIR) + "/tests/data/ref_beam/demo.json");
+    ASSERT_TRUE(in) << "tests/data/ref_beam/demo.json is missing";
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    ASSERT_GE(ref["clips"].size(), 50u);
+    qasr::LoadOptions lo;
+    lo.max_batch = 3;
+    const qasr::Transcriber t = qasr::Transcriber::load(dir), tb = qasr::Transcriber::load(dir, lo);
+    int compared = 0, unlike_greedy = 0;
+    for (int n : ref["beams"].get<std::vector<int>>()) {
+        const std::string key = "beam" + std::to_string(n);
+        qasr::TranscribeOptions o;
+        o.itn = false;
+        o.decode.beam_size = n;
+        for (const auto& c : ref["clips"]) {
+            const std::string path = std::string(QASR_SOURCE_DIR) + "/" + c["audio"].get<std::string>();
+            const auto r = t.transcribe_file(path, o);
+            std::vector<int> ids;
+            double sum = 0;
+            for (const auto& tk : r.tokens) ids.push_back(tk.id), sum += tk.logprob;
+            const auto want = c[key].get<std::vector<int>>();
+            EXPECT_EQ(ids, want) << key << " " << path;
+            if (ids == want) {
+                EXPECT_NEAR(sum / double(ids.size()), c[key + "_score"].get<double>(), 1e-4) << key << " " << path;
+            }
+            unlike_greedy += want != c["greedy"].get<std::vector<int>>();
+            ++compared;
+            if (compared % 7 == 0) { // through the batch engine too
+                const auto rb = tb.transcribe_file(path, o);
+                EXPECT_EQ(rb.raw_text, r.raw_text) << key << " " << path;
+            }
+        }
+    }
+    std::printf("%d beam transcripts compared; %d of the reference's differ from its greedy one\n", compared, unlike_greedy);
+    qasr::TranscribeOptions bad;
+    bad.decode.beam_size = 2;
+    bad.decode.temperature = 0.7f;
+    const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    EXPECT_THROW(t.transcribe_file(en, bad), qasr::Error);
+    bad.decode.temperature = 0;
+    bad.decode.beam_size = 17;
+    EXPECT_THROW(t.transcribe_file(en, bad), qasr::Error);
+    bad.decode.beam_size = 2;
+    bad.language_only = true;
+    EXPECT_THROW(t.transcribe_file(en, bad), qasr::Error);
 }

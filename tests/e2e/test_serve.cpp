@@ -240,6 +240,11 @@ TEST_F(Serve, RawBodyWithQueryFieldsAndWhisperCppPath) {
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(json::parse(r->body)["tokens"].size(), 30u);
     EXPECT_EQ(json::parse(r->body)["finish_reason"], "token_cap");
+    // beam search
+    r = c.Post("/inference?response_format=text&beam_size=3&length_penalty=0.8", de_, "audio/wav");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->body, de_text_ + "\n");
 }
 
 TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
@@ -260,6 +265,8 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
                      400, "word timestamps"});
     cases.push_back({post_file(c, en_, {{"timestamp_granularities[]", "segment", "", ""}}), 400, "verbose_json"});
     cases.push_back({post_file(c, en_, {{"temperature", "hot", "", ""}}), 400, "temperature"});
+    cases.push_back({post_file(c, en_, {{"beam_size", "40", "", ""}}), 400, "beam_size"});
+    cases.push_back({post_file(c, en_, {{"beam_size", "2", "", ""}, {"temperature", "0.5", "", ""}}), 400, "sampling"});
     cases.push_back({post_file(c, en_, {{"language_only", "1", "", ""}, {"language", "en", "", ""}}), 400, "language_only"});
     cases.push_back({post_file(c, en_, {{"language_only", "1", "", ""}, {"response_format", "srt", "", ""}}), 400,
                      "language_only"});

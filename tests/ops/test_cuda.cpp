@@ -456,6 +456,39 @@ TEST(Cuda, AlignerOnTheDeviceAgreesWithCpu) {
     EXPECT_GE(compared, 10) << "of " << in.positions.size() << " timestamps"; // 19 of 34 on the CPU
 }
 
+// Beam search on the device (pipeline/beam_search.hpp: one device session per beam, KV caches copied on the device
+// where beams fork): on the trained demo model the beams' texts equal the CPU's, and the winning tokens decoded
+// again one by one in a fresh device session give the same log-probabilities (a stale or wrong cache would not).
+TEST(Cuda, BeamSearchOnTheDeviceDecodesItsTokensAlike) {
+    NEED_GPU();
+    const char* env = std::getenv("QASR_DEMO_DIR");
+    const std::string dir = env && *env ? env : std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!std::filesystem::exists(dir + "/tokenizer.json") || !std::filesystem::exists(dir + "/model.safetensors"))
+        GTEST_SKIP() << "demo model with tokenizer not found in " << dir << " (set QASR_DEMO_DIR)";
+    const auto gpu = Model::load(dir, "cuda"), cpu = Model::load(dir, "cpu");
+    for (const char* name : {"demo_en", "demo_de"}) {
+        const std::vector<float> audio = load_audio_file(dir + "/../../samples/" + name + ".wav");
+        for (int beams : {2, 5}) {
+            TranscribeOptions o;
+            o.decode.beam_size = beams;
+            Session g(gpu), c(cpu);
+            const TranscriptionResult rg = g.run(audio, o), rc = c.run(audio, o);
+            EXPECT_EQ(rg.text, rc.text) << name << " beams " << beams;
+            EXPECT_EQ(rg.finish, FinishReason::Eos) << name;
+            Session alone(gpu);
+            Timings t;
+            const Tensor rows = alone.encode_samples(audio, o.min_samples, t);
+            Tensor lg = alone.prefill(alone.prompt(rows.rows(), o), rows);
+            for (size_t i = 0; i < rg.tokens.size(); ++i) {
+                float lp = 0;
+                ops::argmax_logprob(lg.ptr(), lg.cols(), rg.tokens[i].id, lp);
+                EXPECT_NEAR(lp, rg.tokens[i].logprob, 1e-4) << name << " beams " << beams << " token " << i;
+                if (i + 1 < rg.tokens.size()) lg = alone.step(rg.tokens[i].id);
+            }
+        }
+    }
+}
+
 TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     NEED_GPU();
     const std::string tok_dir = tokenizer_dir();

@@ -69,6 +69,19 @@ class Bindings(unittest.TestCase):
         with self.assertRaises(qasr.Error):
             self.model.transcribe(os.path.join(SAMPLES, "demo_de.wav"), language_only=True, language="de")
 
+    def test_beam_search(self):
+        path = os.path.join(SAMPLES, "demo_de.wav")
+        greedy = self.model.transcribe(path)
+        for n in (2, 4):
+            r = self.model.transcribe(path, beam_size=n)
+            self.assertEqual(r.text, self.de)  # the demo model is sure of this one: every beam finds it
+            self.assertEqual(r.finish_reason, "eos")
+            self.assertEqual([t for t, _ in r.tokens], [t for t, _ in greedy.tokens])
+        with self.assertRaises(qasr.Error):
+            self.model.transcribe(path, beam_size=2, temperature=0.5)
+        with self.assertRaises(qasr.Error):
+            self.model.transcribe(path, beam_size=17)
+
     def test_segments_and_subtitles(self):
         en, _ = pcm(os.path.join(SAMPLES, "demo_en.wav"))
         de, _ = pcm(os.path.join(SAMPLES, "demo_de.wav"))

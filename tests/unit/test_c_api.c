@@ -138,6 +138,15 @@ int main(void) {
     CHECK(qasr_result_subtitles(r, "txt") == NULL && qasr_result_subtitles(NULL, "srt") == NULL);
     qasr_result_free(r);
     tp = qasr_default_transcribe_params();
+    CHECK(tp.beam_size == 1 && tp.length_penalty == 1.0f);
+    tp.beam_size = 3; /* beam search: the same transcript here */
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
+    CHECK(r && want && strcmp(qasr_result_text(r), want) == 0 && strcmp(qasr_result_finish_reason(r), "eos") == 0);
+    qasr_result_free(r);
+    tp.temperature = 0.5f; /* beam search does not sample */
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_ERR_INVALID_ARGUMENT && r == NULL);
+    CHECK(strstr(qasr_last_error(), "temperature") != NULL);
+    tp = qasr_default_transcribe_params();
     tp.segment_seconds = 1.0; /* below 2 s */
     CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_ERR_INVALID_ARGUMENT && r == NULL);
     tp.segment_seconds = 5.0;

@@ -2,6 +2,7 @@
 #include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "ops/ops.hpp"
+#include "core/error.hpp"
 #include "ops/vector_ops.hpp"
 #ifdef QASR_HAVE_AMX
 #include "backend/cpu/prefill_avx512.hpp"
@@ -207,16 +208,18 @@ void softmax_row(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-int64_t argmax_logprob(const float* x, int64_t n, int64_t at, float& logprob) {
-    // One parallel region: each thread scans a contiguous slice (its first maximum is its lowest index), the
-    // slices are merged in thread order, then each thread sums exp(x − max) over its slice with the kernel table's
-    // sum_exp (in double) and the partial sums are added in thread order.
+namespace {
+// One parallel region: each thread scans a contiguous slice (its first maximum is its lowest index), the slices
+// are merged in thread order, then each thread sums exp(x − max) over its slice with the kernel table's sum_exp
+// (in double) and the partial sums are added in thread order. Returns the maximum; *argmax its lowest index.
+float max_sum_exp(const float* x, int64_t n, int64_t* argmax, double& sum) {
     const cpu::KernelTable& K = cpu::kernels();
     const int nt = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / 16384)));
     std::vector<float> tmax(size_t(nt), -std::numeric_limits<float>::infinity());
     std::vector<int64_t> tidx(size_t(nt), 0);
     std::vector<double> tsum(size_t(nt), 0.0);
     float mx = 0;
+    int64_t am = 0;
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
@@ -234,12 +237,49 @@ int64_t argmax_logprob(const float* x, int64_t n, int64_t at, float& logprob) {
             for (int u = 1; u < T; ++u)
                 if (tmax[size_t(u)] > tmax[size_t(best)]) best = u; // strict: the earlier slice wins ties
             mx = tmax[size_t(best)];
-            if (at < 0) at = tidx[size_t(best)];
+            am = tidx[size_t(best)];
         }
         tsum[size_t(t)] = K.sum_exp(x + lo, hi - lo, mx);
     }
+    sum = 0;
+    for (double v : tsum) sum += v;
+    if (argmax) *argmax = am;
+    return mx;
+}
+} // namespace
+
+void top_logprobs(const float* x, int64_t n, int k, int64_t* ids, float* logprobs) {
+    if (k <= 0) return;
+    if (k > n) fail("ops", "top_logprobs: k exceeds the row");
     double s = 0;
-    for (double v : tsum) s += v;
+    const float mx = max_sum_exp(x, n, nullptr, s);
+    const double ls = std::log(s);
+    // a min-heap of the k best (value desc, index asc) seen so far; most elements fail the first comparison
+    auto better = [&](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
+    std::vector<int64_t> h;
+    h.reserve(size_t(k));
+    for (int64_t i = 0; i < n; ++i) {
+        if (int(h.size()) < k) {
+            h.push_back(i);
+            std::push_heap(h.begin(), h.end(), better);
+        } else if (x[i] > x[h.front()]) { // equal values keep the lower index already held
+            std::pop_heap(h.begin(), h.end(), better);
+            h.back() = i;
+            std::push_heap(h.begin(), h.end(), better);
+        }
+    }
+    std::sort(h.begin(), h.end(), better);
+    for (int j = 0; j < k; ++j) {
+        ids[j] = h[size_t(j)];
+        logprobs[j] = float(double(x[h[size_t(j)]] - mx) - ls);
+    }
+}
+
+int64_t argmax_logprob(const float* x, int64_t n, int64_t at, float& logprob) {
+    double s = 0;
+    int64_t am = 0;
+    const float mx = max_sum_exp(x, n, &am, s);
+    if (at < 0) at = am;
     logprob = float(double(x[at] - mx) - std::log(s));
     return at;
 }

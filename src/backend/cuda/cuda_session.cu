@@ -528,6 +528,28 @@ Tensor CudaSession::step(int token) {
     return out;
 }
 
+void CudaSession::copy_cache(DeviceSession& src, int64_t from) {
+    auto* o = dynamic_cast<CudaSession*>(src.inner());
+    if (!o || &o->w_ != &w_) fail("cuda", "a KV cache copy needs two sessions of one device model");
+    if (o == this) return;
+    if (from < 0 || from > len_ || from > o->len_) fail("cuda", "KV cache copy from a position past the cache");
+    join_capture(); // the recording thread reads the buffers ensure_kv may move
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    QASR_CUDA(cudaStreamSynchronize(o->s_)); // src's last writes (its steps run on its own stream)
+    len_ = from;                              // nothing after `from` needs keeping if the cache grows
+    ensure_kv(o->len_ + 1);
+    const size_t n = size_t((o->len_ - from) * kvrow_) * 4;
+    for (size_t l = 0; l < w_.dec.size() && n > 0; ++l)
+        for (size_t kv = 0; kv < 2; ++kv)
+            QASR_CUDA(cudaMemcpyAsync(kv_.as<float>() + (2 * l + kv) * size_t(cap_ * kvrow_) + size_t(from * kvrow_),
+                                      o->kv_.as<float>() + (2 * l + kv) * size_t(o->cap_ * kvrow_) + size_t(from * kvrow_),
+                                      n, cudaMemcpyDeviceToDevice, s_));
+    len_ = o->len_;
+    first_queued_ = false;
+    set_ints(d_pos(), int(len_), 0, s_);
+    QASR_CUDA(cudaStreamSynchronize(s_)); // src may step on as soon as this returns
+}
+
 void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& take) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (len_ <= 0) fail("decoder", "greedy() before prefill()");
@@ -630,6 +652,7 @@ public:
     Tensor extended_logits(int64_t r0, int64_t n) override { return s_->extended_logits(r0, n); }
     void record_passes(bool on) override { s_->record_passes(on); }
     void batch_first(int max_tokens, int* id, float* lp) override { s_->batch_first(max_tokens, id, lp); }
+    void copy_cache(DeviceSession& src, int64_t from) override { s_->copy_cache(src, from); }
     DeviceSession* inner() override { return s_.get(); }
 
 private:

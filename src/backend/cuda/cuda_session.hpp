@@ -188,6 +188,7 @@ public:
     Tensor extended_logits(int64_t r0, int64_t n) override;
     void record_passes(bool on) override { record_ = on; }
     void batch_first(int max_tokens, int* id, float* logprob) override;
+    void copy_cache(DeviceSession& src, int64_t from) override;
 
     // The batched greedy step (CudaBatch, open_batch) on this session's stream, scratch and cuBLAS handle: row b is
     // session rows[b] fed tokens[b] at its length (the rows' own KV caches get their keys and values, their
