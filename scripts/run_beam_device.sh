@@ -17,6 +17,7 @@ log "reference beams rc=$?: $(grep -E '^qasr ' "$out/reference_beam.log" | tr '\
 m=$(checkpoint 0.6b "$q")
 for n in 1 2 4 8; do
     timeout 90 "$q" bench -m "$m" --device cuda --audio "$audio" --max-new-tokens "$tokens" --beam-size $n --runs 10 \
-        --warmup 1 --json > "$out/bench_beam$n.json" 2>> "$out/errors.log"
+        --warmup 1 --json -v > "$out/bench_beam$n.json" 2> "$out/bench_beam$n.log"
     log "0.6b bf16 beam $n rc=$? $(python3 -c "import json; j=json.load(open('$out/bench_beam$n.json')); print('total %.2f ms, decode %.2f ms, %d tokens = %.3f ms/token' % (j['total_ms'], j['decode_ms'], j['tokens'], j['ms_per_token']))" 2>&1)"
+    grep "beam search" "$out/bench_beam$n.log" | tail -n 1 | tee -a "$out/summary.txt"
 done

@@ -88,6 +88,9 @@ public:
     virtual ~DeviceBatch() = default;
     virtual int max_batch() const = 0;
     virtual void step(DeviceSession* const* s, const int* tokens, size_t B, int* ids, float* logprobs) = 0;
+    // The same step with every row's logits [B, V] copied to `logits` on the host (beam search); each session's KV
+    // cache is given room for its row first.
+    virtual void step_logits(DeviceSession* const* s, const int* tokens, size_t B, float* logits) = 0;
 };
 
 class DeviceContext {
@@ -99,6 +102,7 @@ public:
     virtual std::string name() const = 0;        // e.g. "cuda:0 (NVIDIA H200, sm_90)"
     virtual size_t weight_bytes() const = 0;     // device memory taken by the weights
     // A batched greedy step over this context's sessions (up to max_batch rows); null where the backend has none.
+    // Batches given back (destroyed) are kept for the next open_batch of the same size, with their recorded steps.
     virtual std::unique_ptr<DeviceBatch> open_batch(int max_batch) const {
         (void)max_batch;
         return nullptr;

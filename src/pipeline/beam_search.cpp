@@ -2,11 +2,15 @@
 #include "pipeline/beam_search.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
 #include "ops/ops.hpp"
+#include "backend/device.hpp"
 #include "pipeline/session.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace qasr {
@@ -46,6 +50,12 @@ int trailing_run(const std::vector<int>& t, int tok) {
     return n;
 }
 
+std::string fmt_ms(double ms) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", ms);
+    return b;
+}
+
 } // namespace
 
 BeamResult beam_search(const float* first, int64_t V, BeamDecoder& dec, const BeamConfig& c) {
@@ -61,16 +71,20 @@ BeamResult beam_search(const float* first, int64_t V, BeamDecoder& dec, const Be
     const float* logits = first;
     int rows = 1; // rows of logits: the first step has one (every beam holds the prompt alone)
     const int per_row = int(std::min<int64_t>(K, V));
-    std::vector<int64_t> ids(static_cast<size_t>(per_row));
-    std::vector<float> lps(static_cast<size_t>(per_row));
+    std::vector<int64_t> ids(static_cast<size_t>(N) * size_t(per_row));
+    std::vector<float> lps(static_cast<size_t>(N) * size_t(per_row));
     std::vector<Cand> cands;
     for (int cur = 0;; ++cur) {
         cands.clear();
+        // each row's best continuations, the rows on the thread team (per_row ≤ V: nothing in here throws)
+#pragma omp parallel for schedule(static) if (rows > 1)
+        for (int b = 0; b < rows; ++b)
+            ops::top_logprobs(logits + size_t(b) * size_t(V), V, per_row, ids.data() + size_t(b * per_row),
+                              lps.data() + size_t(b * per_row));
         for (int b = 0; b < rows; ++b) {
-            ops::top_logprobs(logits + size_t(b) * size_t(V), V, per_row, ids.data(), lps.data());
             // first step: beams 1 … N−1 (score −1e9) continue the same row; they only count where V < K
             for (int r = b; r < (rows == 1 && per_row < K ? N : b + 1); ++r)
-                for (int j = 0; j < per_row; ++j)
+                for (int j = b * per_row; j < (b + 1) * per_row; ++j)
                     cands.push_back({lps[size_t(j)] + running[size_t(r)].score, r, int(ids[size_t(j)]), lps[size_t(j)],
                                      false, BeamResult::End::Cap});
         }
@@ -175,6 +189,7 @@ public:
     }
 
     const float* advance(const std::vector<int>& parent, const std::vector<int>& tokens) override {
+        Stopwatch sw;
         const size_t n = parent.size(), S = s_.size();
         std::vector<bool> claimed(S, false);
         std::vector<int> slot(n, -1);
@@ -197,28 +212,32 @@ public:
                 from = prompt_ + int64_t(c);
             }
             s_[size_t(d)]->copy_state_from(*s_[size_t(src)], from);
+            ++forks;
             hist_[size_t(d)] = hist_[size_t(src)];
             ready_[size_t(d)] = true;
             claimed[size_t(d)] = true;
             slot[b] = d;
         }
         slot_ = slot;
+        copy_ms += sw.ms();
         std::vector<Session*> rows(n);
         for (size_t b = 0; b < n; ++b) {
             rows[b] = s_[size_t(slot[b])];
             hist_[size_t(slot[b])].push_back(tokens[b]);
         }
-        if (model_->device) { // one step per beam (each returns its logits row)
-            logits_ = Tensor({int64_t(n), V_});
-            for (size_t b = 0; b < n; ++b) {
-                const Tensor t = rows[b]->step(tokens[b]);
-                std::memcpy(logits_.ptr() + b * size_t(V_), t.ptr(), size_t(V_) * sizeof(float));
-            }
+        if (model_->device) { // one batched device step (each weight read once for all beams), logits to the host
+            if (!batch_) batch_ = model_->device->open_batch(int(S));
+            if (!batch_) fail("beam", "beam search needs batched steps, which " + model_->device->name() + " lacks");
+            if (logits_.rows() != int64_t(n)) logits_ = Tensor({int64_t(n), V_}); // kept: no page faults per step
+            Session::step_logits_device(rows.data(), tokens.data(), n, *batch_, logits_.ptr());
         } else {
             logits_ = Session::step_batch(rows.data(), tokens.data(), n);
         }
+        advance_ms += sw.ms();
         return logits_.ptr();
     }
+    double copy_ms = 0, advance_ms = 0; // KV copies; whole steps (copies included)
+    int forks = 0;
 
 private:
     std::shared_ptr<const Model> model_;
@@ -229,6 +248,7 @@ private:
     std::vector<bool> ready_;            // whether the session holds the prompt
     std::vector<int> slot_;              // beam → session
     Tensor logits_;
+    std::unique_ptr<DeviceBatch> batch_; // on a device
 };
 
 void Session::copy_state_from(Session& src, int64_t from) {
@@ -246,7 +266,13 @@ void Session::decode_beams() {
     c.n_eos = int(model_->eos_ids.size());
     c.is_eos = [this](int t) { return model_->is_eos(t); };
     SessionBeams beams(*this, model_, c.beams, st_.prompt_len, st_.V);
+    Stopwatch sw;
     const BeamResult b = beam_search(st_.logits.ptr(), st_.V, beams, c);
+    const double total = sw.ms();
+    log(LogLevel::Info, "beam search: " + std::to_string(c.beams) + " beams, " + std::to_string(b.steps) + " steps in " +
+                            fmt_ms(total) + " ms: choosing " + fmt_ms(total - beams.advance_ms) + " ms, KV copies " +
+                            fmt_ms(beams.copy_ms) + " ms (" + std::to_string(beams.forks) + " forks), decoder steps " +
+                            fmt_ms(beams.advance_ms - beams.copy_ms) + " ms");
     TranscriptionResult& r = st_.r;
     for (size_t i = 0; i < b.tokens.size(); ++i) {
         r.tokens.push_back({b.tokens[i], b.logprobs[i]});

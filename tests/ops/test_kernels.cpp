@@ -628,12 +628,14 @@ TEST(Kernels, IsaSelection) {
 }
 
 // The decode's greedy choice: argmax with ties to the lowest index and the log-softmax, on 1 and 2 threads and
-// for sizes that do and do not split across the team.
+// for sizes that do and do not split across the team — bit for bit the same whatever the threads (beam search
+// computes its rows' log-probabilities inside a parallel loop, greedy decoding at the top level).
 TEST(Kernels, ArgmaxLogprobMatchesDefinition) {
-    std::mt19937 g(21);
     std::uniform_real_distribution<float> u(-8.0f, 8.0f);
-    for (const int64_t n : {int64_t(7), int64_t(40000), int64_t(151936)})
+    for (const int64_t n : {int64_t(7), int64_t(40000), int64_t(151936)}) {
+        float first = 0;
         for (const int threads : {1, 2}) {
+            std::mt19937 g(21 + unsigned(n));
             std::vector<float> x(static_cast<size_t>(n));
             for (auto& v : x) v = u(g);
             x[size_t(n / 3)] = 9.5f;
@@ -648,6 +650,15 @@ TEST(Kernels, ArgmaxLogprobMatchesDefinition) {
             float lp2 = 0;
             EXPECT_EQ(qasr::ops::argmax_logprob(x.data(), n, 0, lp2), 0);
             EXPECT_NEAR(lp2, double(x[0]) - 9.5 - std::log(s), 1e-5);
+            if (threads == 1) first = lp;
+            else EXPECT_EQ(lp, first) << n;
+            int64_t top[2];
+            float tlp[2];
+            qasr::ops::top_logprobs(x.data(), n, 2, top, tlp);
+            EXPECT_EQ(top[0], n / 3) << n;
+            EXPECT_EQ(top[1], n - 1) << n;
+            EXPECT_EQ(tlp[0], lp) << n;
         }
+    }
     qasr::ops::set_num_threads(0);
 }

@@ -209,41 +209,47 @@ void softmax_row(float* x, int64_t n) {
 }
 
 namespace {
-// One parallel region: each thread scans a contiguous slice (its first maximum is its lowest index), the slices
-// are merged in thread order, then each thread sums exp(x − max) over its slice with the kernel table's sum_exp
-// (in double) and the partial sums are added in thread order. Returns the maximum; *argmax its lowest index.
-float max_sum_exp(const float* x, int64_t n, int64_t* argmax, double& sum) {
+// The row in P = n/16384 slices (1..64, by n alone, so that the result does not depend on the thread count or on
+// whether this runs inside another parallel region): each slice's first maximum (its lowest index), merged in
+// slice order; then each slice's Σ exp(x − max) with the kernel table's sum_exp (in double), added in slice order.
+// Returns the maximum; *argmax its lowest index.
+int sum_slices(int64_t n) { return int(std::clamp<int64_t>(n / 16384, 1, 64)); }
+
+// Σ exp(x − mx) over the row's slices (the kernel table's sum_exp, in double), added in slice order.
+double slice_sum_exp(const float* x, int64_t n, float mx) {
     const cpu::KernelTable& K = cpu::kernels();
-    const int nt = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / 16384)));
-    std::vector<float> tmax(size_t(nt), -std::numeric_limits<float>::infinity());
-    std::vector<int64_t> tidx(size_t(nt), 0);
-    std::vector<double> tsum(size_t(nt), 0.0);
-    float mx = 0;
-    int64_t am = 0;
-#pragma omp parallel num_threads(nt)
-    {
-        const int t = omp_get_thread_num(), T = omp_get_num_threads();
-        const int64_t lo = n * t / T, hi = n * (t + 1) / T;
+    const int P = sum_slices(n);
+    std::vector<double> psum(size_t(P), 0.0);
+#pragma omp parallel for schedule(static) if (P > 1)
+    for (int p = 0; p < P; ++p) {
+        const int64_t lo = n * p / P, hi = n * (p + 1) / P;
+        psum[size_t(p)] = K.sum_exp(x + lo, hi - lo, mx);
+    }
+    double sum = 0;
+    for (double v : psum) sum += v;
+    return sum;
+}
+
+float max_sum_exp(const float* x, int64_t n, int64_t* argmax, double& sum) {
+    const int P = sum_slices(n);
+    std::vector<float> pmax(size_t(P), -std::numeric_limits<float>::infinity());
+    std::vector<int64_t> pidx(size_t(P), 0);
+#pragma omp parallel for schedule(static) if (P > 1)
+    for (int p = 0; p < P; ++p) {
+        const int64_t lo = n * p / P, hi = n * (p + 1) / P;
         float m = -std::numeric_limits<float>::infinity();
         int64_t mi = lo;
         for (int64_t i = lo; i < hi; ++i)
             if (x[i] > m) m = x[i], mi = i;
-        tmax[size_t(t)] = m;
-        tidx[size_t(t)] = mi;
-#pragma omp barrier
-#pragma omp single
-        {
-            int64_t best = 0;
-            for (int u = 1; u < T; ++u)
-                if (tmax[size_t(u)] > tmax[size_t(best)]) best = u; // strict: the earlier slice wins ties
-            mx = tmax[size_t(best)];
-            am = tidx[size_t(best)];
-        }
-        tsum[size_t(t)] = K.sum_exp(x + lo, hi - lo, mx);
+        pmax[size_t(p)] = m;
+        pidx[size_t(p)] = mi;
     }
-    sum = 0;
-    for (double v : tsum) sum += v;
-    if (argmax) *argmax = am;
+    int best = 0;
+    for (int p = 1; p < P; ++p)
+        if (pmax[size_t(p)] > pmax[size_t(best)]) best = p; // strict: the earlier slice wins ties
+    const float mx = pmax[size_t(best)];
+    sum = slice_sum_exp(x, n, mx);
+    if (argmax) *argmax = pidx[size_t(best)];
     return mx;
 }
 } // namespace
@@ -251,24 +257,34 @@ float max_sum_exp(const float* x, int64_t n, int64_t* argmax, double& sum) {
 void top_logprobs(const float* x, int64_t n, int k, int64_t* ids, float* logprobs) {
     if (k <= 0) return;
     if (k > n) fail("ops", "top_logprobs: k exceeds the row");
-    double s = 0;
-    const float mx = max_sum_exp(x, n, nullptr, s);
-    const double ls = std::log(s);
-    // a min-heap of the k best (value desc, index asc) seen so far; most elements fail the first comparison
+    // one serial pass keeps a min-heap of the k best (value desc, index asc); an element enters only above the
+    // heap's smallest (equal values keep the lower index already held), so the loop is one compare per element
     auto better = [&](int64_t a, int64_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); };
     std::vector<int64_t> h;
     h.reserve(size_t(k));
-    for (int64_t i = 0; i < n; ++i) {
-        if (int(h.size()) < k) {
-            h.push_back(i);
-            std::push_heap(h.begin(), h.end(), better);
-        } else if (x[i] > x[h.front()]) { // equal values keep the lower index already held
+    for (int64_t i = 0; i < k; ++i) h.push_back(i);
+    std::make_heap(h.begin(), h.end(), better);
+    float thr = x[h.front()];
+    auto visit = [&](int64_t i) {
+        if (x[i] > thr) {
             std::pop_heap(h.begin(), h.end(), better);
             h.back() = i;
             std::push_heap(h.begin(), h.end(), better);
+            thr = x[h.front()];
         }
+    };
+    int64_t i = k;
+    for (; i + 64 <= n; i += 64) { // a block is looked at element by element only where one beats the threshold
+        int any = 0;
+        for (int j = 0; j < 64; ++j) any |= x[i + j] > thr; // vectorizes: compares and ors
+        if (any)
+            for (int j = 0; j < 64; ++j) visit(i + j);
     }
+    for (; i < n; ++i) visit(i);
     std::sort(h.begin(), h.end(), better);
+    // the largest is the row's maximum: the sum as argmax_logprob forms it (same slices, same order)
+    const float mx = x[h.front()];
+    const double ls = std::log(slice_sum_exp(x, n, mx));
     for (int j = 0; j < k; ++j) {
         ids[j] = h[size_t(j)];
         logprobs[j] = float(double(x[h[size_t(j)]] - mx) - ls);

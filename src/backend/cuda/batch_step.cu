@@ -133,12 +133,13 @@ void CudaSession::enqueue_rows_step(int B, int splits) {
         lg = head_rows(px_.as<float>(), B);
     }
     mark("head");
+    rows_lg_ = lg;
     argmax_rows(lg, B, V_, rows_arg_.as<float>(), rows_out_d_.as<int2>(), s_);
     mark("argmax");
     QASR_CUDA(cudaMemcpyAsync(rows_out_h_, rows_out_d_.get(), size_t(B) * sizeof(int2), cudaMemcpyDeviceToHost, s_));
 }
 
-void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs) {
+void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs, float* logits) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (B <= 0) return;
     if (!rows_h_ || B > rows_max_) fail("cuda", "a batched step of " + std::to_string(B) + " rows (this batch holds " +
@@ -149,6 +150,7 @@ void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, 
         longest = std::max(longest, r.len_);
         if (&r.w_ != &w_) fail("cuda", "a batched step needs sessions of one model on one device");
         if (tokens[b] < 0 || tokens[b] >= vocab_) fail("decoder", "token id " + std::to_string(tokens[b]) + " is outside the vocabulary");
+        if (logits && r.len_ > 0) rows[b]->ensure_kv(r.len_ + 1); // beam sessions grow step by step
         if (r.len_ <= 0 || r.len_ + 1 > r.cap_) fail("decoder", "a batched step for a session without room (batch_first() first)");
         rows_h_->tok[b] = tokens[b];
         rows_h_->pos[b] = int(r.len_);
@@ -181,6 +183,7 @@ void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, 
         rows_graphs_.emplace(gkey, g);
         QASR_CUDA(cudaGraphLaunch(g, s_));
     }
+    if (logits) QASR_CUDA(cudaMemcpyAsync(logits, rows_lg_, size_t(B) * size_t(V_) * 4, cudaMemcpyDeviceToHost, s_));
     QASR_CUDA(cudaStreamSynchronize(s_));
     for (int b = 0; b < B; ++b) {
         const int2 v = rows_out_h_[b];
@@ -211,11 +214,23 @@ public:
         if (B == 1 && solo_) return rows_[0]->step_greedy(tokens[0], ids, logprobs); // its own step graph: faster
         s_->step_rows(rows_.data(), tokens, int(B), ids, logprobs);
     }
+    void step_logits(DeviceSession* const* s, const int* tokens, size_t B, float* logits) override {
+        rows_.resize(B);
+        for (size_t b = 0; b < B; ++b) {
+            rows_[b] = dynamic_cast<CudaSession*>(s[b] ? s[b]->inner() : nullptr);
+            if (!rows_[b]) fail("cuda", "a batched step needs sessions of this CUDA context");
+        }
+        ids_.resize(B);
+        lps_.resize(B);
+        s_->step_rows(rows_.data(), tokens, int(B), ids_.data(), lps_.data(), logits);
+    }
 
 private:
     int max_;
     std::unique_ptr<CudaSession> s_;
     std::vector<CudaSession*> rows_;
+    std::vector<int> ids_;
+    std::vector<float> lps_;
     const bool solo_ = [] { // QASR_CUDA_BATCH_SOLO=0: a batch of one row through the batched step too (A/B, tests)
         const char* e = std::getenv("QASR_CUDA_BATCH_SOLO");
         return !(e && std::string(e) == "0");

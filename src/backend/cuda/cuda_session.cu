@@ -619,6 +619,31 @@ private:
     std::unique_ptr<DeviceWeights> w_;
     mutable std::mutex mu_;
     mutable std::vector<std::unique_ptr<CudaSession>> pool_;
+    mutable std::vector<std::unique_ptr<DeviceBatch>> batch_pool_; // given back by PooledBatch
+
+    friend class PooledBatch;
+};
+
+// A pooled batch: forwards to the batch and gives it back to the context when its user is done (beam search opens
+// one per request; its recorded step graphs then serve the next request).
+class PooledBatch final : public DeviceBatch {
+public:
+    PooledBatch(std::shared_ptr<const CudaContext> ctx, std::unique_ptr<DeviceBatch> b) : ctx_(std::move(ctx)), b_(std::move(b)) {}
+    ~PooledBatch() override {
+        std::lock_guard<std::mutex> lk(ctx_->mu_);
+        ctx_->batch_pool_.push_back(std::move(b_));
+    }
+    int max_batch() const override { return b_->max_batch(); }
+    void step(DeviceSession* const* s, const int* tokens, size_t B, int* ids, float* logprobs) override {
+        b_->step(s, tokens, B, ids, logprobs);
+    }
+    void step_logits(DeviceSession* const* s, const int* tokens, size_t B, float* logits) override {
+        b_->step_logits(s, tokens, B, logits);
+    }
+
+private:
+    std::shared_ptr<const CudaContext> ctx_;
+    std::unique_ptr<DeviceBatch> b_;
 };
 
 // A pooled session: forwards to the engine and returns it to the context's pool when the request ends.
@@ -662,7 +687,19 @@ private:
 
 std::unique_ptr<DeviceBatch> CudaContext::open_batch(int max_batch) const {
     QASR_CUDA(cudaSetDevice(ordinal_));
-    return detail::open_batch(m_, *w_, max_batch);
+    std::unique_ptr<DeviceBatch> b;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        const int want = std::clamp(max_batch, 1, BatchRows::kMax);
+        for (auto it = batch_pool_.begin(); it != batch_pool_.end(); ++it)
+            if ((*it)->max_batch() == want) {
+                b = std::move(*it);
+                batch_pool_.erase(it);
+                break;
+            }
+    }
+    if (!b) b = detail::open_batch(m_, *w_, max_batch);
+    return std::make_unique<PooledBatch>(shared_from_this(), std::move(b));
 }
 
 std::unique_ptr<DeviceSession> CudaContext::open() const {

@@ -198,7 +198,8 @@ public:
     // One greedy step of this session alone for `token` at its length, through its captured step graph (the
     // screened head where the model has one): a batch of one row (0.6B bf16, H200: ~0.6 ms against ~1 ms).
     void step_greedy(int token, int* id, float* logprob);
-    void step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs);
+    // logits (optional): every row's logits [B, V] copied there (host memory) after the step.
+    void step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs, float* logits = nullptr);
 
     // After a failed request the stream may hold queued work: drain it so the pooled session starts clean.
     void reset_after_error() noexcept {
@@ -283,6 +284,7 @@ private:
     int rows_max_ = 0;
     BatchRows* rows_h_ = nullptr; // page-locked
     int2* rows_out_h_ = nullptr;  // page-locked: {id, logprob bits} per row
+    const float* rows_lg_ = nullptr; // where the batched step leaves its rows' logits (plog_ or head_rows' buffer)
     Buffer rows_d_, rows_out_d_, rows_part_, rows_counter_, rows_arg_;
     std::map<int, cudaGraphExec_t> rows_graphs_; // by B·64 + splits, for rows_key_'s buffers
     std::map<int, int> rows_seen_;               // the same key → steps run eagerly (captured on the second)
