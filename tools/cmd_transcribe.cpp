@@ -59,7 +59,7 @@ options:
   --ignore-eos             decode exactly --max-new-tokens argmax tokens; no EOS or repetition stop
   --temperature T          sampling temperature (default 0: greedy)
   -bs, --beam-size N       beam search over N hypotheses (1..16; default 1: greedy), as transformers'
-                           generate(num_beams=N); a step of N beams costs about one greedy step on the CPU
+                           generate(num_beams=N); the beams advance together (one pass over the weights)
   --length-penalty L       beam search: scores are sum(log p) / length^L (default 1)
   --top-p P                nucleus sampling threshold (default 1)
   --seed S                 sampling seed (default 0)

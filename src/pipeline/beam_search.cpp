@@ -228,11 +228,11 @@ public:
         if (model_->device) { // one batched device step (each weight read once for all beams), logits to the host
             if (!batch_) batch_ = model_->device->open_batch(int(S));
             if (!batch_) fail("beam", "beam search needs batched steps, which " + model_->device->name() + " lacks");
-            if (logits_.rows() != int64_t(n)) logits_ = Tensor({int64_t(n), V_}); // kept: no page faults per step
-            Session::step_logits_device(rows.data(), tokens.data(), n, *batch_, logits_.ptr());
-        } else {
-            logits_ = Session::step_batch(rows.data(), tokens.data(), n);
+            const float* lg = Session::step_logits_device(rows.data(), tokens.data(), n, *batch_);
+            advance_ms += sw.ms();
+            return lg;
         }
+        logits_ = Session::step_batch(rows.data(), tokens.data(), n);
         advance_ms += sw.ms();
         return logits_.ptr();
     }

@@ -239,14 +239,14 @@ void Session::step_batch_device(Session* const* s, const int* tokens, size_t B, 
     batch.step(rows.data(), tokens, B, ids, logprobs);
 }
 
-void Session::step_logits_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, float* logits) {
-    if (B == 0) return;
+const float* Session::step_logits_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch) {
+    if (B == 0) return nullptr;
     std::vector<DeviceSession*> rows(B);
     for (size_t b = 0; b < B; ++b) {
         if (!s[b]->accel_ || s[b]->model_ != s[0]->model_) fail("session", "a batched device step needs sessions of one device model");
         rows[b] = s[b]->accel_.get();
     }
-    batch.step_logits(rows.data(), tokens, B, logits);
+    return batch.step_logits(rows.data(), tokens, B);
 }
 
 TranscriptionResult Session::finish() {

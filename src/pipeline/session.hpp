@@ -55,8 +55,9 @@ public:
     // One greedy step of B device sessions together (DeviceBatch::step): ids/logprobs get each row's choice.
     static void step_batch_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int* ids,
                                   float* logprobs);
-    // One step of B device sessions together (DeviceBatch::step_logits), every row's logits into `logits` [B, V].
-    static void step_logits_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, float* logits);
+    // One step of B device sessions together (DeviceBatch::step_logits): every row's logits [B, V] in host memory
+    // valid until the batch's next step.
+    static const float* step_logits_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch);
     const Tensor& first_logits() const { return st_.logits; }
     TranscriptionResult finish();
     // One decode step of B sessions of one model on the CPU, session b fed tokens[b]: logits [B, V], row b bit for

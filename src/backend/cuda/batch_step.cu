@@ -214,7 +214,12 @@ public:
         if (B == 1 && solo_) return rows_[0]->step_greedy(tokens[0], ids, logprobs); // its own step graph: faster
         s_->step_rows(rows_.data(), tokens, int(B), ids, logprobs);
     }
-    void step_logits(DeviceSession* const* s, const int* tokens, size_t B, float* logits) override {
+    ~CudaBatch() override {
+        if (pin_) cudaFreeHost(pin_);
+    }
+    const float* step_logits(DeviceSession* const* s, const int* tokens, size_t B) override {
+        if (!pin_) QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&pin_), size_t(max_) * size_t(s_->vocab_rows()) * 4,
+                                           cudaHostAllocDefault));
         rows_.resize(B);
         for (size_t b = 0; b < B; ++b) {
             rows_[b] = dynamic_cast<CudaSession*>(s[b] ? s[b]->inner() : nullptr);
@@ -222,7 +227,8 @@ public:
         }
         ids_.resize(B);
         lps_.resize(B);
-        s_->step_rows(rows_.data(), tokens, int(B), ids_.data(), lps_.data(), logits);
+        s_->step_rows(rows_.data(), tokens, int(B), ids_.data(), lps_.data(), pin_);
+        return pin_;
     }
 
 private:
@@ -231,6 +237,7 @@ private:
     std::vector<CudaSession*> rows_;
     std::vector<int> ids_;
     std::vector<float> lps_;
+    float* pin_ = nullptr; // page-locked logits of step_logits, [max_, V]
     const bool solo_ = [] { // QASR_CUDA_BATCH_SOLO=0: a batch of one row through the batched step too (A/B, tests)
         const char* e = std::getenv("QASR_CUDA_BATCH_SOLO");
         return !(e && std::string(e) == "0");

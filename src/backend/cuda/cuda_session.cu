@@ -538,12 +538,13 @@ void CudaSession::copy_cache(DeviceSession& src, int64_t from) {
     QASR_CUDA(cudaStreamSynchronize(o->s_)); // src's last writes (its steps run on its own stream)
     len_ = from;                              // nothing after `from` needs keeping if the cache grows
     ensure_kv(o->len_ + 1);
+    // every layer's keys and values in one 2-D copy: 2·layers blocks of (len − from) positions, one block per
+    // layer and kind, `cap` positions apart in each cache
     const size_t n = size_t((o->len_ - from) * kvrow_) * 4;
-    for (size_t l = 0; l < w_.dec.size() && n > 0; ++l)
-        for (size_t kv = 0; kv < 2; ++kv)
-            QASR_CUDA(cudaMemcpyAsync(kv_.as<float>() + (2 * l + kv) * size_t(cap_ * kvrow_) + size_t(from * kvrow_),
-                                      o->kv_.as<float>() + (2 * l + kv) * size_t(o->cap_ * kvrow_) + size_t(from * kvrow_),
-                                      n, cudaMemcpyDeviceToDevice, s_));
+    if (n > 0)
+        QASR_CUDA(cudaMemcpy2DAsync(kv_.as<float>() + size_t(from * kvrow_), size_t(cap_ * kvrow_) * 4,
+                                    o->kv_.as<float>() + size_t(from * kvrow_), size_t(o->cap_ * kvrow_) * 4, n,
+                                    2 * w_.dec.size(), cudaMemcpyDeviceToDevice, s_));
     len_ = o->len_;
     first_queued_ = false;
     set_ints(d_pos(), int(len_), 0, s_);
@@ -637,8 +638,8 @@ public:
     void step(DeviceSession* const* s, const int* tokens, size_t B, int* ids, float* logprobs) override {
         b_->step(s, tokens, B, ids, logprobs);
     }
-    void step_logits(DeviceSession* const* s, const int* tokens, size_t B, float* logits) override {
-        b_->step_logits(s, tokens, B, logits);
+    const float* step_logits(DeviceSession* const* s, const int* tokens, size_t B) override {
+        return b_->step_logits(s, tokens, B);
     }
 
 private:

@@ -200,6 +200,7 @@ public:
     void step_greedy(int token, int* id, float* logprob);
     // logits (optional): every row's logits [B, V] copied there (host memory) after the step.
     void step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs, float* logits = nullptr);
+    int vocab_rows() const { return V_; } // the head's rows: the width of a row of logits
 
     // After a failed request the stream may hold queued work: drain it so the pooled session starts clean.
     void reset_after_error() noexcept {
