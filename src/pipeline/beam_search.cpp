@@ -172,7 +172,8 @@ BeamResult beam_search(const float* first, int64_t V, BeamDecoder& dec, const Be
 // ---------------------------------------------------------------------------------------------------------------
 // A Session's beams: beam b lives in session slot_[b]. A step first gives each parent's state to its first child
 // (no copy), then copies a parent's KV cache into a session no beam holds any more for each further child — only
-// the positions after the two sessions' common prefix — and then steps every beam (one batched step on the CPU).
+// the positions after the two sessions' common prefix — and then advances every beam in one batched step (the CPU's
+// Session::step_batch, a device's DeviceBatch::step_logits).
 class SessionBeams final : public BeamDecoder {
 public:
     SessionBeams(Session& main, std::shared_ptr<const Model> model, int n, int64_t prompt_len, int64_t vocab)

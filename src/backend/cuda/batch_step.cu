@@ -150,7 +150,10 @@ void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, 
         longest = std::max(longest, r.len_);
         if (&r.w_ != &w_) fail("cuda", "a batched step needs sessions of one model on one device");
         if (tokens[b] < 0 || tokens[b] >= vocab_) fail("decoder", "token id " + std::to_string(tokens[b]) + " is outside the vocabulary");
-        if (logits && r.len_ > 0) rows[b]->ensure_kv(r.len_ + 1); // beam sessions grow step by step
+        if (logits && r.len_ > 0 && r.len_ + 1 > r.cap_) { // beam sessions grow step by step
+            rows[b]->join_capture(); // its recording thread reads the buffers ensure_kv moves
+            rows[b]->ensure_kv(r.len_ + 1);
+        }
         if (r.len_ <= 0 || r.len_ + 1 > r.cap_) fail("decoder", "a batched step for a session without room (batch_first() first)");
         rows_h_->tok[b] = tokens[b];
         rows_h_->pos[b] = int(r.len_);
