@@ -88,9 +88,10 @@ public:
     virtual ~DeviceBatch() = default;
     virtual int max_batch() const = 0;
     virtual void step(DeviceSession* const* s, const int* tokens, size_t B, int* ids, float* logprobs) = 0;
-    // The same step returning every row's logits [B, V] in host memory (page-locked: a fast copy) that stays valid
-    // until the batch's next step (beam search); each session's KV cache is given room for its row first.
-    virtual const float* step_logits(DeviceSession* const* s, const int* tokens, size_t B) = 0;
+    // The same step for beam search: ids/logprobs [B, k] (host) get each row's k best tokens (logit descending,
+    // ties → lower id; 1 ≤ k ≤ 64) and their log-probabilities, chosen on the device; each session's KV cache is given
+    // room for its row first.
+    virtual void step_top(DeviceSession* const* s, const int* tokens, size_t B, int k, int* ids, float* logprobs) = 0;
 };
 
 class DeviceContext {

@@ -59,7 +59,7 @@ std::string fmt_ms(double ms) {
 } // namespace
 
 BeamResult beam_search(const float* first, int64_t V, BeamDecoder& dec, const BeamConfig& c) {
-    const int N = c.beams, K = std::max(2, 1 + c.n_eos) * N;
+    const int N = c.beams, K = beam_candidates(N, c.n_eos);
     if (N < 1) fail("beam", "beam search needs at least one beam");
     if (int64_t(K) > int64_t(N) * V) fail("beam", "beam search keeps more continuations than the beams have tokens");
     if (c.max_new_tokens < 1) fail("beam", "beam search needs a token cap of at least 1");
@@ -76,11 +76,16 @@ BeamResult beam_search(const float* first, int64_t V, BeamDecoder& dec, const Be
     std::vector<Cand> cands;
     for (int cur = 0;; ++cur) {
         cands.clear();
-        // each row's best continuations, the rows on the thread team (per_row ≤ V: nothing in here throws)
+        // each row's best continuations, the rows on the thread team (per_row ≤ V: nothing in here throws), unless
+        // the decoder chose them
+        if (logits) {
 #pragma omp parallel for schedule(static) if (rows > 1)
-        for (int b = 0; b < rows; ++b)
-            ops::top_logprobs(logits + size_t(b) * size_t(V), V, per_row, ids.data() + size_t(b * per_row),
-                              lps.data() + size_t(b * per_row));
+            for (int b = 0; b < rows; ++b)
+                ops::top_logprobs(logits + size_t(b) * size_t(V), V, per_row, ids.data() + size_t(b * per_row),
+                                  lps.data() + size_t(b * per_row));
+        } else {
+            dec.top(per_row, ids.data(), lps.data());
+        }
         for (int b = 0; b < rows; ++b) {
             // first step: beams 1 … N−1 (score −1e9) continue the same row; they only count where V < K
             for (int r = b; r < (rows == 1 && per_row < K ? N : b + 1); ++r)
@@ -173,11 +178,11 @@ BeamResult beam_search(const float* first, int64_t V, BeamDecoder& dec, const Be
 // A Session's beams: beam b lives in session slot_[b]. A step first gives each parent's state to its first child
 // (no copy), then copies a parent's KV cache into a session no beam holds any more for each further child — only
 // the positions after the two sessions' common prefix — and then advances every beam in one batched step (the CPU's
-// Session::step_batch, a device's DeviceBatch::step_logits).
+// Session::step_batch; a device's DeviceBatch::step_top, which also chooses each row's best continuations).
 class SessionBeams final : public BeamDecoder {
 public:
-    SessionBeams(Session& main, std::shared_ptr<const Model> model, int n, int64_t prompt_len, int64_t vocab)
-        : model_(std::move(model)), prompt_(prompt_len), V_(vocab) {
+    SessionBeams(Session& main, std::shared_ptr<const Model> model, int n, int k, int64_t prompt_len, int64_t vocab)
+        : model_(std::move(model)), prompt_(prompt_len), V_(vocab), k_(k) {
         s_.push_back(&main);
         for (int i = 1; i < n; ++i) {
             own_.push_back(std::make_unique<Session>(model_));
@@ -229,13 +234,19 @@ public:
         if (model_->device) { // one batched device step (each weight read once for all beams), logits to the host
             if (!batch_) batch_ = model_->device->open_batch(int(S));
             if (!batch_) fail("beam", "beam search needs batched steps, which " + model_->device->name() + " lacks");
-            const float* lg = Session::step_logits_device(rows.data(), tokens.data(), n, *batch_);
+            top_ids_.resize(n * size_t(k_));
+            top_lps_.resize(n * size_t(k_));
+            Session::step_top_device(rows.data(), tokens.data(), n, *batch_, k_, top_ids_.data(), top_lps_.data());
             advance_ms += sw.ms();
-            return lg;
+            return nullptr; // top() gives the rows' choices
         }
         logits_ = Session::step_batch(rows.data(), tokens.data(), n);
         advance_ms += sw.ms();
         return logits_.ptr();
+    }
+    void top(int k, int64_t* ids, float* logprobs) override {
+        if (k != k_) fail("beam", "the device chose another number of continuations per row");
+        for (size_t i = 0; i < top_ids_.size(); ++i) ids[i] = top_ids_[i], logprobs[i] = top_lps_[i];
     }
     double copy_ms = 0, advance_ms = 0; // KV copies; whole steps (copies included)
     int forks = 0;
@@ -243,6 +254,9 @@ public:
 private:
     std::shared_ptr<const Model> model_;
     int64_t prompt_, V_;
+    int k_; // continuations per row (BeamConfig's K capped at V)
+    std::vector<int> top_ids_;
+    std::vector<float> top_lps_;
     std::vector<Session*> s_;
     std::vector<std::unique_ptr<Session>> own_;
     std::vector<std::vector<int>> hist_; // generated tokens each session's cache holds (after the prompt)
@@ -266,7 +280,9 @@ void Session::decode_beams() {
     c.repetition_limit = st_.d.repetition_limit;
     c.n_eos = int(model_->eos_ids.size());
     c.is_eos = [this](int t) { return model_->is_eos(t); };
-    SessionBeams beams(*this, model_, c.beams, st_.prompt_len, st_.V);
+    const int k = int(std::min<int64_t>(beam_candidates(c.beams, c.n_eos), st_.V));
+    if (accel_ && k > 64) fail("options", "beam search on a device keeps at most 64 continuations per step: use fewer beams");
+    SessionBeams beams(*this, model_, c.beams, k, st_.prompt_len, st_.V);
     Stopwatch sw;
     const BeamResult b = beam_search(st_.logits.ptr(), st_.V, beams, c);
     const double total = sw.ms();

@@ -20,8 +20,14 @@ class BeamDecoder {
 public:
     virtual ~BeamDecoder() = default;
     // The next step: beam b continues beam parent[b] of the previous step (its state, which forks where two beams
-    // share a parent) fed tokens[b]. Returns row b's logits: n × vocabulary, row-major.
+    // share a parent) fed tokens[b]. Returns row b's logits: n × vocabulary, row-major; or null where the decoder
+    // chose each row's k best itself (a device), which top() then gives.
     virtual const float* advance(const std::vector<int>& parent, const std::vector<int>& tokens) = 0;
+    // After an advance() that returned null: ids/logprobs [n, k] get each row's k best tokens (logit descending,
+    // ties → lower id) and their log-softmax; k is BeamConfig's K capped at the vocabulary.
+    virtual void top(int k, int64_t* ids, float* logprobs) {
+        (void)k, (void)ids, (void)logprobs;
+    }
 };
 
 struct BeamConfig {
@@ -40,6 +46,9 @@ struct BeamResult {
     enum class End { Eos, Cap, Repetition } end = End::Cap;
     int steps = 0;                // decoder steps run after the first logits
 };
+
+// K, the continuations a step keeps: max(2, 1 + #EOS ids) · beams (per row at most the vocabulary).
+inline int beam_candidates(int beams, int n_eos) { return (n_eos + 1 > 2 ? n_eos + 1 : 2) * beams; }
 
 // first: the logits [vocab] after the prompt (the prefill's last row).
 BeamResult beam_search(const float* first, int64_t vocab, BeamDecoder& dec, const BeamConfig& c);

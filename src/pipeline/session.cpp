@@ -239,14 +239,15 @@ void Session::step_batch_device(Session* const* s, const int* tokens, size_t B, 
     batch.step(rows.data(), tokens, B, ids, logprobs);
 }
 
-const float* Session::step_logits_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch) {
-    if (B == 0) return nullptr;
+void Session::step_top_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int k, int* ids,
+                              float* logprobs) {
+    if (B == 0) return;
     std::vector<DeviceSession*> rows(B);
     for (size_t b = 0; b < B; ++b) {
         if (!s[b]->accel_ || s[b]->model_ != s[0]->model_) fail("session", "a batched device step needs sessions of one device model");
         rows[b] = s[b]->accel_.get();
     }
-    return batch.step_logits(rows.data(), tokens, B);
+    batch.step_top(rows.data(), tokens, B, k, ids, logprobs);
 }
 
 TranscriptionResult Session::finish() {

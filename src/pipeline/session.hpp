@@ -55,9 +55,10 @@ public:
     // One greedy step of B device sessions together (DeviceBatch::step): ids/logprobs get each row's choice.
     static void step_batch_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int* ids,
                                   float* logprobs);
-    // One step of B device sessions together (DeviceBatch::step_logits): every row's logits [B, V] in host memory
-    // valid until the batch's next step.
-    static const float* step_logits_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch);
+    // One step of B device sessions together (DeviceBatch::step_top): ids/logprobs [B, k] get each row's k best
+    // tokens and their log-probabilities, chosen on the device.
+    static void step_top_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int k, int* ids,
+                                float* logprobs);
     const Tensor& first_logits() const { return st_.logits; }
     TranscriptionResult finish();
     // One decode step of B sessions of one model on the CPU, session b fed tokens[b]: logits [B, V], row b bit for

@@ -187,6 +187,37 @@ TEST(Cuda, MatvecPrefetchedQuantizedMatchesCpu) {
 }
 
 // Odd (1000) and the models' widths (1024, 896, 2048) with their row counts.
+// Beam search's choice on the device (row_topk): each row's k best (ties → lower index) and their log-softmax, as
+// the CPU's ops::top_logprobs gives them — for the vocabulary's width and a narrow one, with ties across slices.
+TEST(Cuda, RowTopkMatchesCpu) {
+    NEED_GPU();
+    for (const auto& [B, V, k] : {std::tuple{5, 151936, 15}, std::tuple{16, 151936, 48}, std::tuple{3, 1000, 64},
+                                   std::tuple{1, 200, 6}}) {
+        SCOPED_TRACE("B " + std::to_string(B) + " V " + std::to_string(V) + " k " + std::to_string(k));
+        std::vector<float> x = randv(size_t(B) * size_t(V), 11, 4.0f);
+        for (int b = 0; b < B; ++b) { // ties: equal values in different slices and next to each other
+            x[size_t(b) * V + 3] = x[size_t(b) * V + size_t(V) - 2] = x[size_t(b) * V + size_t(V) / 2] = 9.0f + float(b);
+            x[size_t(b) * V + 4] = 8.5f + float(b);
+            x[size_t(b) * V + 5] = 8.5f + float(b);
+        }
+        Dev dx(x), scratch(row_topk_scratch_floats(B, k) * 4), di(size_t(B) * size_t(k) * 4), dl(size_t(B) * size_t(k) * 4);
+        row_topk(dx.p<float>(), B, V, k, scratch.p<float>(), di.p<int>(), dl.p<float>(), nullptr);
+        QASR_CUDA(cudaDeviceSynchronize());
+        std::vector<int> gi(size_t(B) * size_t(k));
+        QASR_CUDA(cudaMemcpy(gi.data(), di.p<void>(), gi.size() * 4, cudaMemcpyDeviceToHost));
+        const std::vector<float> gl = host(dl, size_t(B) * size_t(k));
+        std::vector<int64_t> ci(static_cast<size_t>(k));
+        std::vector<float> cl(static_cast<size_t>(k));
+        for (int b = 0; b < B; ++b) {
+            ops::top_logprobs(x.data() + size_t(b) * V, V, k, ci.data(), cl.data());
+            for (int j = 0; j < k; ++j) {
+                ASSERT_EQ(gi[size_t(b) * k + j], ci[size_t(j)]) << "row " << b << " rank " << j;
+                EXPECT_NEAR(gl[size_t(b) * k + j], cl[size_t(j)], 1e-4) << "row " << b << " rank " << j;
+            }
+        }
+    }
+}
+
 TEST(Cuda, NormsAndActivationsMatchCpu) {
     NEED_GPU();
     for (const auto& [rows, d] : {std::pair{7, 1000}, std::pair{158, 1024}, std::pair{143, 896}, std::pair{9, 2048}}) {

@@ -139,7 +139,8 @@ void CudaSession::enqueue_rows_step(int B, int splits) {
     QASR_CUDA(cudaMemcpyAsync(rows_out_h_, rows_out_d_.get(), size_t(B) * sizeof(int2), cudaMemcpyDeviceToHost, s_));
 }
 
-void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs, float* logits) {
+void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs, int top_k,
+                            int* top_ids, float* top_lps) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (B <= 0) return;
     if (!rows_h_ || B > rows_max_) fail("cuda", "a batched step of " + std::to_string(B) + " rows (this batch holds " +
@@ -150,7 +151,7 @@ void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, 
         longest = std::max(longest, r.len_);
         if (&r.w_ != &w_) fail("cuda", "a batched step needs sessions of one model on one device");
         if (tokens[b] < 0 || tokens[b] >= vocab_) fail("decoder", "token id " + std::to_string(tokens[b]) + " is outside the vocabulary");
-        if (logits && r.len_ > 0 && r.len_ + 1 > r.cap_) { // beam sessions grow step by step
+        if (top_k > 0 && r.len_ > 0 && r.len_ + 1 > r.cap_) { // beam sessions grow step by step
             rows[b]->join_capture(); // its recording thread reads the buffers ensure_kv moves
             rows[b]->ensure_kv(r.len_ + 1);
         }
@@ -186,8 +187,23 @@ void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, 
         rows_graphs_.emplace(gkey, g);
         QASR_CUDA(cudaGraphLaunch(g, s_));
     }
-    if (logits) QASR_CUDA(cudaMemcpyAsync(logits, rows_lg_, size_t(B) * size_t(V_) * 4, cudaMemcpyDeviceToHost, s_));
+    const size_t nt = size_t(B) * size_t(top_k);
+    if (top_k > 0) { // beam search: each row's best continuations, chosen here; B·k pairs come back, not B·V logits
+        if (top_k > 64) fail("cuda", "a batched step's top-k holds at most 64 per row");
+        const size_t tb = size_t(rows_max_) * 64 * 8;
+        top_scratch_.ensure(row_topk_scratch_floats(rows_max_, 64) * 4);
+        top_out_d_.ensure(tb);
+        if (!top_out_h_) QASR_CUDA(cudaHostAlloc(&top_out_h_, tb, cudaHostAllocDefault));
+        int* d_ids = top_out_d_.as<int>();
+        float* d_lps = reinterpret_cast<float*>(d_ids + nt);
+        row_topk(rows_lg_, B, V_, top_k, top_scratch_.as<float>(), d_ids, d_lps, s_);
+        QASR_CUDA(cudaMemcpyAsync(top_out_h_, d_ids, nt * 8, cudaMemcpyDeviceToHost, s_));
+    }
     QASR_CUDA(cudaStreamSynchronize(s_));
+    if (top_k > 0) {
+        std::memcpy(top_ids, top_out_h_, nt * 4);
+        std::memcpy(top_lps, static_cast<const char*>(top_out_h_) + nt * 4, nt * 4);
+    }
     for (int b = 0; b < B; ++b) {
         const int2 v = rows_out_h_[b];
         if (v.x < 0 || v.x >= V_)
@@ -217,12 +233,7 @@ public:
         if (B == 1 && solo_) return rows_[0]->step_greedy(tokens[0], ids, logprobs); // its own step graph: faster
         s_->step_rows(rows_.data(), tokens, int(B), ids, logprobs);
     }
-    ~CudaBatch() override {
-        if (pin_) cudaFreeHost(pin_);
-    }
-    const float* step_logits(DeviceSession* const* s, const int* tokens, size_t B) override {
-        if (!pin_) QASR_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&pin_), size_t(max_) * size_t(s_->vocab_rows()) * 4,
-                                           cudaHostAllocDefault));
+    void step_top(DeviceSession* const* s, const int* tokens, size_t B, int k, int* ids, float* logprobs) override {
         rows_.resize(B);
         for (size_t b = 0; b < B; ++b) {
             rows_[b] = dynamic_cast<CudaSession*>(s[b] ? s[b]->inner() : nullptr);
@@ -230,8 +241,7 @@ public:
         }
         ids_.resize(B);
         lps_.resize(B);
-        s_->step_rows(rows_.data(), tokens, int(B), ids_.data(), lps_.data(), pin_);
-        return pin_;
+        s_->step_rows(rows_.data(), tokens, int(B), ids_.data(), lps_.data(), k, ids, logprobs);
     }
 
 private:
@@ -240,7 +250,6 @@ private:
     std::vector<CudaSession*> rows_;
     std::vector<int> ids_;
     std::vector<float> lps_;
-    float* pin_ = nullptr; // page-locked logits of step_logits, [max_, V]
     const bool solo_ = [] { // QASR_CUDA_BATCH_SOLO=0: a batch of one row through the batched step too (A/B, tests)
         const char* e = std::getenv("QASR_CUDA_BATCH_SOLO");
         return !(e && std::string(e) == "0");

@@ -638,8 +638,8 @@ public:
     void step(DeviceSession* const* s, const int* tokens, size_t B, int* ids, float* logprobs) override {
         b_->step(s, tokens, B, ids, logprobs);
     }
-    const float* step_logits(DeviceSession* const* s, const int* tokens, size_t B) override {
-        return b_->step_logits(s, tokens, B);
+    void step_top(DeviceSession* const* s, const int* tokens, size_t B, int k, int* ids, float* logprobs) override {
+        b_->step_top(s, tokens, B, k, ids, logprobs);
     }
 
 private:

@@ -164,6 +164,7 @@ public:
         for (auto& [k, g] : rows_graphs_) cudaGraphExecDestroy(g);
         if (rows_h_) cudaFreeHost(rows_h_);
         if (rows_out_h_) cudaFreeHost(rows_out_h_);
+        if (top_out_h_) cudaFreeHost(top_out_h_);
         for (auto& e : ev_) cudaEventDestroy(e);
         cudaFreeHost(ring_h_);
         cudaFreeHost(tok_h_);
@@ -198,9 +199,10 @@ public:
     // One greedy step of this session alone for `token` at its length, through its captured step graph (the
     // screened head where the model has one): a batch of one row (0.6B bf16, H200: ~0.6 ms against ~1 ms).
     void step_greedy(int token, int* id, float* logprob);
-    // logits (optional): every row's logits [B, V] copied there (host memory) after the step.
-    void step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs, float* logits = nullptr);
-    int vocab_rows() const { return V_; } // the head's rows: the width of a row of logits
+    // top_k > 0 (beam search): the rows' sessions get KV room as they grow, and top_ids/top_lps (host, [B, top_k])
+    // get each row's top_k best tokens and log-probabilities (row_topk) after the step.
+    void step_rows(CudaSession* const* rows, const int* tokens, int B, int* ids, float* logprobs, int top_k = 0,
+                   int* top_ids = nullptr, float* top_lps = nullptr);
 
     // After a failed request the stream may hold queued work: drain it so the pooled session starts clean.
     void reset_after_error() noexcept {
@@ -286,6 +288,8 @@ private:
     BatchRows* rows_h_ = nullptr; // page-locked
     int2* rows_out_h_ = nullptr;  // page-locked: {id, logprob bits} per row
     const float* rows_lg_ = nullptr; // where the batched step leaves its rows' logits (plog_ or head_rows' buffer)
+    Buffer top_scratch_, top_out_d_;  // row_topk's partials; its ids and log-probabilities [B, 64] each
+    void* top_out_h_ = nullptr;       // page-locked copy of top_out_d_
     Buffer rows_d_, rows_out_d_, rows_part_, rows_counter_, rows_arg_;
     std::map<int, cudaGraphExec_t> rows_graphs_; // by B·64 + splits, for rows_key_'s buffers
     std::map<int, int> rows_seen_;               // the same key → steps run eagerly (captured on the second)

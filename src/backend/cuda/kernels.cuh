@@ -173,6 +173,11 @@ bool device_has_mma(); // compute capability ≥ 8.0 (the current device)
 // where the row has no maximum (non-finite logits). scratch ≥ 3·kArgRowParts·n floats.
 constexpr int kArgRowParts = 32;
 void argmax_rows(const float* logits, int n, int V, float* scratch, int2* out, cudaStream_t s);
+// Beam search's choice per row of logits [B, V] (row_topk.cu): ids/logprobs [B, k] get the row's k largest (value
+// descending, ties → lower index; 1 ≤ k ≤ 64) and their log-softmax. scratch: row_topk_scratch_floats(B, k) floats.
+constexpr int kTopkSlices = 64;
+size_t row_topk_scratch_floats(int B, int k);
+void row_topk(const float* logits, int B, int V, int k, float* scratch, int* ids, float* logprobs, cudaStream_t s);
 // The argmax's second stage alone: merges nparts (max, index, Σ exp) partials (lm_head_argmax's) into *tok, the
 // ring and the counters, as argmax_token. With xpart (screened_head_argmax's nx partials), those choose the token
 // and give its logit; part then holds the proxy head's partials, which give the log-probability's normaliser.
