@@ -2,6 +2,7 @@
 """WER and language-ID accuracy of qasr (CPU) on the full held-out synthetic test set.
 
     python3 training/eval_qasr.py QASR_BINARY MODEL_DIR [--wav-dir /tmp/demo_test] [--threads N] [--limit N]
+                                  [--qasr-args "--beam-size 4"]
 
 The 1000 test clips are regenerated bit-exactly from the recipe (synth.py, espeak-ng 1.51 + numpy; the committed
 subset in tests/data/demo_testset/ was checked byte-identical against the GPU machine's copy), then transcribed
@@ -50,6 +51,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--out", default=None, help="write per-clip results (TSV) here")
+    ap.add_argument("--qasr-args", default="", help="more `qasr transcribe` options, e.g. \"--beam-size 4\"")
     a = ap.parse_args()
     with open(os.path.join(ROOT, "tests", "data", "demo_testset", "testset.tsv"), encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
@@ -64,7 +66,7 @@ def main():
     for i in range(0, len(rows), 50):
         chunk = rows[i:i + 50]
         p = subprocess.run([a.qasr, "transcribe", "-m", a.model, "--raw", "--no-itn", "-q", "--threads",
-                            str(a.threads)] + [os.path.join(a.wav_dir, r["id"] + ".wav") for r in chunk],
+                            str(a.threads)] + a.qasr_args.split() + [os.path.join(a.wav_dir, r["id"] + ".wav") for r in chunk],
                            capture_output=True, text=True, check=True)
         lines = [l for l in p.stdout.split("\n") if l.strip()]
         assert len(lines) == len(chunk), p.stderr[-1000:]
