@@ -246,7 +246,11 @@ public:
     }
     void top(int k, int64_t* ids, float* logprobs) override {
         if (k != k_) fail("beam", "the device chose another number of continuations per row");
-        for (size_t i = 0; i < top_ids_.size(); ++i) ids[i] = top_ids_[i], logprobs[i] = top_lps_[i];
+        for (size_t i = 0; i < top_ids_.size(); ++i) {
+            if (top_ids_[i] < 0 || top_ids_[i] >= V_)
+                fail("beam", "no valid continuation (non-finite logits: check the checkpoint's weights)");
+            ids[i] = top_ids_[i], logprobs[i] = top_lps_[i];
+        }
     }
     double copy_ms = 0, advance_ms = 0; // KV copies; whole steps (copies included)
     int forks = 0;

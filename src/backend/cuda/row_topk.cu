@@ -67,12 +67,13 @@ __device__ float block_sum(float v, float* sh) {
     return r;
 }
 
-// k rounds over n values (val[j], idx[j]) strided across the block: out gets the k best in order.
-__device__ void rounds(const float* val, const int* idx, int n, int k, float* out_v, int* out_i, Pick* sh) {
-    Pick last{FLT_MAX, -1}; // everything comes after it
+// k rounds over the values val[lo … hi) strided across the block, each known by idx[j] (or by j itself where idx is
+// null; INT_MAX marks a padding entry): out gets the k best in order (thread 0 writes).
+__device__ void rounds(const float* val, const int* idx, int lo, int hi, int k, float* out_v, int* out_i, Pick* sh) {
+    Pick last{INFINITY, -1}; // everything comes after it
     for (int r = 0; r < k; ++r) {
         Pick best{-FLT_MAX, INT_MAX};
-        for (int j = threadIdx.x; j < n; j += kThreads) {
+        for (int j = lo + threadIdx.x; j < hi; j += kThreads) {
             const Pick c{val[j], idx ? idx[j] : j};
             if (c.i != INT_MAX && before(last, c) && before(c, best)) best = c;
         }
@@ -97,18 +98,7 @@ __global__ void k_topk_slices(const float* lg, int V, int k, int slices, float* 
     e = block_sum(e, shf);
     const size_t o = (size_t(b) * slices + s) * size_t(k);
     if (threadIdx.x == 0) pmax[size_t(b) * slices + s] = m.v, psum[size_t(b) * slices + s] = e;
-    // the slice's own indices are lo + j; rounds() sees them through an offset view
-    Pick last{FLT_MAX, -1};
-    for (int r = 0; r < k; ++r) {
-        Pick best{-FLT_MAX, INT_MAX};
-        for (int j = lo + threadIdx.x; j < hi; j += kThreads) {
-            const Pick c{x[j], j};
-            if (before(last, c) && before(c, best)) best = c;
-        }
-        best = block_best(best, sh);
-        if (threadIdx.x == 0) pv[o + r] = best.v, pi[o + r] = best.i;
-        last = best;
-    }
+    rounds(x, nullptr, lo, hi, k, pv + o, pi + o, sh);
 }
 
 __global__ void k_topk_merge(int k, int slices, const float* pv, const int* pi, const float* pmax, const float* psum,
@@ -119,7 +109,7 @@ __global__ void k_topk_merge(int k, int slices, const float* pv, const int* pi, 
     __shared__ int best_i[64];
     const int b = blockIdx.x;
     const size_t o = size_t(b) * slices * size_t(k);
-    rounds(pv + o, pi + o, slices * k, k, best_v, best_i, sh);
+    rounds(pv + o, pi + o, 0, slices * k, k, best_v, best_i, sh);
     // log Σ exp over the row from the slices: M + log Σ_s sum_s · exp(max_s − M)
     float M = -FLT_MAX;
     for (int s = 0; s < slices; ++s) M = fmaxf(M, pmax[size_t(b) * slices + s]);
