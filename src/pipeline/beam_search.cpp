@@ -286,7 +286,7 @@ void Session::decode_beams() {
     c.is_eos = [this](int t) { return model_->is_eos(t); };
     const int k = int(std::min<int64_t>(beam_candidates(c.beams, c.n_eos), st_.V));
     if (accel_ && k > 64) fail("options", "beam search on a device keeps at most 64 continuations per step: use fewer beams");
-    SessionBeams beams(*this, model_, c.beams, k, st_.prompt_len, st_.V);
+    SessionBeams beams(*this, model_, c.beams, k, int64_t(st_.r.n_prompt_tokens), st_.V);
     Stopwatch sw;
     const BeamResult b = beam_search(st_.logits.ptr(), st_.V, beams, c);
     const double total = sw.ms();

@@ -193,7 +193,6 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     }
     Prompt p = prompt(n_rows, opts);
     r.n_prompt_tokens = int(p.ids.size());
-    st_.prompt_len = int64_t(p.ids.size());
     r.n_audio_tokens = int(p.n_audio);
     sw.reset();
     if (device_greedy) accel_->prefill_resident(p.ids, p.audio_begin);
@@ -227,27 +226,27 @@ int Session::begin_device_batch() {
     return next_chosen(id, lp);
 }
 
-void Session::step_batch_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int* ids,
-                                float* logprobs) {
-    if (B == 0) return;
-    std::vector<DeviceSession*> rows(B);
-    for (size_t b = 0; b < B; ++b) {
-        if (!s[b]->accel_ || !s[b]->st_.device_greedy || s[b]->model_ != s[0]->model_)
-            fail("session", "a batched device step needs greedy sessions of one device model");
-        rows[b] = s[b]->accel_.get();
-    }
-    batch.step(rows.data(), tokens, B, ids, logprobs);
-}
-
-void Session::step_top_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int k, int* ids,
-                              float* logprobs) {
-    if (B == 0) return;
+std::vector<DeviceSession*> Session::device_rows(Session* const* s, size_t B) {
     std::vector<DeviceSession*> rows(B);
     for (size_t b = 0; b < B; ++b) {
         if (!s[b]->accel_ || s[b]->model_ != s[0]->model_) fail("session", "a batched device step needs sessions of one device model");
         rows[b] = s[b]->accel_.get();
     }
-    batch.step_top(rows.data(), tokens, B, k, ids, logprobs);
+    return rows;
+}
+
+void Session::step_batch_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int* ids,
+                                float* logprobs) {
+    if (B == 0) return;
+    for (size_t b = 0; b < B; ++b)
+        if (!s[b]->st_.device_greedy) fail("session", "a batched device step needs greedy sessions of one device model");
+    batch.step(device_rows(s, B).data(), tokens, B, ids, logprobs);
+}
+
+void Session::step_top_device(Session* const* s, const int* tokens, size_t B, DeviceBatch& batch, int k, int* ids,
+                              float* logprobs) {
+    if (B == 0) return;
+    batch.step_top(device_rows(s, B).data(), tokens, B, k, ids, logprobs);
 }
 
 TranscriptionResult Session::finish() {

@@ -71,6 +71,8 @@ public:
 
 private:
     void decode_beams(); // after begin(): DecodeOptions::beam_size > 1 (beam_search.cpp)
+    // The device sessions of B sessions of one device model, for a batched device step.
+    static std::vector<DeviceSession*> device_rows(Session* const* s, size_t B);
     int choose(const float* logits, int64_t V, const DecodeOptions& d, float& logprob);
     bool accept(int tok, float lp, const DecodeOptions& d, std::vector<int>& out, int& run_len, TranscriptionResult& r) const;
     struct Pending { // the request between begin() and finish()
@@ -79,7 +81,7 @@ private:
         std::string forced;
         std::vector<int> out;
         int run_len = 0, cap = 0, n = 0;
-        int64_t V = 0, prompt_len = 0;
+        int64_t V = 0;
         int stop_id = -1; // TranscribeOptions::language_only: <asr_text> ends the decode
         bool empty = false, device_greedy = false, itn = true;
         Tensor logits;
