@@ -50,12 +50,6 @@ int trailing_run(const std::vector<int>& t, int tok) {
     return n;
 }
 
-std::string fmt_ms(double ms) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f", ms);
-    return b;
-}
-
 } // namespace
 
 BeamResult beam_search(const float* first, int64_t V, BeamDecoder& dec, const BeamConfig& c) {
@@ -231,7 +225,8 @@ public:
             rows[b] = s_[size_t(slot[b])];
             hist_[size_t(slot[b])].push_back(tokens[b]);
         }
-        if (model_->device) { // one batched device step (each weight read once for all beams), logits to the host
+        if (model_->device) { // one batched device step (each weight read once for all beams) that also chooses
+                              // each row's k best continuations
             if (!batch_) batch_ = model_->device->open_batch(int(S));
             if (!batch_) fail("beam", "beam search needs batched steps, which " + model_->device->name() + " lacks");
             top_ids_.resize(n * size_t(k_));
@@ -290,10 +285,11 @@ void Session::decode_beams() {
     Stopwatch sw;
     const BeamResult b = beam_search(st_.logits.ptr(), st_.V, beams, c);
     const double total = sw.ms();
-    log(LogLevel::Info, "beam search: " + std::to_string(c.beams) + " beams, " + std::to_string(b.steps) + " steps in " +
-                            fmt_ms(total) + " ms: choosing " + fmt_ms(total - beams.advance_ms) + " ms, KV copies " +
-                            fmt_ms(beams.copy_ms) + " ms (" + std::to_string(beams.forks) + " forks), decoder steps " +
-                            fmt_ms(beams.advance_ms - beams.copy_ms) + " ms");
+    char msg[192];
+    std::snprintf(msg, sizeof msg, "beam search: %d beams, %d steps in %.2f ms: choosing %.2f ms, KV copies %.2f ms (%d forks), decoder steps %.2f ms",
+                  c.beams, b.steps, total, total - beams.advance_ms, beams.copy_ms, beams.forks,
+                  beams.advance_ms - beams.copy_ms);
+    log(LogLevel::Info, msg);
     TranscriptionResult& r = st_.r;
     for (size_t i = 0; i < b.tokens.size(); ++i) {
         r.tokens.push_back({b.tokens[i], b.logprobs[i]});
