@@ -12,6 +12,7 @@ install(TARGETS qasr_shared EXPORT qasrTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/qasr/qasr.h ${PROJECT_SOURCE_DIR}/include/qasr/qasr.hpp
+  ${PROJECT_SOURCE_DIR}/include/qasr/error.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qasr)
 install(EXPORT qasrTargets NAMESPACE qasr:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/qasr)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/qasrConfig.cmake.in

@@ -5,7 +5,8 @@
 // path, the same handler); the audio may also be the raw request body with the fields as query parameters.
 // GET /health, GET /metrics (Prometheus) and GET /v1/models; live streams under /v1/streams (serve_streams.cpp).
 // Every error is a JSON body {"error": {"message", "type", "code"}} with a status that says whose fault it is: 400 bad request or audio, 401 key, 404/405 route, 413 too large or too long,
-// 415 form encoding, 503 queue full or device out of memory, 500 anything else; the server keeps serving.
+// 415 form encoding, 503 queue full or device out of memory, 500 anything else; the server keeps serving. A client
+// that closes its connection while its transcription runs stops it (http::client_gone; logged and counted as 499).
 // Admission: at most `parallel` transcriptions run at once (each on its own Session of the one immutable model;
 // on a GPU each takes a pooled device session), `max_queue` more wait, the rest are refused at once with 503
 // and Retry-After rather than piling up.
@@ -163,7 +164,9 @@ private:
             }
             const double decode_ms =
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            TranscriptionResult tr = t_.transcribe(pcm, r.opts);
+            TranscribeOptions opts = r.opts;
+            opts.abort = client_gone(req); // a client that goes away stops its transcription (→ 499)
+            TranscriptionResult tr = t_.transcribe(pcm, opts);
             if (r.words) o_.aligner->add_words(pcm, tr);
             respond(res, tr, r.format, r.opts.language_only);
             char b[200];

@@ -6,11 +6,17 @@
 #include "core/error.hpp"
 #include "text/output.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <new>
 #include <sstream>
+
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 namespace qasr::cli::http {
 
@@ -62,6 +68,9 @@ std::string guarded(httplib::Response& res, const std::function<void()>& body) {
         res.set_header("Retry-After", "1");
         send_error(res, 503, e.what(), "server_busy");
         return e.what();
+    } catch (const Cancelled&) { // client_gone(): nobody reads this answer
+        send_error(res, 499, "the client closed the connection: transcription cancelled", "client_closed_request");
+        return "the client closed the connection: transcription cancelled";
     } catch (const Error& e) { // options the library refused are the client's; anything else is ours
         const bool client = std::string(e.what()).rfind("[options]", 0) == 0 || std::string(e.what()).rfind("[stream]", 0) == 0;
         send_error(res, client ? 400 : 500, e.what(), client ? "invalid_request_error" : "server_error");
@@ -77,6 +86,66 @@ std::string guarded(httplib::Response& res, const std::function<void()>& body) {
 }
 
 using nlohmann::json;
+
+namespace {
+
+// A socket's own (peer = false) or its peer's address as cpp-httplib writes it (numeric host, port).
+bool endpoint(int fd, bool peer, std::string& ip, int& port) {
+    sockaddr_storage a{};
+    socklen_t n = sizeof a;
+    if ((peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n) : getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n)) != 0)
+        return false;
+    if (a.ss_family != AF_INET && a.ss_family != AF_INET6) return false;
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&a), n, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return false;
+    ip = host;
+    port = std::atoi(serv);
+    return true;
+}
+
+// The descriptor of req's connection, or -1.
+int client_socket(const httplib::Request& req) {
+    if (req.remote_port < 0 || req.remote_addr.empty()) return -1;
+    DIR* d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int found = -1;
+    while (const dirent* e = readdir(d)) {
+        char* end = nullptr;
+        const long fd = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end || fd == dirfd(d)) continue;
+        std::string ip;
+        int port = -1;
+        if (!endpoint(int(fd), true, ip, port) || port != req.remote_port || ip != req.remote_addr) continue;
+        if (req.local_port >= 0 && (!endpoint(int(fd), false, ip, port) || port != req.local_port)) continue;
+        found = int(fd);
+        break;
+    }
+    closedir(d);
+    return found;
+}
+
+bool peer_closed(int fd) {
+    pollfd p{fd, short(POLLIN | POLLRDHUP), 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) return true;
+    char c;
+    return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0; // readable: end of stream, or the next request's bytes
+}
+
+} // namespace
+
+std::function<bool()> client_gone(const httplib::Request& req) {
+    const int fd = client_socket(req);
+    if (fd < 0) return {};
+    // each session has its own copy (a file's pieces may run at once), asked by one thread at a time
+    return [fd, next = std::chrono::steady_clock::time_point()]() mutable {
+        const auto now = std::chrono::steady_clock::now();
+        if (now < next) return false;
+        next = now + std::chrono::milliseconds(50);
+        return peer_closed(fd);
+    };
+}
 
 void send_error(httplib::Response& res, int status, const std::string& msg, const char* type) {
     res.status = status;

@@ -75,10 +75,18 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
 bool to_bool(const std::string& field, const std::string& v);
 double to_number(const std::string& field, const std::string& v, double lo, double hi);
 
+// TranscribeOptions::abort for a request: true once its client has closed the connection (an orderly close or a
+// reset; a request pipelined behind it is not a close), so that a transcription nobody waits for stops within a
+// decode step. cpp-httplib 0.11 does not hand handlers their socket: it is found among this process's descriptors
+// (/proc/self/fd) by the connection's two ends; where none matches, an empty function (the transcription runs to its
+// end). A half-closed connection counts as closed, as nginx and Go's net/http count it. Polls at most every 50 ms.
+std::function<bool()> client_gone(const httplib::Request& req);
+
 void respond(httplib::Response& res, const TranscriptionResult& r, Format f, bool language_only = false);
 
 // Runs `body`, turning every exception into its status and JSON error (HttpError: its own; qasr::OutOfMemory and
-// std::bad_alloc: 503; qasr::Error from "[options]": 400; anything else: 500). Returns the message, or "" on success.
+// std::bad_alloc: 503; qasr::Cancelled: 499, nginx's "client closed request"; qasr::Error from "[options]": 400;
+// anything else: 500). Returns the message, or "" on success.
 std::string guarded(httplib::Response& res, const std::function<void()>& body);
 
 // GET /metrics in Prometheus's text format: requests by route and status, the transcriptions' latency histogram and

@@ -20,9 +20,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
-__all__ = ["Model", "Stream", "Result", "Segment", "StreamEvent", "Error", "version", "system_info"]
+__all__ = ["Model", "Stream", "Result", "Segment", "StreamEvent", "Error", "Cancelled", "version", "system_info"]
 
-_STATUS = {1: "invalid argument", 2: "model", 3: "audio", 4: "out of memory", 5: "internal"}
+_STATUS = {1: "invalid argument", 2: "model", 3: "audio", 4: "out of memory", 5: "internal", 6: "cancelled"}
 
 
 class Error(RuntimeError):
@@ -33,12 +33,17 @@ class Error(RuntimeError):
         self.status = status
 
 
+class Cancelled(Error):
+    """Model.transcribe's abort callable stopped the transcription (status "cancelled")."""
+
+
 class _LoadParams(ctypes.Structure):
     _fields_ = [("n_threads", ctypes.c_int), ("warmup", ctypes.c_int), ("device", ctypes.c_char_p),
                 ("max_batch", ctypes.c_int), ("compute", ctypes.c_char_p)]
 
 
 _SEGMENT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_double, ctypes.c_double, ctypes.c_void_p)
+_ABORT_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 
 class _TranscribeParams(ctypes.Structure):
@@ -46,7 +51,8 @@ class _TranscribeParams(ctypes.Structure):
                 ("ignore_eos", ctypes.c_int), ("temperature", ctypes.c_float), ("top_p", ctypes.c_float),
                 ("seed", ctypes.c_uint64), ("itn", ctypes.c_int), ("segment_seconds", ctypes.c_double),
                 ("on_segment", _SEGMENT_CB), ("user_data", ctypes.c_void_p), ("language_only", ctypes.c_int),
-                ("aligner", ctypes.c_void_p), ("beam_size", ctypes.c_int), ("length_penalty", ctypes.c_float)]
+                ("aligner", ctypes.c_void_p), ("beam_size", ctypes.c_int), ("length_penalty", ctypes.c_float),
+                ("abort_callback", _ABORT_CB), ("abort_user_data", ctypes.c_void_p)]
 
 
 class _StreamParams(ctypes.Structure):
@@ -150,7 +156,8 @@ def system_info() -> str:
 
 def _check(status: int) -> None:
     if status != 0:
-        raise Error(_STATUS.get(status, str(status)), _lib.qasr_last_error().decode("utf-8", "replace"))
+        cls = Cancelled if status == 6 else Error
+        raise cls(_STATUS.get(status, str(status)), _lib.qasr_last_error().decode("utf-8", "replace"))
 
 
 def _bytes(s: Optional[str]) -> Optional[bytes]:
@@ -277,13 +284,16 @@ class Model(_Owned):
                    max_new_tokens: int = 0, ignore_eos: bool = False, temperature: float = 0.0,
                    top_p: float = 1.0, seed: int = 0, itn: bool = True, segment_seconds: float = 0.0,
                    on_segment: Optional[Callable[[Segment], None]] = None, language_only: bool = False,
-                   aligner: Optional["Aligner"] = None, beam_size: int = 1, length_penalty: float = 1.0) -> Result:
+                   aligner: Optional["Aligner"] = None, beam_size: int = 1, length_penalty: float = 1.0,
+                   abort: Optional[Callable[[], bool]] = None) -> Result:
         """Transcribes a file path, an encoded file's bytes (WAV; with FFmpeg mp3, flac, ogg, m4a ...) or 16 kHz
         mono float samples. segment_seconds > 0 cuts at pauses (pieces of at most that long) for segment times;
         on_segment is called with each segment as its piece is done. language_only identifies the language
         without transcribing (r.language, r.language_probability; the text stays empty). aligner (an Aligner) adds
         word timestamps (r.words). beam_size > 1 decodes by beam search (greedy otherwise; temperature must be 0),
-        length_penalty the exponent of the length its scores are divided by."""
+        length_penalty the exponent of the length its scores are divided by. abort: called before each stage and
+        decode step (possibly on another thread); once it returns True the call stops and raises Cancelled (e.g.
+        abort=event.is_set for a threading.Event set by a stop button)."""
         h = self._handle()
         p = _lib.qasr_default_transcribe_params()
         p.language, p.context = _bytes(language), _bytes(context)
@@ -301,6 +311,16 @@ class Model(_Owned):
                 except BaseException as e:  # re-raised after the call; ctypes would only print it
                     raised.append(e)
             p.on_segment = _SEGMENT_CB(cb)
+        if abort is not None or on_segment is not None:  # an exception in on_segment stops the call too
+            def stop(_user):
+                if raised:
+                    return 1
+                try:
+                    return 1 if abort is not None and abort() else 0
+                except BaseException as e:  # stops the call; re-raised after it
+                    raised.append(e)
+                    return 1
+            p.abort_callback = _ABORT_CB(stop)
         out = ctypes.c_void_p()
         if isinstance(audio, (str, os.PathLike)):
             status = _lib.qasr_transcribe_file(h, os.fsencode(audio), ctypes.byref(p), ctypes.byref(out))

@@ -25,7 +25,8 @@ typedef enum {
     QASR_ERR_MODEL = 2,            /* model directory, config, tokenizer or weights unusable */
     QASR_ERR_AUDIO = 3,            /* audio missing, unreadable or malformed */
     QASR_ERR_OUT_OF_MEMORY = 4,
-    QASR_ERR_INTERNAL = 5
+    QASR_ERR_INTERNAL = 5,
+    QASR_ERR_CANCELLED = 6         /* the params' abort_callback stopped the transcription */
 } qasr_status;
 
 typedef struct qasr_model qasr_model;
@@ -60,6 +61,11 @@ typedef struct {
                                     pieces are then at most 180 s) */
     int beam_size;         /* 1: greedy; 2..16: beam search (DecodeOptions::beam_size; temperature must be 0) */
     float length_penalty;  /* beam search: scores are sum(log p) / length^length_penalty (default 1) */
+    /* NULL, or asked before each stage, between the layers of a CPU pass and before every decode step; once it
+       returns non-zero the transcription stops and returns QASR_ERR_CANCELLED (TranscribeOptions::abort). It may be
+       called from another thread (a model loaded with max_batch > 1) and often: keep it cheap and thread-safe. */
+    int (*abort_callback)(void* abort_user_data);
+    void* abort_user_data;
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);

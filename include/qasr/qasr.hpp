@@ -5,8 +5,10 @@
 //   std::cout << r.text << " (RTF " << r.rtf << ")\n";
 //
 // A Transcriber holds an immutable loaded model; transcribe* calls may run concurrently from several threads
-// (each call has its own session state). Every failure is a qasr::Error (a std::runtime_error).
+// (each call has its own session state). Every failure is a qasr::Error (a std::runtime_error; error.hpp).
 #pragma once
+#include "error.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,8 +17,6 @@
 #include <vector>
 
 namespace qasr {
-
-class Error;
 
 struct DecodeOptions {
     int max_new_tokens = 0;    // 0: automatic cap ⌈seconds·20⌉ + 64
@@ -58,6 +58,13 @@ struct TranscribeOptions {
     // Called on the calling thread with each segment as soon as its piece is transcribed (before transcribe*
     // returns): a long file's segments can be shown while the rest is still being transcribed.
     std::function<void(const Segment&)> on_segment;
+    // Cancellation (a GUI's stop button, a server whose client went away): asked before each stage, between the
+    // encoder's and the decoder's layers of a pass on the CPU (on a GPU between stages) and before every decode
+    // step. Once it returns true the transcription stops within a step or a layer and transcribe* throws
+    // qasr::Cancelled; segments already given to on_segment stay given, and the Transcriber stays usable. It may be
+    // called from another thread than the caller's (with LoadOptions::max_batch > 1, the engine's) and often (every
+    // token): make it cheap and thread-safe, e.g. an std::atomic<bool>'s load.
+    std::function<bool()> abort;
     // Language identification only: decoding stops once the model has written its language tag ("language X"),
     // a few steps after the prefill; the result has the language and an empty text, and language_probability
     // tells how sure the model was. Needs language == "" (detection).

@@ -41,6 +41,8 @@ template <typename F> qasr_status guarded(qasr_status category, F&& f) {
         return QASR_OK;
     } catch (const qasr::OutOfMemory& e) {
         return fail_with(QASR_ERR_OUT_OF_MEMORY, e.what());
+    } catch (const qasr::Cancelled& e) {
+        return fail_with(QASR_ERR_CANCELLED, e.what());
     } catch (const std::bad_alloc&) {
         return fail_with(QASR_ERR_OUT_OF_MEMORY, "out of memory");
     } catch (const qasr::Error& e) {
@@ -77,6 +79,11 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
         void* user = d.user_data;
         o.on_segment = [cb, user](const qasr::Segment& s) { cb(s.text.c_str(), s.start, s.end, user); };
     }
+    if (d.abort_callback) {
+        const auto cb = d.abort_callback;
+        void* user = d.abort_user_data;
+        o.abort = [cb, user] { return cb(user) != 0; };
+    }
     return o;
 }
 
@@ -102,7 +109,7 @@ extern "C" {
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
 qasr_transcribe_params qasr_default_transcribe_params(void) {
-    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f};
+    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr};
 }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {
@@ -330,6 +337,7 @@ const char* qasr_status_string(qasr_status s) {
     case QASR_ERR_AUDIO: return "audio error";
     case QASR_ERR_OUT_OF_MEMORY: return "out of memory";
     case QASR_ERR_INTERNAL: return "internal error";
+    case QASR_ERR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }

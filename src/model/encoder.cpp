@@ -181,7 +181,8 @@ Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t 
     return out;
 }
 
-Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap) {
+Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap,
+                    const std::function<bool()>* stop) {
     const int64_t n_mels = hp.n_mels, T = mel.dim(1), cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
     if (mel.dim(0) != n_mels) fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " +
                                                   std::to_string(n_mels));
@@ -209,7 +210,7 @@ Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel
             }
             (*tap)(name, all);
         }
-    return encode_rows(w, hp, std::move(x), encoder_window_rows(T, hp), tap);
+    return encode_rows(w, hp, std::move(x), encoder_window_rows(T, hp), tap, stop);
 }
 
 } // namespace qasr

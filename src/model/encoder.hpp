@@ -17,8 +17,9 @@ using TapFn = std::function<void(const std::string& name, const Tensor& value)>;
 // A(T) = 13·(T / 100) + ⌈(T mod 100) / 8⌉ for the shipped config (spec §4.9), general in chunk size.
 int64_t audio_token_count(int64_t n_frames, const AudioHParams& hp);
 
-// mel [n_mels, T] → [A, output_dim]. Same as the stem of every chunk, packed, then encode_rows.
-Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap = nullptr);
+// mel [n_mels, T] → [A, output_dim]. Same as the stem of every chunk, packed, then encode_rows (stop: as there).
+Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap = nullptr,
+                    const std::function<bool()>* stop = nullptr);
 
 // Conv-stem intermediates of one chunk (pre-GELU conv outputs, conv_out before the sinusoids), for parity taps.
 struct StemTrace {

@@ -189,6 +189,7 @@ public:
     }
 
     const float* advance(const std::vector<int>& parent, const std::vector<int>& tokens) override {
+        s_[0]->check_abort(); // the request's own session (TranscribeOptions::abort)
         Stopwatch sw;
         const size_t n = parent.size(), S = s_.size();
         std::vector<bool> claimed(S, false);

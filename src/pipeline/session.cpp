@@ -30,7 +30,15 @@ Tensor Session::encode(const Tensor& mel, const TapFn* tap) const {
         if (tap) fail("session", "tap points are only available on the CPU path");
         return accel_->encode(mel);
     }
-    return encode_audio(model_->weights.enc, model_->hp.audio, mel, tap);
+    Tensor rows = encode_audio(model_->weights.enc, model_->hp.audio, mel, tap, st_.abort ? &st_.abort : nullptr);
+    if (rows.size() == 0) cancelled(); // the pass stopped between layers
+    return rows;
+}
+
+void Session::cancelled() { throw Cancelled("session", "the transcription was cancelled (TranscribeOptions::abort)"); }
+
+void Session::check_abort() const {
+    if (st_.abort && st_.abort()) cancelled();
 }
 
 Prompt Session::prompt(int64_t n_audio, const TranscribeOptions& opts) const {
@@ -52,7 +60,8 @@ Tensor Session::prefill(const Prompt& p, const Tensor& audio_rows, bool all_logi
     if (p.n_audio)
         std::memcpy(x.ptr() + p.audio_begin * D, audio_rows.ptr(), size_t(p.n_audio * D) * sizeof(float));
     if (tap) (*tap)("dec_in", x);
-    Tensor h = decoder_.forward(std::move(x), cache_, tap);
+    Tensor h = decoder_.forward(std::move(x), cache_, tap, st_.abort ? &st_.abort : nullptr);
+    if (h.size() == 0) cancelled(); // the pass stopped between layers
     if (all_logits) return decoder_.logits(h);
     Tensor last({1, D});
     std::memcpy(last.ptr(), h.row(h.rows() - 1), size_t(D) * sizeof(float));
@@ -170,6 +179,8 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (opts.language_only && d.ignore_eos) fail("options", "language_only cannot be combined with ignore_eos");
     st_.stop_id = opts.language_only ? model_->special.asr_text : -1;
     st_.itn = opts.itn;
+    st_.abort = opts.abort;
+    check_abort();
     if (audio.size() < 400) {
         r.finish = FinishReason::Empty;
         r.language = st_.forced;
@@ -191,6 +202,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
         rows = encode_samples(audio, opts.min_samples, r.timings);
         n_rows = rows.rows();
     }
+    check_abort();
     Prompt p = prompt(n_rows, opts);
     r.n_prompt_tokens = int(p.ids.size());
     r.n_audio_tokens = int(p.n_audio);
@@ -198,6 +210,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (device_greedy) accel_->prefill_resident(p.ids, p.audio_begin);
     else st_.logits = prefill(p, rows);
     r.timings.prefill_ms = sw.ms();
+    check_abort();
     st_.sw.reset();
     st_.cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
     st_.V = st_.logits.cols();
@@ -214,6 +227,7 @@ int Session::next(const float* logits) {
 }
 
 int Session::next_chosen(int tok, float lp) {
+    check_abort();
     if (!accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r)) return -1;
     return ++st_.n < st_.cap ? tok : -1;
 }
@@ -274,7 +288,13 @@ TranscriptionResult Session::finish() {
 TranscriptionResult Session::run(const std::vector<float>& audio, const TranscribeOptions& opts) {
     if (!begin(audio, opts)) return finish();
     if (st_.device_greedy) {
-        accel_->greedy(st_.cap, [&](int tok, float lp) { return accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r); });
+        // an abort stops the device's loop the ordinary way (its step queued ahead finishes), then throws
+        bool aborted = false;
+        accel_->greedy(st_.cap, [&](int tok, float lp) {
+            if (st_.abort && st_.abort()) return !(aborted = true);
+            return accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r);
+        });
+        if (aborted) cancelled();
     } else if (st_.d.beam_size > 1) {
         decode_beams();
     } else {

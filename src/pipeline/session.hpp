@@ -27,6 +27,9 @@ public:
     Tensor prefill(const Prompt& p, const Tensor& audio_rows, bool all_logits = false, const TapFn* tap = nullptr);
     Tensor step(int token); // logits [1, V] of the next position
     int64_t cache_len() const { return cache_.len; }
+    // TranscribeOptions::abort of the request begun: throws qasr::Cancelled once it returns true. run() and the
+    // phases below ask it before each stage and step; a CPU encoder or prefill pass asks it between layers.
+    void check_abort() const;
 
     TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts);
 
@@ -70,6 +73,7 @@ public:
     }
 
 private:
+    [[noreturn]] static void cancelled();
     void decode_beams(); // after begin(): DecodeOptions::beam_size > 1 (beam_search.cpp)
     // The device sessions of B sessions of one device model, for a batched device step.
     static std::vector<DeviceSession*> device_rows(Session* const* s, size_t B);
@@ -83,6 +87,7 @@ private:
         int run_len = 0, cap = 0, n = 0;
         int64_t V = 0;
         int stop_id = -1; // TranscribeOptions::language_only: <asr_text> ends the decode
+        std::function<bool()> abort; // TranscribeOptions::abort (empty: none)
         bool empty = false, device_greedy = false, itn = true;
         Tensor logits;
         Stopwatch sw;

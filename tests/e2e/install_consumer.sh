@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `cmake --install` into a temporary prefix, then programs built against that install the way users build them:
-# examples/transcribe.c through pkg-config, examples/three_lines.cpp and stream_stdin.c through find_package(qasr)
-# (tests/e2e/consumer). Each runs on the demo model and must print its transcript; an error path must give the
-# documented status. libqasr.so must export the public APIs and nothing else.
+# examples/transcribe.c through pkg-config; examples/three_lines.cpp, stream_stdin.c and the consumer's own
+# exceptions.cpp through find_package(qasr) (tests/e2e/consumer). Each runs on the demo model and must print its
+# transcript; an error path must give the documented status (or exception type). libqasr.so must export the public
+# APIs and nothing else.
 #   install_consumer.sh BUILD_DIR SOURCE_DIR        (ctest e2e.install; exit 77 = skipped)
 set -euo pipefail
 b=${1:?build dir}; src=$(cd "${2:?source dir}" && pwd)
@@ -17,7 +18,7 @@ p=$tmp/prefix
 cmake --install "$b" --prefix "$p" > "$tmp/install.log"
 so=$(find "$p" -name 'libqasr.so' | head -1)
 [ -n "$so" ] || { echo "FAIL: no libqasr.so installed (QASR_SHARED=OFF?)"; cat "$tmp/install.log"; exit 1; }
-for f in bin/qasr include/qasr/qasr.h include/qasr/qasr.hpp; do
+for f in bin/qasr include/qasr/qasr.h include/qasr/qasr.hpp include/qasr/error.hpp; do
     [ -e "$p/$f" ] || { echo "FAIL: $f not installed"; exit 1; }
 done
 want=$(cat "$src/samples/demo_en.txt")
@@ -25,9 +26,9 @@ check() { # NAME OUTPUT
     if [ "$2" != "$want" ]; then echo "FAIL: $1 printed '$2', want '$want'"; exit 1; fi
     echo "ok: $1"
 }
-# 1. the exports: C API, the C++ API's classes and functions, qasr::Error's type information — nothing internal
+# 1. the exports: C API, the C++ API's classes and functions, the exceptions' type information — nothing internal
 extra=$(nm -D --defined-only -C "$so" | sed -E 's/^[0-9a-f]+ [A-Za-z] //; s/@@?QASR_0$//' |
-    grep -vE '^(qasr_[a-z0-9_]+|QASR_0|qasr::(Transcriber|Stream|Aligner|Error)::.*|qasr::(finish_reason_name|to_srt|to_vtt|to_timestamped_text|summary_line|set_log_sink|system_info)(\[abi:cxx11\])?\(.*|(typeinfo|typeinfo name|vtable) for qasr::Error)$' || true)
+    grep -vE '^(qasr_[a-z0-9_]+|QASR_0|qasr::(Transcriber|Stream|Aligner|Error|OutOfMemory|TooLong|Cancelled)::.*|qasr::(finish_reason_name|to_srt|to_vtt|to_timestamped_text|summary_line|set_log_sink|system_info)(\[abi:cxx11\])?\(.*|(typeinfo|typeinfo name|vtable) for qasr::(Error|OutOfMemory|TooLong|Cancelled))$' || true)
 if [ -n "$extra" ]; then echo "FAIL: libqasr.so exports more than the public APIs:"; echo "$extra" | head -20; exit 1; fi
 echo "ok: $(nm -D --defined-only "$so" | wc -l) exported symbols, all public API"
 # 2. C through pkg-config
@@ -51,6 +52,10 @@ cmake -S "$src/tests/e2e/consumer" -B "$tmp/cxx" -DCMAKE_PREFIX_PATH="$p" -DQASR
     -DCMAKE_BUILD_TYPE=Release > "$tmp/cxx.log" 2>&1 || { cat "$tmp/cxx.log"; exit 1; }
 cmake --build "$tmp/cxx" -j2 >> "$tmp/cxx.log" 2>&1 || { cat "$tmp/cxx.log"; exit 1; }
 check "C++ program (find_package)" "$("$tmp/cxx/three_lines" "$demo" "$src/samples/demo_en.wav" | head -1)"
+"$tmp/cxx/exceptions" "$demo" "$src/samples/demo_en.wav" > "$tmp/exc" 2>&1 || { echo "FAIL: exceptions:"; cat "$tmp/exc"; exit 1; }
+grep -q "^qasr::Error: \[loader\]" "$tmp/exc" && grep -q "^qasr::Cancelled: .*cancelled" "$tmp/exc" ||
+    { echo "FAIL: the public exception types were not caught:"; cat "$tmp/exc"; exit 1; }
+check "C++ exceptions by their public types (find_package)" "$(tail -1 "$tmp/exc")"
 final=$(python3 - "$src/samples/demo_en.wav" <<'PY' | "$tmp/cxx/stream_stdin" "$demo" | grep '^final' | tail -1
 import sys, wave
 w = wave.open(sys.argv[1]); sys.stdout.buffer.write(w.readframes(w.getnframes()))

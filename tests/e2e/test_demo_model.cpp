@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -428,4 +429,101 @@ TEST(DemoModel, BeamSearchEqualsTransformers) {
     bad.decode.beam_size = 2;
     bad.language_only = true;
     EXPECT_THROW(t.transcribe_file(en, bad), qasr::Error);
+}
+
+// TranscribeOptions::abort: asked before each stage, between the CPU encoder's and decoder's layers, and before every
+// decode step; once it answers true, transcribe* throws qasr::Cancelled without asking again (it stops at that layer
+// or step), and the Transcriber goes on giving the same transcripts. A cancelled request of a batch engine leaves
+// the others' transcripts alone; beam search and a file's pieces stop alike.
+TEST(DemoModel, AbortCancelsWithinALayerOrAStep) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const auto rows = expected();
+    ASSERT_GE(rows.size(), 3u);
+    const std::string clip = std::string(QASR_SOURCE_DIR) + "/" + rows[0].path;
+    const qasr::Transcriber t = qasr::Transcriber::load(dir);
+    qasr::TranscribeOptions o;
+    o.itn = false;
+    std::atomic<int> calls{0}, stop_at{0}; // abort answers true at its stop_at-th call (0: never)
+    o.abort = [&] {
+        const int n = ++calls;
+        return stop_at > 0 && n >= stop_at;
+    };
+    const auto full = t.transcribe_file(clip, o);
+    ASSERT_EQ(full.raw_text, rows[0].raw);
+    const int total = calls;
+    const auto& hp = t.impl().model->hp;
+    // where it is asked: before the encoder, between its layers, after it; between the prefill's layers, after it;
+    // before each of the decode steps' tokens (the final EOS included)
+    EXPECT_EQ(total, 1 + (hp.audio.n_layers - 1) + 1 + (hp.text.n_layers - 1) + 1 + int(full.tokens.size()));
+    const int in_encoder = 1 + hp.audio.n_layers / 2, in_prefill = 2 + hp.audio.n_layers + hp.text.n_layers / 2;
+    for (int k : {1, in_encoder, in_prefill, total - int(full.tokens.size()) / 2, total}) {
+        calls = 0;
+        stop_at = k;
+        EXPECT_THROW(t.transcribe_file(clip, o), qasr::Cancelled) << "stop at call " << k;
+        EXPECT_EQ(calls.load(), k) << "asked again after it answered true";
+    }
+    stop_at = 0;
+    EXPECT_EQ(t.transcribe_file(clip, o).raw_text, rows[0].raw);
+    try { // the message says what happened; Cancelled is a qasr::Error (and a std::runtime_error)
+        stop_at = 1;
+        t.transcribe_file(clip, o);
+        ADD_FAILURE() << "not cancelled";
+    } catch (const qasr::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cancelled"), std::string::npos) << e.what();
+    }
+
+    // beam search: its steps ask too
+    qasr::TranscribeOptions beams = o;
+    beams.decode.beam_size = 3;
+    calls = 0;
+    stop_at = 0;
+    const auto b = t.transcribe_file(clip, beams);
+    const int beam_total = calls;
+    EXPECT_GT(beam_total, 3 + hp.audio.n_layers + hp.text.n_layers) << b.raw_text;
+    calls = 0;
+    stop_at = beam_total - 2;
+    EXPECT_THROW(t.transcribe_file(clip, beams), qasr::Cancelled);
+    EXPECT_EQ(calls.load(), beam_total - 2);
+
+    // a file's pieces: a stop after the first segment leaves that one delivered and starts no further piece
+    std::vector<float> two = qasr::load_audio_file(clip);
+    two.insert(two.end(), 16000, 0.0f);
+    const auto second = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/" + rows[1].path);
+    two.insert(two.end(), second.begin(), second.end());
+    qasr::TranscribeOptions seg;
+    seg.itn = false;
+    seg.segment_seconds = std::max(2.0, double(std::max(second.size(), qasr::load_audio_file(clip).size())) / 16000 + 0.5);
+    std::atomic<bool> delivered{false};
+    int segments = 0;
+    seg.on_segment = [&](const qasr::Segment&) { ++segments, delivered = true; };
+    seg.abort = [&] { return delivered.load(); };
+    EXPECT_THROW(t.transcribe(two, seg), qasr::Cancelled);
+    EXPECT_EQ(segments, 1);
+
+    // a batch engine: one request cancelled mid-decode, the others' transcripts as alone; the engine goes on
+    qasr::LoadOptions lo;
+    lo.max_batch = 4;
+    const qasr::Transcriber bt = qasr::Transcriber::load(dir, lo);
+    qasr::TranscribeOptions plain;
+    plain.itn = false;
+    std::vector<std::string> got(2);
+    bool cancelled = false;
+    std::atomic<int> steps{0};
+    qasr::TranscribeOptions doomed = plain;
+    doomed.abort = [&] { return ++steps > total - int(full.tokens.size()) / 2; };
+    std::vector<std::thread> th;
+    th.emplace_back([&] {
+        try {
+            bt.transcribe_file(clip, doomed);
+        } catch (const qasr::Cancelled&) {
+            cancelled = true;
+        }
+    });
+    for (size_t i = 0; i < 2; ++i)
+        th.emplace_back([&, i] { got[i] = bt.transcribe_file(std::string(QASR_SOURCE_DIR) + "/" + rows[i + 1].path, plain).raw_text; });
+    for (auto& x : th) x.join();
+    EXPECT_TRUE(cancelled);
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(got[i], rows[i + 1].raw);
+    EXPECT_EQ(bt.transcribe_file(clip, plain).raw_text, rows[0].raw);
 }

@@ -1,7 +1,8 @@
 // `qasr serve` end to end: the real binary on a free port with the bundled demo model, driven by cpp-httplib's
 // client — transcripts equal the CLI's expected output in every response format and both upload forms, bad
 // requests get their status and a JSON error while the server keeps serving, limits (body size, audio length,
-// queue, API key) hold, concurrent requests agree, and SIGTERM stops the server with exit status 0.
+// queue, API key) hold, concurrent requests agree, a client that hangs up stops its transcription, and SIGTERM
+// stops the server with exit status 0.
 #include <httplib.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,9 @@
 #include <fstream>
 #include <poll.h>
 #include <sstream>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -499,6 +503,80 @@ TEST(ServeLimits, SigtermStopsGracefullyAndBadStartsFailClearly) {
     while (fgets(buf, sizeof buf, p)) out += buf;
     EXPECT_EQ(WEXITSTATUS(pclose(p)), 2) << out;
     EXPECT_NE(out.find("--parallel expects an integer"), std::string::npos) << out;
+}
+
+namespace {
+// Sends a whole request on a socket of its own and hangs up without reading the answer.
+bool post_and_hang_up(int port, const std::string& target, const std::string& body) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return false;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    const std::string req = "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: audio/wav\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    for (size_t at = 0; ok && at < req.size();) {
+        const ssize_t n = send(fd, req.data() + at, req.size() - at, MSG_NOSIGNAL);
+        ok = n > 0;
+        at += ok ? size_t(n) : 0;
+    }
+    close(fd);
+    return ok;
+}
+
+// The count of answered requests of a route and status in GET /metrics (0 when absent).
+long answered(httplib::Client& c, const std::string& route, int status) {
+    const auto r = c.Get("/metrics");
+    if (!r) return -1;
+    const std::string key = "qasr_requests_total{route=\"" + route + "\",status=\"" + std::to_string(status) + "\"} ";
+    const auto at = r->body.find(key);
+    return at == std::string::npos ? 0 : std::atol(r->body.c_str() + at + key.size());
+}
+} // namespace
+
+// A client that closes its connection while its transcription runs: the transcription stops (answered 499, nginx's
+// "client closed request", in the log and the metrics) instead of running to its end, and the server goes on —
+// alone and through a batch engine (where the engine's thread asks).
+TEST(ServeLimits, ClientThatHangsUpStopsItsTranscription) {
+    NEED_DEMO();
+    // ~2 min of speech and pauses in 4 s pieces: seconds of work on the CPU, asked at every stage and step
+    std::vector<char> wav;
+    {
+        const std::string one = slurp(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
+        ASSERT_GT(one.size(), 44u);
+        std::string pcm = one.substr(44) + std::string(32000, '\0');
+        std::string all;
+        while (all.size() < 120u * 32000) all += pcm;
+        const auto le32 = [](uint32_t v) { return std::string{char(v), char(v >> 8), char(v >> 16), char(v >> 24)}; };
+        const std::string h = "RIFF" + le32(uint32_t(36 + all.size())) + "WAVEfmt " + le32(16) +
+                              std::string{1, 0, 1, 0} + le32(16000) + le32(32000) + std::string{2, 0, 16, 0} + "data" +
+                              le32(uint32_t(all.size()));
+        wav.assign(h.begin(), h.end());
+        wav.insert(wav.end(), all.begin(), all.end());
+    }
+    const std::string body(wav.begin(), wav.end());
+    for (const std::vector<std::string>& extra : {std::vector<std::string>{"--no-warmup"},
+                                                  std::vector<std::string>{"--no-warmup", "--batch", "2"}}) {
+        ServerProcess s(extra);
+        ASSERT_GT(s.port(), 0) << s.log();
+        auto c = s.client();
+        ASSERT_TRUE(post_and_hang_up(s.port(), "/inference?segment_seconds=4&response_format=text", body));
+        long gone = 0;
+        for (int i = 0; i < 600 && (gone = answered(c, "transcriptions", 499)) == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        EXPECT_EQ(gone, 1) << extra.back() << ": " << s.log();
+        EXPECT_EQ(answered(c, "transcriptions", 200), 0);
+        EXPECT_NE(s.log().find("client closed the connection"), std::string::npos) << s.log();
+        // the server goes on: the next request is transcribed
+        const auto r = post_file(c, slurp(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav"), {{"response_format", "text", "", ""}});
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200);
+        EXPECT_EQ(r->body, first_line(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt") + "\n");
+        EXPECT_EQ(answered(c, "transcriptions", 200), 1);
+        EXPECT_EQ(s.terminate(), 0) << s.log();
+    }
 }
 
 namespace {

@@ -134,6 +134,40 @@ class Bindings(unittest.TestCase):
             qasr.Aligner(DEMO)
         self.assertIn("not a forced aligner", str(e.exception))
 
+    def test_abort(self):
+        path = os.path.join(SAMPLES, "demo_en.wav")
+        calls = []
+        r = self.model.transcribe(path, abort=lambda: calls.append(1) and False)  # asked, never stopping
+        self.assertEqual(r.text, self.en)
+        asked = len(calls)
+        self.assertGreater(asked, len(r.tokens))  # before every step, and the stages
+        calls.clear()
+        with self.assertRaises(qasr.Cancelled) as e:
+            self.model.transcribe(path, abort=lambda: len(calls) >= asked // 2 or calls.append(1))
+        self.assertEqual(e.exception.status, "cancelled")
+        self.assertIsInstance(e.exception, qasr.Error)
+        self.assertEqual(len(calls), asked // 2)  # not asked again once it answered True
+        stop = threading.Event()  # a stop button from another thread
+        stop.set()
+        with self.assertRaises(qasr.Cancelled):
+            self.model.transcribe(path, abort=stop.is_set)
+
+        def broken():
+            raise ValueError("from abort")
+        with self.assertRaises(ValueError):  # an exception in abort stops the call and is raised
+            self.model.transcribe(path, abort=broken)
+        # an exception in on_segment stops the remaining pieces: one segment seen, not two
+        en, _ = pcm(path)
+        seen = []
+
+        def first_only(s):
+            seen.append(s)
+            raise KeyError("enough")
+        with self.assertRaises(KeyError):
+            self.model.transcribe(en + array.array("f", [0.0]) * 16000 + en, segment_seconds=4, on_segment=first_only)
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(self.model.transcribe(path).text, self.en)
+
     def test_errors(self):
         with self.assertRaises(qasr.Error) as e:
             qasr.Model(os.path.join(ROOT, "no-such-model"))

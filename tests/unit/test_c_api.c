@@ -37,6 +37,13 @@ static void count_segment(const char* text, double start, double end, void* user
     if (text && text[0] && start < end) ++*(int*)user;
 }
 
+/* abort_callback: counts its calls in user[0]; non-zero from the user[1]-th call on (0: never) */
+static int stop_at_call(void* user) {
+    int* c = (int*)user;
+    ++c[0];
+    return c[1] > 0 && c[0] >= c[1];
+}
+
 int main(void) {
     const char* root = QASR_SOURCE_DIR;
     char dir[1024], tok[1100], wav[1100], txt[1100];
@@ -156,6 +163,24 @@ int main(void) {
     CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
     CHECK(r && qasr_result_n_segments(r) == 1 && want && strcmp(qasr_result_text(r), want) == 0);
     CHECK(live == 1);
+    qasr_result_free(r);
+    /* cancellation: abort_callback is asked before stages and steps; non-zero stops with QASR_ERR_CANCELLED */
+    tp = qasr_default_transcribe_params();
+    CHECK(tp.abort_callback == NULL && tp.abort_user_data == NULL);
+    int calls[2] = {0, 0};
+    tp.abort_callback = stop_at_call;
+    tp.abort_user_data = calls;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK); /* asked, never stopping: the same transcript */
+    CHECK(r && want && strcmp(qasr_result_text(r), want) == 0);
+    const int asked = calls[0];
+    CHECK(r && asked > (int)qasr_result_n_tokens(r)); /* every step, and the stages */
+    qasr_result_free(r);
+    calls[0] = 0;
+    calls[1] = asked - 2; /* a few tokens before the end */
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_ERR_CANCELLED && r == NULL);
+    CHECK(calls[0] == asked - 2 && strstr(qasr_last_error(), "cancelled") != NULL);
+    calls[1] = 0;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK && r && want && strcmp(qasr_result_text(r), want) == 0);
     qasr_result_free(r);
     /* language identification only: the language and its probability, an empty text, a few tokens */
     tp = qasr_default_transcribe_params();
