@@ -92,29 +92,37 @@ std::vector<double> MelFrontend::filterbank_f64() const {
 
 std::vector<float> MelFrontend::log10_frames(const std::vector<float>& samples, size_t N, size_t t0, size_t t1) const {
     if (N <= size_t(kNfft / 2)) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
+    std::vector<float> out(size_t(n_mels_) * (t1 - t0));
+    frames_into(samples, N, t0, t1, out.data(), t1 - t0);
+    return out;
+}
+
+void MelFrontend::frames_into(const std::vector<float>& samples, size_t N, size_t t0, size_t t1, float* out,
+                              size_t ld) const {
     auto x = [&](long i) -> double { return i < long(samples.size()) ? samples[size_t(i)] : 0.0; };
-    const size_t n = t1 - t0;
-    std::vector<float> out(size_t(n_mels_) * n);
-    std::vector<std::complex<double>> frame(kNfft), spec(kNfft);
-    std::vector<double> power(kBins);
-    for (size_t t = t0; t < t1; ++t) {
-        for (int j = 0; j < kNfft; ++j) {
-            long idx = long(t) * kHop + j - kNfft / 2;
-            if (idx < 0) idx = -idx;
-            if (idx >= long(N)) idx = 2 * (long(N) - 1) - idx;
-            frame[size_t(j)] = x(idx) * window_[size_t(j)];
-        }
-        fft(frame.data(), spec.data(), kNfft, 1, 0);
-        for (int k = 0; k < kBins; ++k) power[size_t(k)] = std::norm(spec[size_t(k)]);
-        for (int m = 0; m < n_mels_; ++m) {
-            const auto& w = filters_[size_t(m)];
-            const double* p = power.data() + first_bin_[size_t(m)];
-            double acc = 0;
-            for (size_t j = 0; j < w.size(); ++j) acc += w[j] * p[j];
-            out[size_t(m) * n + (t - t0)] = float(std::log10(std::max(acc, 1e-10)));
+#pragma omp parallel if (t1 - t0 >= 64)
+    {
+        std::vector<std::complex<double>> frame(kNfft), spec(kNfft);
+        std::vector<double> power(kBins);
+#pragma omp for schedule(static)
+        for (size_t t = t0; t < t1; ++t) {
+            for (int j = 0; j < kNfft; ++j) {
+                long idx = long(t) * kHop + j - kNfft / 2;
+                if (idx < 0) idx = -idx;
+                if (idx >= long(N)) idx = 2 * (long(N) - 1) - idx;
+                frame[size_t(j)] = x(idx) * window_[size_t(j)];
+            }
+            fft(frame.data(), spec.data(), kNfft, 1, 0);
+            for (int k = 0; k < kBins; ++k) power[size_t(k)] = std::norm(spec[size_t(k)]);
+            for (int m = 0; m < n_mels_; ++m) {
+                const auto& w = filters_[size_t(m)];
+                const double* p = power.data() + first_bin_[size_t(m)];
+                double acc = 0;
+                for (size_t j = 0; j < w.size(); ++j) acc += w[j] * p[j];
+                out[size_t(m) * ld + (t - t0)] = float(std::log10(std::max(acc, 1e-10)));
+            }
         }
     }
-    return out;
 }
 
 Tensor MelFrontend::normalize(const std::vector<float>& logmel, int n_mels, size_t T, float max) {
@@ -124,10 +132,16 @@ Tensor MelFrontend::normalize(const std::vector<float>& logmel, int n_mels, size
     return out;
 }
 
-Tensor MelFrontend::compute(const std::vector<float>& samples, size_t min_samples) const {
+Tensor MelFrontend::compute(const std::vector<float>& samples, size_t min_samples,
+                            const std::function<bool()>* stop) const {
     const size_t N = std::max(samples.size(), min_samples);
-    const size_t T = n_frames(N);
-    std::vector<float> logmel = log10_frames(samples, N, 0, T);
+    if (N <= size_t(kNfft / 2)) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
+    const size_t T = n_frames(N), block = 2000; // 20 s of audio between asks of stop
+    std::vector<float> logmel(size_t(n_mels_) * T);
+    for (size_t t0 = 0; t0 < T; t0 += block) {
+        if (t0 && stop && *stop && (*stop)()) return Tensor();
+        frames_into(samples, N, t0, std::min(T, t0 + block), logmel.data() + t0, T);
+    }
     const float mx = logmel.empty() ? 0.0f : *std::max_element(logmel.begin(), logmel.end());
     return normalize(logmel, n_mels_, T, mx);
 }

@@ -5,6 +5,7 @@
 #include "core/tensor.hpp"
 
 #include <complex>
+#include <functional>
 #include <vector>
 
 namespace qasr {
@@ -14,8 +15,10 @@ public:
     static constexpr int kNfft = 400, kHop = 160, kBins = kNfft / 2 + 1;
     explicit MelFrontend(int n_mels);
 
-    // [n_mels, T], T = N/160 after zero-padding to min_samples. Throws when N ≤ 200 after padding.
-    Tensor compute(const std::vector<float>& samples, size_t min_samples) const;
+    // [n_mels, T], T = N/160 after zero-padding to min_samples. Throws when N ≤ 200 after padding. The frames run on
+    // the OpenMP team; stop (cancellation) is asked after every 20 s of audio: when it answers true, an empty tensor.
+    Tensor compute(const std::vector<float>& samples, size_t min_samples,
+                   const std::function<bool()>* stop = nullptr) const;
     // Unclamped log10 mel of frames [t0, t1) of a clip of n_total samples (samples past samples.size() are zero),
     // layout [n_mels, t1 - t0]. Streaming recomputes only the frames whose samples changed.
     std::vector<float> log10_frames(const std::vector<float>& samples, size_t n_total, size_t t0, size_t t1) const;
@@ -28,6 +31,8 @@ public:
     static size_t n_frames(size_t n_samples) { return n_samples / kHop; }
 
 private:
+    // Frames [t0, t1) into out[m·ld + t − t0] (frames independent: any thread split gives the same numbers).
+    void frames_into(const std::vector<float>& samples, size_t N, size_t t0, size_t t1, float* out, size_t ld) const;
     void fft(const std::complex<double>* in, std::complex<double>* out, int n, int stride, int factor_idx) const;
     int n_mels_;
     std::vector<double> window_;                  // [400] periodic Hann

@@ -192,6 +192,7 @@ Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel
     std::vector<StemTrace> traces(tap ? size_t(C) : 0);
     int64_t row = 0;
     for (int64_t c = 0; c < C; ++c) {
+        if (c && stop && *stop && (*stop)()) return Tensor(); // cancelled between the stem's chunks
         const Tensor rows = encode_stem_chunk(w, hp, mel.ptr() + c * cf, T, std::min(cf, T - c * cf),
                                               tap ? &traces[size_t(c)] : nullptr);
         std::memcpy(x.ptr() + row * d, rows.ptr(), rows.size() * sizeof(float));

@@ -17,7 +17,8 @@ using TapFn = std::function<void(const std::string& name, const Tensor& value)>;
 // A(T) = 13·(T / 100) + ⌈(T mod 100) / 8⌉ for the shipped config (spec §4.9), general in chunk size.
 int64_t audio_token_count(int64_t n_frames, const AudioHParams& hp);
 
-// mel [n_mels, T] → [A, output_dim]. Same as the stem of every chunk, packed, then encode_rows (stop: as there).
+// mel [n_mels, T] → [A, output_dim]. Same as the stem of every chunk, packed, then encode_rows. stop: asked
+// between the stem's chunks too (an empty tensor when it answered true).
 Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap = nullptr,
                     const std::function<bool()>* stop = nullptr);
 

@@ -22,7 +22,9 @@ Session::Session(std::shared_ptr<const Model> model)
       decoder_(model_->weights.dec, model_->hp.text) {}
 
 Tensor Session::mel(const std::vector<float>& audio, size_t min_samples) const {
-    return model_->mel.compute(audio, min_samples);
+    Tensor m = model_->mel.compute(audio, min_samples, st_.abort ? &st_.abort : nullptr);
+    if (m.size() == 0) cancelled(); // stopped between blocks of frames
+    return m;
 }
 
 Tensor Session::encode(const Tensor& mel, const TapFn* tap) const {
@@ -264,6 +266,7 @@ void Session::step_top_device(Session* const* s, const int* tokens, size_t B, De
 }
 
 TranscriptionResult Session::finish() {
+    st_.abort = nullptr; // the request is over (the session may serve a tool's stage calls next)
     TranscriptionResult r = std::move(st_.r);
     if (st_.empty) return r;
     r.timings.decode_ms = st_.sw.ms();

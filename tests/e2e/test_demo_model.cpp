@@ -453,11 +453,17 @@ TEST(DemoModel, AbortCancelsWithinALayerOrAStep) {
     ASSERT_EQ(full.raw_text, rows[0].raw);
     const int total = calls;
     const auto& hp = t.impl().model->hp;
-    // where it is asked: before the encoder, between its layers, after it; between the prefill's layers, after it;
-    // before each of the decode steps' tokens (the final EOS included)
-    EXPECT_EQ(total, 1 + (hp.audio.n_layers - 1) + 1 + (hp.text.n_layers - 1) + 1 + int(full.tokens.size()));
-    const int in_encoder = 1 + hp.audio.n_layers / 2, in_prefill = 2 + hp.audio.n_layers + hp.text.n_layers / 2;
-    for (int k : {1, in_encoder, in_prefill, total - int(full.tokens.size()) / 2, total}) {
+    // where it is asked: before the log-mel, between its blocks of 20 s, between the encoder stem's chunks and the
+    // encoder's layers, after the encoder; between the prefill's layers, after it; before each of the decode steps'
+    // tokens (the final EOS included)
+    const int64_t T = int64_t(std::max(qasr::load_audio_file(clip).size(), o.min_samples) / 160);
+    const int mel_blocks = int((T + 1999) / 2000), chunks = int((T + hp.audio.chunk_frames() - 1) / hp.audio.chunk_frames());
+    const int before_encoder_layers = 1 + (mel_blocks - 1) + (chunks - 1);
+    EXPECT_EQ(total, before_encoder_layers + (hp.audio.n_layers - 1) + 1 + (hp.text.n_layers - 1) + 1 + int(full.tokens.size()));
+    const int in_stem = 1 + (mel_blocks - 1) + (chunks - 1) / 2 + 1, in_encoder = before_encoder_layers + hp.audio.n_layers / 2,
+              in_prefill = before_encoder_layers + hp.audio.n_layers + hp.text.n_layers / 2;
+    ASSERT_GE(chunks, 2) << "the clip should span several encoder chunks";
+    for (int k : {1, in_stem, in_encoder, in_prefill, total - int(full.tokens.size()) / 2, total}) {
         calls = 0;
         stop_at = k;
         EXPECT_THROW(t.transcribe_file(clip, o), qasr::Cancelled) << "stop at call " << k;

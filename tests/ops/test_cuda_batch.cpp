@@ -5,6 +5,7 @@
 #include "model/quantize_checkpoint.hpp"
 #include "cuda_test_util.hpp"
 
+#include <atomic>
 #include <thread>
 #include <tuple>
 
@@ -362,4 +363,48 @@ TEST(Cuda, LanguageOnlyStopsAtTheTagOnTheDevice) {
     }
     std::printf("language_only on the device: %d clips\n", checked);
     EXPECT_GE(checked, 5);
+}
+
+// TranscribeOptions::abort on the device: the greedy loop (one step queued ahead), the batch engine's steps and a
+// beam search stop at the call that answered true (Cancelled), and the pooled device sessions and batches then
+// give the next request exactly the tokens they gave before the cancellation.
+TEST(Cuda, AbortStopsTheDeviceLoopsAndTheNextRequestIsAlike) {
+    NEED_GPU();
+    const std::string tiny = random_checkpoint_dir("tiny", 1, tokenizer_dir());
+    const std::vector<float> audio = randv(16000 * 4, 41, 0.1f);
+    std::atomic<int> calls{0}, stop_at{0};
+    TranscribeOptions o;
+    o.itn = false;
+    o.decode.max_new_tokens = 160; // random weights write no EOS: the cap
+    o.decode.repetition_limit = 0;
+    o.abort = [&] { return ++calls >= stop_at && stop_at > 0; };
+    const auto ids = [](const TranscriptionResult& r) {
+        std::vector<int> v;
+        for (const auto& t : r.tokens) v.push_back(t.id);
+        return v;
+    };
+    for (const int batch : {1, 4}) {
+        LoadOptions lo;
+        lo.device = "cuda";
+        lo.max_batch = batch;
+        const Transcriber t = Transcriber::load(tiny, lo);
+        for (const int beams : {1, 3}) {
+            TranscribeOptions ob = o;
+            ob.decode.beam_size = beams;
+            calls = 0;
+            stop_at = 0;
+            const TranscriptionResult full = t.transcribe(audio, ob);
+            ASSERT_EQ(full.tokens.size(), 160u) << "batch " << batch << " beams " << beams;
+            const int total = calls;
+            EXPECT_GE(total, 160) << "asked before every token";
+            for (const int k : {2, total / 2, total - 1}) {
+                calls = 0;
+                stop_at = k;
+                EXPECT_THROW(t.transcribe(audio, ob), Cancelled) << "batch " << batch << " beams " << beams << " stop " << k;
+                EXPECT_EQ(calls.load(), k) << "asked again after it answered true";
+            }
+            stop_at = 0;
+            EXPECT_EQ(ids(t.transcribe(audio, ob)), ids(full)) << "batch " << batch << " beams " << beams;
+        }
+    }
 }

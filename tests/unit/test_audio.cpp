@@ -5,7 +5,10 @@
 #include "model/encoder.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
+#include <functional>
 #include <limits>
 
 #include <cmath>
@@ -216,6 +219,38 @@ TEST(Mel, FrameCountAndNormalization) {
     Tensor shortm = m.compute(std::vector<float>(3000, 0.01f), 8000); // padded to 0.5 s
     EXPECT_EQ(shortm.dim(1), 50);
     EXPECT_THROW(m.compute(std::vector<float>(150, 0.0f), 0), Error);
+}
+
+// Long audio: the frames run in blocks of 20 s on the OpenMP team, with cancellation asked between blocks; the
+// log-mel is bit for bit the whole clip's frames in one pass, on one thread or several.
+TEST(Mel, BlocksAndThreadsGiveTheSameFrames) {
+    MelFrontend m(128);
+    std::vector<float> x(16000 * 47 + 123);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> n(0, 0.1f);
+    for (float& v : x) v = n(rng);
+    const size_t T = MelFrontend::n_frames(x.size());
+    std::vector<float> one_pass = m.log10_frames(x, x.size(), 0, T);
+    const float mx = *std::max_element(one_pass.begin(), one_pass.end());
+    const Tensor want = MelFrontend::normalize(one_pass, 128, T, mx);
+    const Tensor got = m.compute(x, 8000);
+    ASSERT_EQ(got.shape, want.shape);
+    EXPECT_EQ(got.data, want.data);
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Tensor single = m.compute(x, 8000);
+    omp_set_num_threads(before);
+    EXPECT_EQ(single.data, want.data);
+    int asked = 0;
+    const std::function<bool()> count = [&] { return ++asked, false; };
+    EXPECT_EQ(m.compute(x, 8000, &count).data, want.data);
+    EXPECT_EQ(asked, 2); // after 20 s and 40 s of the 47 s
+    const std::function<bool()> stop = [] { return true; };
+    EXPECT_EQ(m.compute(x, 8000, &stop).size(), 0u);
+    // a stream's recomputed tail: any [t0, t1) equals those columns of the whole
+    const std::vector<float> tail = m.log10_frames(x, x.size(), T - 70, T);
+    for (int b = 0; b < 128; ++b)
+        for (size_t t = 0; t < 70; ++t) ASSERT_EQ(tail[size_t(b) * 70 + t], one_pass[size_t(b) * T + T - 70 + t]);
 }
 
 TEST(Mel, SilenceIsFlat) {
