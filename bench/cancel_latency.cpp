@@ -1,7 +1,8 @@
 // How soon a transcription stops once TranscribeOptions::abort answers true: the gaps between its checks in a whole
 // transcription (the worst case is the largest gap), and the measured latency from setting a flag on another
 // thread to transcribe() throwing qasr::Cancelled, at fractions of the whole transcription's time.
-//   cancel_latency MODEL_DIR AUDIO [cpu|cuda] [runs]
+//   cancel_latency MODEL_DIR AUDIO [cpu|cuda] [runs] [tokens]
+// tokens > 0: decode exactly that many tokens (ignore_eos; random-weight checkpoints stop early otherwise).
 #include "qasr/qasr.hpp"
 
 #include <algorithm>
@@ -19,7 +20,7 @@ static double ms(Clock::time_point a, Clock::time_point b) { return std::chrono:
 
 int main(int argc, char** argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: cancel_latency MODEL_DIR AUDIO [cpu|cuda] [runs]\n");
+        std::fprintf(stderr, "usage: cancel_latency MODEL_DIR AUDIO [cpu|cuda] [runs] [tokens]\n");
         return 2;
     }
     qasr::LoadOptions lo;
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
     const auto t = qasr::Transcriber::load_with_warmup(argv[1], lo);
     qasr::TranscribeOptions o;
     o.itn = false;
+    if (argc > 5 && std::atoi(argv[5]) > 0) o.decode.max_new_tokens = std::atoi(argv[5]), o.decode.ignore_eos = true;
     std::vector<Clock::time_point> checks;
     o.abort = [&] {
         checks.push_back(Clock::now());
