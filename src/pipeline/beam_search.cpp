@@ -280,6 +280,7 @@ void Session::decode_beams() {
     c.repetition_limit = st_.d.repetition_limit;
     c.n_eos = int(model_->eos_ids.size());
     c.is_eos = [this](int t) { return model_->is_eos(t); };
+    if (!accel_) check_kv_memory(int64_t(st_.r.n_prompt_tokens) + st_.cap + 128, c.beams, "the beam search");
     const int k = int(std::min<int64_t>(beam_candidates(c.beams, c.n_eos), st_.V));
     if (accel_ && k > 64) fail("options", "beam search on a device keeps at most 64 continuations per step: use fewer beams");
     SessionBeams beams(*this, model_, c.beams, k, int64_t(st_.r.n_prompt_tokens), st_.V);

@@ -3,6 +3,7 @@
 #include "pipeline/session.hpp"
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "ops/ops.hpp"
 #include "text/output.hpp"
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 
@@ -38,6 +40,28 @@ Tensor Session::encode(const Tensor& mel, const TapFn* tap) const {
 }
 
 void Session::cancelled() { throw Cancelled("session", "the transcription was cancelled (TranscribeOptions::abort)"); }
+
+void Session::check_kv_memory(int64_t positions, int sessions, const char* what) const {
+    const TextHParams& hp = model_->hp.text;
+    const uint64_t per_position = uint64_t(hp.n_layers) * 2 * uint64_t(hp.n_kv_heads) * uint64_t(hp.head_dim) *
+                                  (kv_cache_bf16(model_->weights.dec.bf16_compute) ? 2 : 4);
+    const uint64_t held = uint64_t(std::max<int64_t>(0, cache_.cap)) * per_position; // this session's arena
+    const uint64_t need = per_position * uint64_t(positions) * uint64_t(sessions), avail = available_memory_bytes();
+    if (!avail || need <= held || need - held <= avail) return;
+    const auto size = [](uint64_t b) {
+        char t[32];
+        std::snprintf(t, sizeof t, b >= (uint64_t(1) << 30) ? "%.2f GiB" : "%.1f MiB",
+                      double(b) / double(b >= (uint64_t(1) << 30) ? 1 << 30 : 1 << 20));
+        return std::string(t);
+    };
+    char msg[400];
+    std::snprintf(msg, sizeof msg,
+                  "%s needs up to %s of KV cache (%d × %lld positions), more than the %s of memory available: "
+                  "transcribe shorter pieces (segment_seconds, max_piece_seconds)%s",
+                  what, size(need).c_str(), sessions, (long long)positions, size(avail).c_str(),
+                  sessions > 1 ? ", use fewer beams or a smaller max_new_tokens" : "");
+    throw OutOfMemory("session", msg);
+}
 
 void Session::check_abort() const {
     if (st_.abort && st_.abort()) cancelled();
@@ -208,6 +232,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     Prompt p = prompt(n_rows, opts);
     r.n_prompt_tokens = int(p.ids.size());
     r.n_audio_tokens = int(p.n_audio);
+    if (!accel_) check_kv_memory(int64_t(p.ids.size()) + 128, 1, "the prompt");
     sw.reset();
     if (device_greedy) accel_->prefill_resident(p.ids, p.audio_begin);
     else st_.logits = prefill(p, rows);

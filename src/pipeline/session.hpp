@@ -74,6 +74,10 @@ public:
 
 private:
     [[noreturn]] static void cancelled();
+    // Host KV caches of `sessions` sessions of up to `positions` positions each must fit in the memory available
+    // (core/memory.hpp): Linux would kill the process when an arena too large is touched rather than fail its
+    // allocation. Throws OutOfMemory saying what to change. CPU sessions only.
+    void check_kv_memory(int64_t positions, int sessions, const char* what) const;
     void decode_beams(); // after begin(): DecodeOptions::beam_size > 1 (beam_search.cpp)
     // The device sessions of B sessions of one device model, for a batched device step.
     static std::vector<DeviceSession*> device_rows(Session* const* s, size_t B);

@@ -533,3 +533,39 @@ TEST(DemoModel, AbortCancelsWithinALayerOrAStep) {
     for (size_t i = 0; i < 2; ++i) EXPECT_EQ(got[i], rows[i + 1].raw);
     EXPECT_EQ(bt.transcribe_file(clip, plain).raw_text, rows[0].raw);
 }
+
+// The host KV cache a request will fill is checked against the memory available (QASR_MEMORY_LIMIT caps it): a
+// prompt or a beam search that cannot fit is refused with qasr::OutOfMemory saying what to change, before anything
+// is allocated, instead of the process being killed when the arena is touched; the model goes on serving.
+TEST(DemoModel, KvCacheThatCannotFitIsRefused) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string clip = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    const qasr::Transcriber t = qasr::Transcriber::load(dir);
+    const auto& hp = t.impl().model->hp.text;
+    const double per_position = double(hp.n_layers) * 2 * hp.n_kv_heads * hp.head_dim * 4; // float32 KV
+    const auto greedy = t.transcribe_file(clip);
+    qasr::TranscribeOptions beams;
+    beams.decode.beam_size = 4;
+    const auto searched = t.transcribe_file(clip, beams);
+    const auto limit = [](double bytes) { ::setenv("QASR_MEMORY_LIMIT", std::to_string(int64_t(bytes)).c_str(), 1); };
+    // room for one prompt and its decode, not for four beams of prompt + token cap
+    const double prompt = double(greedy.n_prompt_tokens + 128) * per_position;
+    limit(prompt * 2);
+    EXPECT_EQ(t.transcribe_file(clip).text, greedy.text);
+    try {
+        t.transcribe_file(clip, beams);
+        ADD_FAILURE() << "a beam search over the limit ran";
+    } catch (const qasr::OutOfMemory& e) {
+        EXPECT_NE(std::string(e.what()).find("fewer beams"), std::string::npos) << e.what();
+    }
+    limit(prompt / 2); // not even the prompt
+    try {
+        t.transcribe_file(clip);
+        ADD_FAILURE() << "a prompt over the limit ran";
+    } catch (const qasr::OutOfMemory& e) {
+        EXPECT_NE(std::string(e.what()).find("the prompt needs"), std::string::npos) << e.what();
+    }
+    ::unsetenv("QASR_MEMORY_LIMIT");
+    EXPECT_EQ(t.transcribe_file(clip, beams).text, searched.text);
+}
