@@ -58,6 +58,13 @@ struct TranscribeOptions {
     // Called on the calling thread with each segment as soon as its piece is transcribed (before transcribe*
     // returns): a long file's segments can be shown while the rest is still being transcribed.
     std::function<void(const Segment&)> on_segment;
+    // The transcript's text as the model writes it, in deltas (a token's worth, whole UTF-8 characters): they
+    // concatenate to the text before the final clean-up — the reference's repetition fix and inverse text
+    // normalization, which TranscriptionResult::text has. A file of several pieces: each piece's deltas in order,
+    // joined as its segments' texts are (pieces run at once with max_batch > 1 are passed on as each is taken in
+    // order). Called on the thread that decodes (the caller's, or the engine's with LoadOptions::max_batch > 1);
+    // beam search passes its text when the search ends; language_only has none.
+    std::function<void(const std::string& delta)> on_text;
     // Cancellation (a GUI's stop button, a server whose client went away): asked before each stage, between the
     // encoder's and the decoder's layers of a pass on the CPU (on a GPU between stages) and before every decode
     // step. Once it returns true the transcription stops within a step or a layer and transcribe* throws

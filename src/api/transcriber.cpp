@@ -145,10 +145,10 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
     if (segmented && !(opts.segment_seconds >= 2.0 && opts.segment_seconds <= opts.max_piece_seconds))
         fail("options", "segment_seconds must be 0 (off) or between 2 and max_piece_seconds");
     std::unique_ptr<Session> own;
-    const auto run = [&](const std::vector<float>& a) {
-        if (impl_->engine) return impl_->engine->run(a, opts);
+    const auto run = [&](const std::vector<float>& a, const TranscribeOptions& o) {
+        if (impl_->engine) return impl_->engine->run(a, o);
         if (!own) own = std::make_unique<Session>(impl_->model);
-        return own->run(a, opts);
+        return own->run(a, o);
     };
     const float quiet = quiet_level(samples);
     const auto pieces = segmented ? split_at_pauses(samples, opts.segment_seconds, kSampleRate, quiet)
@@ -165,7 +165,7 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         if (opts.on_segment) opts.on_segment(out.back());
     };
     if (pieces.size() == 1 && !segmented) {
-        TranscriptionResult r = run(samples);
+        TranscriptionResult r = run(samples, opts);
         add_segment(r.segments, r, 0, samples.size(), speech_extent(samples, 0, samples.size(), quiet), 0);
         return r;
     }
@@ -180,15 +180,34 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         speech[k] = speech_extent(samples, pieces[k].first, pieces[k].second, quiet);
         if (!segmented || speech[k].first != speech[k].second) jobs.push_back(k); // else: no speech in this piece
     }
+    // on_text: the pieces' deltas in order, joined as the texts are (the long-audio pieces without a separator);
+    // with pieces running at once each piece's deltas wait until it is taken
+    const int parallel = impl_->engine ? impl_->max_batch : 1;
+    std::string tail;          // the end of the text given out so far (its last characters)
+    bool piece_start = true;   // the next delta is a piece's first
+    const auto give = [&](const std::string& d) {
+        if (piece_start && segmented) opts.on_text(segment_joiner(tail, d) + d);
+        else opts.on_text(d);
+        piece_start = false;
+        tail = (tail + d).substr((tail + d).size() - std::min<size_t>(8, tail.size() + d.size()));
+    };
+    std::vector<std::vector<std::string>> held(opts.on_text && parallel > 1 ? jobs.size() : 0);
     size_t taken = 0;
     run_in_order<TranscriptionResult>(
-        jobs.size(), impl_->engine ? impl_->max_batch : 1,
+        jobs.size(), parallel,
         [&](size_t j) {
             const auto [b, e] = pieces[jobs[j]];
             const std::vector<float> piece(samples.begin() + long(b), samples.begin() + long(e));
-            return run(piece);
+            if (!opts.on_text) return run(piece, opts);
+            TranscribeOptions o = opts;
+            if (held.empty()) o.on_text = give; // one piece at a time: given out as it comes
+            else o.on_text = [&held, j](const std::string& d) { held[j].push_back(d); };
+            return run(piece, o);
         },
         [&](TranscriptionResult& r) {
+            if (!held.empty())
+                for (const std::string& d : held[taken]) give(d);
+            piece_start = true;
             const size_t k = jobs[taken++];
             const size_t first_token = all.tokens.size();
             if (segmented) append_segment_text(all.text, r.text);

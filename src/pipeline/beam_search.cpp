@@ -295,7 +295,9 @@ void Session::decode_beams() {
     TranscriptionResult& r = st_.r;
     for (size_t i = 0; i < b.tokens.size(); ++i) {
         r.tokens.push_back({b.tokens[i], b.logprobs[i]});
-        if (!model_->is_eos(b.tokens[i])) st_.out.push_back(b.tokens[i]);
+        if (model_->is_eos(b.tokens[i])) continue;
+        st_.out.push_back(b.tokens[i]);
+        if (st_.deltas) st_.deltas->push(b.tokens[i]);
     }
     r.finish = b.end == BeamResult::End::Eos          ? FinishReason::Eos
                : b.end == BeamResult::End::Repetition ? FinishReason::Repetition

@@ -105,16 +105,16 @@ std::vector<std::pair<size_t, size_t>> split_at_pauses(const std::vector<float>&
     return out;
 }
 
-void append_segment_text(std::string& joined, const std::string& next) {
-    if (next.empty()) return;
-    if (joined.empty()) {
-        joined = next;
-        return;
-    }
-    const auto a = utf8::decode(utf8::sanitize(joined.substr(joined.size() - std::min<size_t>(4, joined.size()))));
+const char* segment_joiner(const std::string& before, const std::string& next) {
+    if (before.empty() || next.empty()) return "";
+    const auto a = utf8::decode(utf8::sanitize(before.substr(before.size() - std::min<size_t>(4, before.size()))));
     const auto b = utf8::decode(utf8::sanitize(next.substr(0, std::min<size_t>(4, next.size()))));
     const char32_t l = a.empty() ? ' ' : a.back(), r = b.empty() ? ' ' : b.front();
-    if (!utf8::written_without_spaces(l) && !utf8::written_without_spaces(r) && !is_space(l) && !is_space(r)) joined += ' ';
+    return !utf8::written_without_spaces(l) && !utf8::written_without_spaces(r) && !is_space(l) && !is_space(r) ? " " : "";
+}
+
+void append_segment_text(std::string& joined, const std::string& next) {
+    joined += segment_joiner(joined, next);
     joined += next;
 }
 

@@ -35,5 +35,7 @@ std::pair<size_t, size_t> speech_extent(const std::vector<float>& x, size_t begi
 // Joins the texts of consecutive segments: a space between them unless either side of the seam is a character of
 // a script written without spaces (Han, kana, Thai, Lao, Khmer, Myanmar, full-width forms) or already a space.
 void append_segment_text(std::string& joined, const std::string& next);
+// What append_segment_text puts between `before` and `next`: " " or "" (either empty: "").
+const char* segment_joiner(const std::string& before, const std::string& next);
 
 } // namespace qasr

@@ -179,6 +179,7 @@ bool Session::accept(int tok, float lp, const DecodeOptions& d, std::vector<int>
         r.tokens.push_back({tok, lp});
     }
     out.push_back(tok);
+    if (st_.deltas) st_.deltas->push(tok);
     return true;
 }
 
@@ -206,6 +207,9 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     st_.stop_id = opts.language_only ? model_->special.asr_text : -1;
     st_.itn = opts.itn;
     st_.abort = opts.abort;
+    if (opts.on_text && !opts.language_only)
+        st_.deltas = std::make_shared<TextDeltas>(model_->tokenizer, model_->special.asr_text, !st_.forced.empty(),
+                                                  opts.on_text);
     check_abort();
     if (audio.size() < 400) {
         r.finish = FinishReason::Empty;
@@ -296,6 +300,7 @@ TranscriptionResult Session::finish() {
     if (st_.empty) return r;
     r.timings.decode_ms = st_.sw.ms();
     r.raw_text = model_->tokenizer.decode(st_.out, true);
+    if (const auto deltas = std::move(st_.deltas)) deltas->finish(r.raw_text);
     if (st_.forced.empty()) { // the language tag's probability: the tokens before <asr_text>
         double lp = 0;
         for (const TokenInfo& t : r.tokens) {

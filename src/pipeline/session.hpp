@@ -7,6 +7,7 @@
 #include "core/timer.hpp"
 #include "model/model.hpp"
 #include "qasr/qasr.hpp"
+#include "text/text_deltas.hpp"
 
 #include <memory>
 #include <random>
@@ -92,6 +93,7 @@ private:
         int64_t V = 0;
         int stop_id = -1; // TranscribeOptions::language_only: <asr_text> ends the decode
         std::function<bool()> abort; // TranscribeOptions::abort (empty: none)
+        std::shared_ptr<TextDeltas> deltas; // TranscribeOptions::on_text (null: none)
         bool empty = false, device_greedy = false, itn = true;
         Tensor logits;
         Stopwatch sw;

@@ -16,19 +16,25 @@ std::u32string to32(const std::string& s) {
 }
 std::string to8(const std::u32string& s) { return utf8::encode(std::vector<char32_t>(s.begin(), s.end())); }
 
-bool is_space(char32_t c) {
+} // namespace
+
+bool is_unicode_space(char32_t c) {
     return c == ' ' || (c >= 0x09 && c <= 0x0D) || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x1F || c == 0x85 ||
            c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
            c == 0x205F || c == 0x3000;
 }
 
-std::string strip(const std::string& s) {
+std::string strip_space(const std::string& s) {
     std::u32string u = to32(s);
     size_t b = 0, e = u.size();
-    while (b < e && is_space(u[b])) ++b;
-    while (e > b && is_space(u[e - 1])) --e;
+    while (b < e && is_unicode_space(u[b])) ++b;
+    while (e > b && is_unicode_space(u[e - 1])) --e;
     return to8(u.substr(b, e - b));
 }
+
+namespace {
+
+std::string strip(const std::string& s) { return strip_space(s); }
 
 std::string ascii_lower(std::string s) {
     for (char& c : s) c = char(std::tolower(uint8_t(c)));

@@ -7,6 +7,10 @@ namespace qasr {
 
 std::string fix_repetitions(const std::string& text, size_t threshold = 20);
 
+// Python's str.isspace() on one code point, and str.strip() on UTF-8 text (invalid bytes replaced).
+bool is_unicode_space(char32_t c);
+std::string strip_space(const std::string& s);
+
 struct ParsedOutput {
     std::string language; // "" when none / unknown
     std::string text;

@@ -569,3 +569,73 @@ TEST(DemoModel, KvCacheThatCannotFitIsRefused) {
     ::unsetenv("QASR_MEMORY_LIMIT");
     EXPECT_EQ(t.transcribe_file(clip, beams).text, searched.text);
 }
+
+// TranscribeOptions::on_text: the deltas come while decoding (before transcribe returns, one per token or so) and
+// concatenate to the parsed text before inverse text normalization (the raw output's text part); for a forced
+// language, beam search and the pieces of a segmented file (joined as the segments are, live or through a batch
+// engine) alike; language identification gives none.
+TEST(DemoModel, TextDeltasConcatenateToTheTranscript) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const auto rows = expected();
+    ASSERT_GE(rows.size(), 8u);
+    const qasr::Transcriber t = qasr::Transcriber::load(dir);
+    std::vector<std::string> deltas;
+    qasr::TranscribeOptions o;
+    o.itn = false;
+    o.on_text = [&](const std::string& d) { deltas.push_back(d); };
+    const auto joined = [&] {
+        std::string s;
+        for (const auto& d : deltas) s += d;
+        return s;
+    };
+    for (size_t i = 0; i < 8; ++i) {
+        const std::string clip = std::string(QASR_SOURCE_DIR) + "/" + rows[i].path;
+        deltas.clear();
+        const auto r = t.transcribe_file(clip, o);
+        EXPECT_EQ(joined(), r.text) << rows[i].path; // the demo model's texts need no repetition fix
+        EXPECT_GE(deltas.size() * 2, r.tokens.size() - 4) << "a delta every token or two: " << rows[i].path;
+        for (const auto& d : deltas) EXPECT_FALSE(d.empty());
+        qasr::TranscribeOptions forced = o;
+        forced.language = rows[i].language;
+        deltas.clear();
+        const auto f = t.transcribe_file(clip, forced);
+        EXPECT_EQ(joined(), f.text) << rows[i].path;
+        qasr::TranscribeOptions beams = o;
+        beams.decode.beam_size = 3;
+        deltas.clear();
+        const auto bs = t.transcribe_file(clip, beams);
+        EXPECT_EQ(joined(), bs.text) << rows[i].path;
+        qasr::TranscribeOptions id = o;
+        id.language_only = true;
+        deltas.clear();
+        t.transcribe_file(clip, id);
+        EXPECT_TRUE(deltas.empty());
+    }
+    // ITN applies to the final text only: the deltas are the model's words
+    qasr::TranscribeOptions itn = o;
+    itn.itn = true;
+    const std::string sample = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    deltas.clear();
+    const std::string plain = t.transcribe_file(sample, o).text;
+    deltas.clear();
+    t.transcribe_file(sample, itn);
+    EXPECT_EQ(joined(), plain);
+
+    // a file of two clips in two segments: the deltas are the segments' texts joined, live and through an engine
+    std::vector<float> two = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/" + rows[0].path);
+    two.insert(two.end(), 16000, 0.0f);
+    const auto b = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/" + rows[1].path);
+    two.insert(two.end(), b.begin(), b.end());
+    qasr::TranscribeOptions seg = o;
+    seg.segment_seconds = std::max(2.0, double(std::max(b.size(), two.size() - b.size() - 16000)) / 16000 + 0.5);
+    qasr::LoadOptions lo;
+    lo.max_batch = 2;
+    const qasr::Transcriber bt = qasr::Transcriber::load(dir, lo);
+    for (const qasr::Transcriber* tr : {&t, &bt}) {
+        deltas.clear();
+        const auto r = tr->transcribe(two, seg);
+        ASSERT_EQ(r.segments.size(), 2u) << r.text;
+        EXPECT_EQ(joined(), r.text);
+    }
+}

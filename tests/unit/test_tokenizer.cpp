@@ -1,6 +1,8 @@
 // Tokenizer tests against the vectors of formats.md §3.5 with the real Qwen3 vocabulary (set up by
 // scripts/setup_tokenizer.sh), both loading paths, and UTF-8 round trips.
 #include "text/prompt.hpp"
+#include "text/output.hpp"
+#include "text/text_deltas.hpp"
 #include "text/tokenizer.hpp"
 #include "text/utf8.hpp"
 
@@ -146,6 +148,44 @@ TEST(Tokenizer, StreamingDecoderHoldsIncompleteUtf8) {
     }
     acc += st.flush();
     EXPECT_EQ(acc, "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB ok 你好");
+}
+
+// TextDeltas (text/text_deltas.hpp): the text part of an output, as it is written, in valid UTF-8 deltas without
+// leading or trailing whitespace of the whole: the deltas concatenate to the parser's text (before its repetition
+// fix); the header gives none; an output without the tag comes whole at the end.
+TEST(Tokenizer, TextDeltasGiveTheParsedTextAsItGrows) {
+    NEED_TOKENIZER();
+    const int tag = *tok_json()->token_id("<asr_text>");
+    const char* outputs[] = {"language English<asr_text>  Hello   wörld, 你好 👩‍💻 end.  \n",
+                             "language Chinese<asr_text>日本語のテキストと中文",
+                             "language None<asr_text>",
+                             "no tag at all, just text ",
+                             "language German<asr_text> \t "};
+    for (const char* out : outputs) {
+        const auto ids = tok_json()->encode(out);
+        std::vector<std::string> deltas;
+        TextDeltas td(*tok_json(), tag, false, [&](const std::string& d) { deltas.push_back(d); });
+        for (int id : ids) td.push(id);
+        const size_t before_end = deltas.size();
+        td.finish(tok_json()->decode(ids));
+        std::string all;
+        for (const auto& d : deltas) {
+            EXPECT_FALSE(d.empty()) << out;
+            EXPECT_EQ(utf8::sanitize(d), d) << "invalid UTF-8 in a delta of " << out;
+            all += d;
+        }
+        EXPECT_EQ(all, parse_asr_output(tok_json()->decode(ids), "").text) << out;
+        if (std::string(out).find("Hello") != std::string::npos) {
+            EXPECT_GE(before_end, 5u) << "deltas while writing";
+        }
+    }
+    // a forced language: the output is all text
+    const auto ids = tok_json()->encode(" Guten Tag.");
+    std::string all;
+    TextDeltas td(*tok_json(), tag, true, [&](const std::string& d) { all += d; });
+    for (int id : ids) td.push(id);
+    td.finish(tok_json()->decode(ids));
+    EXPECT_EQ(all, "Guten Tag.");
 }
 
 // A small byte-level BPE in both merge notations ("a b" strings and ["a", "b"] pairs), with added tokens and
