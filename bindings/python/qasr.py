@@ -44,6 +44,7 @@ class _LoadParams(ctypes.Structure):
 
 _SEGMENT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_double, ctypes.c_double, ctypes.c_void_p)
 _ABORT_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_TEXT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p)
 
 
 class _TranscribeParams(ctypes.Structure):
@@ -52,7 +53,7 @@ class _TranscribeParams(ctypes.Structure):
                 ("seed", ctypes.c_uint64), ("itn", ctypes.c_int), ("segment_seconds", ctypes.c_double),
                 ("on_segment", _SEGMENT_CB), ("user_data", ctypes.c_void_p), ("language_only", ctypes.c_int),
                 ("aligner", ctypes.c_void_p), ("beam_size", ctypes.c_int), ("length_penalty", ctypes.c_float),
-                ("abort_callback", _ABORT_CB), ("abort_user_data", ctypes.c_void_p)]
+                ("abort_callback", _ABORT_CB), ("abort_user_data", ctypes.c_void_p), ("on_text", _TEXT_CB)]
 
 
 class _StreamParams(ctypes.Structure):
@@ -285,7 +286,8 @@ class Model(_Owned):
                    top_p: float = 1.0, seed: int = 0, itn: bool = True, segment_seconds: float = 0.0,
                    on_segment: Optional[Callable[[Segment], None]] = None, language_only: bool = False,
                    aligner: Optional["Aligner"] = None, beam_size: int = 1, length_penalty: float = 1.0,
-                   abort: Optional[Callable[[], bool]] = None) -> Result:
+                   abort: Optional[Callable[[], bool]] = None,
+                   on_text: Optional[Callable[[str], None]] = None) -> Result:
         """Transcribes a file path, an encoded file's bytes (WAV; with FFmpeg mp3, flac, ogg, m4a ...) or 16 kHz
         mono float samples. segment_seconds > 0 cuts at pauses (pieces of at most that long) for segment times;
         on_segment is called with each segment as its piece is done. language_only identifies the language
@@ -293,7 +295,8 @@ class Model(_Owned):
         word timestamps (r.words). beam_size > 1 decodes by beam search (greedy otherwise; temperature must be 0),
         length_penalty the exponent of the length its scores are divided by. abort: called before each stage and
         decode step (possibly on another thread); once it returns True the call stops and raises Cancelled (e.g.
-        abort=event.is_set for a threading.Event set by a stop button)."""
+        abort=event.is_set for a threading.Event set by a stop button). on_text is called with each delta of the
+        text as the model writes it (they concatenate to the text before inverse text normalization)."""
         h = self._handle()
         p = _lib.qasr_default_transcribe_params()
         p.language, p.context = _bytes(language), _bytes(context)
@@ -311,7 +314,24 @@ class Model(_Owned):
                 except BaseException as e:  # re-raised after the call; ctypes would only print it
                     raised.append(e)
             p.on_segment = _SEGMENT_CB(cb)
-        if abort is not None or on_segment is not None:  # an exception in on_segment stops the call too
+        if on_text is not None:
+            pending = bytearray()  # a delta is whole UTF-8 characters; kept for safety across calls
+
+            def text_cb(delta, _user):
+                if raised:
+                    return
+                try:
+                    pending.extend(delta or b"")
+                    s = pending.decode("utf-8")
+                    pending.clear()
+                    if s:
+                        on_text(s)
+                except UnicodeDecodeError:
+                    pass
+                except BaseException as e:  # stops the call (the abort callback below); re-raised after it
+                    raised.append(e)
+            p.on_text = _TEXT_CB(text_cb)
+        if abort is not None or on_segment is not None or on_text is not None:  # a callback's exception stops the call
             def stop(_user):
                 if raised:
                     return 1

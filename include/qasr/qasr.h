@@ -66,6 +66,10 @@ typedef struct {
        called from another thread (a model loaded with max_batch > 1) and often: keep it cheap and thread-safe. */
     int (*abort_callback)(void* abort_user_data);
     void* abort_user_data;
+    /* NULL, or called with each delta of the transcript's text as the model writes it (UTF-8; the deltas
+       concatenate to the text before the repetition fix and inverse text normalization: TranscribeOptions::on_text),
+       with user_data; possibly from another thread (max_batch > 1) */
+    void (*on_text)(const char* delta, void* user_data);
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);

@@ -79,6 +79,11 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
         void* user = d.user_data;
         o.on_segment = [cb, user](const qasr::Segment& s) { cb(s.text.c_str(), s.start, s.end, user); };
     }
+    if (d.on_text) {
+        const auto cb = d.on_text;
+        void* user = d.user_data;
+        o.on_text = [cb, user](const std::string& delta) { cb(delta.c_str(), user); };
+    }
     if (d.abort_callback) {
         const auto cb = d.abort_callback;
         void* user = d.abort_user_data;
@@ -109,7 +114,7 @@ extern "C" {
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
 qasr_transcribe_params qasr_default_transcribe_params(void) {
-    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr};
+    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr, nullptr};
 }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {

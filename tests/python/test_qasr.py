@@ -168,6 +168,18 @@ class Bindings(unittest.TestCase):
         self.assertEqual(len(seen), 1)
         self.assertEqual(self.model.transcribe(path).text, self.en)
 
+    def test_text_as_it_is_written(self):
+        path = os.path.join(SAMPLES, "demo_de.wav")
+        deltas = []
+        r = self.model.transcribe(path, on_text=deltas.append)
+        self.assertEqual("".join(deltas), r.text)
+        self.assertGreater(len(deltas), 3)
+
+        def boom(_delta):
+            raise KeyError("from on_text")
+        with self.assertRaises(KeyError):  # stops the transcription, raised after it
+            self.model.transcribe(path, on_text=boom)
+
     def test_errors(self):
         with self.assertRaises(qasr.Error) as e:
             qasr.Model(os.path.join(ROOT, "no-such-model"))

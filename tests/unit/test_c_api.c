@@ -37,6 +37,12 @@ static void count_segment(const char* text, double start, double end, void* user
     if (text && text[0] && start < end) ++*(int*)user;
 }
 
+/* on_text: appends the deltas to the buffer in user (4096 bytes) */
+static void append_text(const char* delta, void* user) {
+    char* buf = (char*)user;
+    if (strlen(buf) + strlen(delta) < 4096) strcat(buf, delta);
+}
+
 /* abort_callback: counts its calls in user[0]; non-zero from the user[1]-th call on (0: never) */
 static int stop_at_call(void* user) {
     int* c = (int*)user;
@@ -181,6 +187,15 @@ int main(void) {
     CHECK(calls[0] == asked - 2 && strstr(qasr_last_error(), "cancelled") != NULL);
     calls[1] = 0;
     CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK && r && want && strcmp(qasr_result_text(r), want) == 0);
+    qasr_result_free(r);
+    /* the text as it is written: the deltas concatenate to the transcript (the demo text needs no ITN) */
+    tp = qasr_default_transcribe_params();
+    CHECK(tp.on_text == NULL);
+    char text[4096] = "";
+    tp.on_text = append_text;
+    tp.user_data = text;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
+    CHECK(r && want && strcmp(text, want) == 0 && strcmp(qasr_result_text(r), want) == 0);
     qasr_result_free(r);
     /* language identification only: the language and its probability, an empty text, a few tokens */
     tp = qasr_default_transcribe_params();
