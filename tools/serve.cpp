@@ -22,8 +22,14 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 namespace qasr::cli {
 
@@ -146,13 +152,14 @@ private:
         const auto t0 = std::chrono::steady_clock::now();
         std::string what;
         double audio_s = 0;
+        bool streamed = false;
         const std::string err = guarded(res, [&] {
             const Upload u = read_upload(req);
             const Fields r = parse_fields(u.fields, o_.defaults);
             if (r.words && !o_.aligner)
                 throw HttpError(400, "word timestamps need a forced aligner: start the server with --aligner DIR "
                                      "(Qwen3-ForcedAligner); timestamp_granularities[]=segment works without");
-            const AdmissionSlot slot(adm_, o_.parallel, o_.max_queue);
+            auto slot = std::make_shared<AdmissionSlot>(adm_, o_.parallel, o_.max_queue);
             std::vector<float> pcm;
             try {
                 pcm = load_audio_bytes(reinterpret_cast<const uint8_t*>(u.audio->data()), u.audio->size(), u.name,
@@ -166,6 +173,11 @@ private:
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             TranscribeOptions opts = r.opts;
             opts.abort = client_gone(req); // a client that goes away stops its transcription (→ 499)
+            if (r.stream) { // the transcription runs while the answer is written (stream_events); it logs itself
+                stream_events(req, res, std::move(slot), std::move(pcm), std::move(opts), t0, decode_ms);
+                streamed = true;
+                return;
+            }
             TranscriptionResult tr = t_.transcribe(pcm, opts);
             if (r.words) o_.aligner->add_words(pcm, tr);
             respond(res, tr, r.format, r.opts.language_only);
@@ -176,7 +188,94 @@ private:
             what = b;
             audio_s = tr.audio_seconds;
         });
-        log(req, res, t0, err.empty() ? what : err, audio_s);
+        if (!streamed) log(req, res, t0, err.empty() ? what : err, audio_s);
+    }
+
+    // stream=true (OpenAI's streamed transcription): server-sent events, `data: {"type": "transcript.text.delta",
+    // "delta": …}` as the model writes the text (TranscribeOptions::on_text: before inverse text normalization),
+    // then `data: {"type": "transcript.text.done", "text": …}` with the final text (and qasr's language and
+    // duration), or `data: {"type": "error", "error": {…}}`. The transcription runs on a thread of its own while this
+    // connection's thread writes the events, so that a slow reader never holds up a batch engine's steps; a client
+    // that goes away (a failed write, or client_gone) stops it. The admission slot is held until the last event.
+    void stream_events(const httplib::Request& req, httplib::Response& res, std::shared_ptr<AdmissionSlot> slot,
+                       std::vector<float> pcm, TranscribeOptions opts, std::chrono::steady_clock::time_point t0,
+                       double decode_ms) {
+        struct Feed {
+            std::mutex m;
+            std::condition_variable cv;
+            std::vector<std::string> deltas;
+            bool done = false;
+            std::atomic<bool> gone{false};
+        };
+        auto feed = std::make_shared<Feed>();
+        auto audio = std::make_shared<std::vector<float>>(std::move(pcm));
+        opts.on_text = [feed](const std::string& d) {
+            std::lock_guard<std::mutex> lk(feed->m);
+            feed->deltas.push_back(d);
+            feed->cv.notify_one();
+        };
+        opts.abort = [feed, hung_up = std::move(opts.abort)] { return feed->gone.load() || (hung_up && hung_up()); };
+        res.set_header("Cache-Control", "no-cache");
+        res.set_chunked_content_provider("text/event-stream", [this, &req, feed, audio, opts, slot, t0,
+                                                                  decode_ms](size_t, httplib::DataSink& sink) {
+            const auto send = [&](const json& e) {
+                const std::string line = "data: " + e.dump() + "\n\n";
+                if (!feed->gone && !sink.write(line.data(), line.size())) feed->gone = true;
+            };
+            TranscriptionResult tr;
+            std::exception_ptr failed;
+            std::thread worker([&] {
+                try {
+                    tr = t_.transcribe(*audio, opts);
+                } catch (...) {
+                    failed = std::current_exception();
+                }
+                std::lock_guard<std::mutex> lk(feed->m);
+                feed->done = true;
+                feed->cv.notify_one();
+            });
+            for (bool last = false; !last;) {
+                std::vector<std::string> ds;
+                {
+                    std::unique_lock<std::mutex> lk(feed->m);
+                    feed->cv.wait(lk, [&] { return feed->done || !feed->deltas.empty(); });
+                    ds.swap(feed->deltas);
+                    last = feed->done;
+                }
+                for (const std::string& d : ds) send({{"type", "transcript.text.delta"}, {"delta", d}});
+            }
+            worker.join();
+            int status = 200;
+            std::string what;
+            if (!failed) {
+                send({{"type", "transcript.text.done"}, {"text", tr.text}, {"language", tr.language},
+                      {"usage", {{"type", "duration"}, {"seconds", tr.audio_seconds}}}});
+                char b[200];
+                std::snprintf(b, sizeof b, "%.2f s audio (decoded in %.1f ms), %s, %zu tokens, streamed in %.1f ms (RTF %.4f)",
+                              tr.audio_seconds, decode_ms, tr.language.empty() ? "-" : tr.language.c_str(),
+                              tr.tokens.size(), tr.timings.total_ms(), tr.rtf);
+                what = b;
+            } else { // the headers are out: the error goes as an event, its status into the log and the metrics
+                httplib::Response err;
+                what = guarded(err, [&] { std::rethrow_exception(failed); });
+                status = err.status;
+                const json body = json::parse(err.body, nullptr, false);
+                send({{"type", "error"}, {"error", body.is_object() && body.contains("error") ? body["error"] : json(what)}});
+            }
+            if (feed->gone && !failed) status = 499, what = "the client closed the connection before the last event";
+            record(req, status, t0, what, failed ? 0 : tr.audio_seconds);
+            sink.done();
+            return true;
+        });
+    }
+
+    void record(const httplib::Request& req, int status, std::chrono::steady_clock::time_point t0, const std::string& what,
+                double audio_seconds) {
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        metrics_.request("transcriptions", status, ms / 1000.0, audio_seconds);
+        if (o_.log_requests)
+            std::fprintf(stderr, "qasr serve: %s %s %s %d %.1f ms: %s\n", req.remote_addr.c_str(), req.method.c_str(),
+                         req.path.c_str(), status, ms, what.c_str());
     }
 
     void log(const httplib::Request& req, httplib::Response& res, std::chrono::steady_clock::time_point t0,

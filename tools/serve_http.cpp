@@ -270,8 +270,12 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
         if (r.opts.decode.ignore_eos && !get("max_new_tokens"))
             throw HttpError(400, "field 'ignore_eos' needs 'max_new_tokens'");
     }
-    if (const auto* v = get("stream"); v && to_bool("stream", *v))
-        throw HttpError(400, "streamed responses are not supported: send stream=false (or leave it out)");
+    if (const auto* v = get("stream"); v && to_bool("stream", *v)) { // server-sent events: the text as it is written
+        if (r.format != Format::Json && r.format != Format::Text)
+            throw HttpError(400, "stream=true answers the text as it is written and then the whole: use "
+                                 "response_format json or text (segments and subtitles come with stream=false)");
+        r.stream = true;
+    }
     return r;
 }
 

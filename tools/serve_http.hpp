@@ -67,8 +67,9 @@ struct Fields {
     TranscribeOptions opts;
     Format format = Format::Json;
     bool words = false; // timestamp_granularities[] has "word": the server's aligner times the transcript's words
+    bool stream = false; // stream=true: server-sent events transcript.text.delta … transcript.text.done (serve.cpp)
 };
-// OpenAI's fields (language, prompt, response_format, temperature) and qasr's (itn, max_new_tokens, top_p, seed,
+// OpenAI's fields (language, prompt, response_format, temperature, stream) and qasr's (itn, max_new_tokens, top_p, seed,
 // ignore_eos, context, segment_seconds, language_only, beam_size, length_penalty); unknown fields are ignored (e.g. `model`). response_format srt and vtt
 // segment the audio (segment_seconds, 10 unless given).
 Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults);

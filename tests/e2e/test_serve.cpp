@@ -274,7 +274,7 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     cases.push_back({post_file(c, en_, {{"language_only", "1", "", ""}, {"language", "en", "", ""}}), 400, "language_only"});
     cases.push_back({post_file(c, en_, {{"language_only", "1", "", ""}, {"response_format", "srt", "", ""}}), 400,
                      "language_only"});
-    cases.push_back({post_file(c, en_, {{"stream", "true", "", ""}}), 400, "not supported"});
+    cases.push_back({post_file(c, en_, {{"stream", "true", "", ""}, {"response_format", "srt", "", ""}}), 400, "stream=true"});
     cases.push_back({post_file(c, en_, {{"itn", "maybe", "", ""}}), 400, "true or false"});
     cases.push_back({post_file(c, en_, {{"ignore_eos", "true", "", ""}}), 400, "needs 'max_new_tokens'"});
     cases.push_back({c.Post("/v1/audio/transcriptions", "a=b", "application/x-www-form-urlencoded"), 415, "multipart"});
@@ -505,6 +505,46 @@ TEST(ServeLimits, SigtermStopsGracefullyAndBadStartsFailClearly) {
     EXPECT_NE(out.find("--parallel expects an integer"), std::string::npos) << out;
 }
 
+// stream=true: server-sent events, a transcript.text.delta per piece of text as the model writes it, then
+// transcript.text.done with the final text; the deltas concatenate to the text (the demo sample needs no ITN).
+TEST_F(Serve, StreamedTranscriptionSendsDeltasThenTheText) {
+    auto c = server_->client();
+    for (const char* path : {"/v1/audio/transcriptions", "/inference"}) {
+        const auto r = post_file(c, de_, {{"stream", "true", "", ""}}, path);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << r->body;
+        EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+        std::vector<json> events;
+        std::stringstream ss(r->body);
+        for (std::string line; std::getline(ss, line);) {
+            if (line.empty()) continue;
+            ASSERT_EQ(line.rfind("data: ", 0), 0u) << line;
+            events.push_back(json::parse(line.substr(6)));
+        }
+        ASSERT_GE(events.size(), 3u) << r->body;
+        std::string joined;
+        for (size_t i = 0; i + 1 < events.size(); ++i) {
+            EXPECT_EQ(events[i].value("type", ""), "transcript.text.delta") << events[i].dump();
+            joined += events[i].value("delta", "");
+        }
+        const json& done = events.back();
+        EXPECT_EQ(done.value("type", ""), "transcript.text.done");
+        EXPECT_EQ(done.value("text", ""), de_text_);
+        EXPECT_EQ(done.value("language", ""), "German");
+        EXPECT_NEAR(done["usage"].value("seconds", 0.0), double(de_.size() - 44) / 32000, 0.01);
+        EXPECT_EQ(joined, de_text_);
+    }
+    // an error after the headers: an error event (here a bad option the library refuses: beam search with ignore_eos)
+    const auto bad = post_file(c, en_, {{"stream", "true", "", ""}, {"beam_size", "2", "", ""}, {"ignore_eos", "true", "", ""},
+                                        {"max_new_tokens", "5", "", ""}});
+    ASSERT_TRUE(bad);
+    EXPECT_NE(bad->body.find("\"type\":\"error\""), std::string::npos) << bad->body;
+    EXPECT_NE(bad->body.find("ignore_eos"), std::string::npos) << bad->body;
+    const auto r = post_file(c, en_, {{"response_format", "text", "", ""}}); // and the server goes on
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, en_text_ + "\n");
+}
+
 namespace {
 // Sends a whole request on a socket of its own and hangs up without reading the answer.
 bool post_and_hang_up(int port, const std::string& target, const std::string& body) {
@@ -567,6 +607,11 @@ TEST(ServeLimits, ClientThatHangsUpStopsItsTranscription) {
         for (int i = 0; i < 600 && (gone = answered(c, "transcriptions", 499)) == 0; ++i)
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         EXPECT_EQ(gone, 1) << extra.back() << ": " << s.log();
+        // the same with the answer streamed (stream=true: the transcription runs beside the writing of events)
+        ASSERT_TRUE(post_and_hang_up(s.port(), "/inference?segment_seconds=4&stream=true", body));
+        for (int i = 0; i < 600 && (gone = answered(c, "transcriptions", 499)) == 1; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        EXPECT_EQ(gone, 2) << extra.back() << ": " << s.log();
         EXPECT_EQ(answered(c, "transcriptions", 200), 0);
         EXPECT_NE(s.log().find("client closed the connection"), std::string::npos) << s.log();
         // the server goes on: the next request is transcribed
