@@ -189,7 +189,8 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         if (piece_start && segmented) opts.on_text(segment_joiner(tail, d) + d);
         else opts.on_text(d);
         piece_start = false;
-        tail = (tail + d).substr((tail + d).size() - std::min<size_t>(8, tail.size() + d.size()));
+        tail += d; // its last bytes are enough for the joiner's test
+        if (tail.size() > 8) tail.erase(0, tail.size() - 8);
     };
     std::vector<std::vector<std::string>> held(opts.on_text && parallel > 1 ? jobs.size() : 0);
     size_t taken = 0;
