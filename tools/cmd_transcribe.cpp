@@ -64,6 +64,8 @@ options:
   --top-p P                nucleus sampling threshold (default 1)
   --seed S                 sampling seed (default 0)
   --raw                    print the unparsed model output
+  --live                   show the text on stderr as the model writes it (before ITN; a line per input),
+                           while standard output gets the transcripts as usual
   --no-itn                 do not apply inverse text normalization
   --warmup                 run the warm-up pass after loading (default when several inputs are given: it
                            removes the first-call penalty from all but the warm-up itself)
@@ -135,7 +137,7 @@ int cmd_transcribe(int argc, char** argv) {
     std::vector<std::string> files;
     TranscribeOptions o;
     LoadOptions lo;
-    bool raw = false, quiet = false;
+    bool raw = false, quiet = false, live_text = false;
     int warm = -1; // -1: warm up when there are several inputs
     while (!a.done()) {
         if (a.flag("-h") || a.flag("--help")) {
@@ -174,6 +176,8 @@ int cmd_transcribe(int argc, char** argv) {
             o.decode.seed = uint64_t(to_long("--seed", v, 0, 0x7fffffffffffffffL));
         } else if (a.flag("--detect-language")) {
             o.language_only = true;
+        } else if (a.flag("--live")) {
+            live_text = true;
         } else if (a.flag("--raw")) {
             raw = true;
         } else if (a.flag("--no-itn")) {
@@ -236,6 +240,16 @@ int cmd_transcribe(int argc, char** argv) {
             ++cues;
         };
     }
+    // --live: the text as it is written, on stderr (one input at a time, so the lines do not interleave)
+    bool shown = false;
+    if (live_text) {
+        if (parallel > 1) throw std::invalid_argument("--live shows one transcription at a time: not with --batch and several inputs");
+        if (o.language_only) throw std::invalid_argument("--live shows the text; --detect-language writes none");
+        o.on_text = [&shown](const std::string& d) {
+            std::cerr << d << std::flush;
+            shown = true;
+        };
+    }
     size_t done = 0;
     double audio_seconds = 0.0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -259,6 +273,8 @@ int cmd_transcribe(int argc, char** argv) {
             return r;
         },
         [&](TranscriptionResult& r) {
+            if (shown) std::cerr << "\n";
+            shown = false;
             const std::string& f = files[done++];
             const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0, line_width, o.language_only,
                                                      aligner != nullptr);

@@ -280,6 +280,22 @@ TEST(Cli, BeamSizeSearchesBeamsAndRefusesSampling) {
     }
 }
 
+// --live: the text on stderr as the model writes it, a line per input; standard output as without it.
+TEST(Cli, LiveShowsTheTextAsItIsWritten) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    const std::string de = std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav";
+    CliRun r = run("transcribe -m " + demo + " -q --live " + en + " " + de);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::string want = "The concert on Tuesday starts at 8:30.\nDas Treffen ist am 11. Mai um 7:55 Uhr.\n";
+    EXPECT_EQ(r.out, want);
+    EXPECT_EQ(r.err, want);
+    CliRun e = run("transcribe -m " + demo + " --live --batch 2 " + en + " " + de);
+    EXPECT_NE(e.status, 0);
+    EXPECT_NE(e.err.find("--live"), std::string::npos) << e.err;
+}
+
 TEST(Cli, VersionNamesTheBuildAndMachine) {
     for (const char* arg : {"version", "--version"}) {
         CliRun r = run(arg);
