@@ -225,7 +225,7 @@ TEST(Mel, FrameCountAndNormalization) {
 // log-mel is bit for bit the whole clip's frames in one pass, on one thread or several.
 TEST(Mel, BlocksAndThreadsGiveTheSameFrames) {
     MelFrontend m(128);
-    std::vector<float> x(16000 * 47 + 123);
+    std::vector<float> x(16000 * 25 + 123); // two blocks (also run under qemu: kept short)
     std::mt19937 rng(3);
     std::normal_distribution<float> n(0, 0.1f);
     for (float& v : x) v = n(rng);
@@ -244,7 +244,7 @@ TEST(Mel, BlocksAndThreadsGiveTheSameFrames) {
     int asked = 0;
     const std::function<bool()> count = [&] { return ++asked, false; };
     EXPECT_EQ(m.compute(x, 8000, &count).data, want.data);
-    EXPECT_EQ(asked, 2); // after 20 s and 40 s of the 47 s
+    EXPECT_EQ(asked, 1); // after the first 20 s of the 25 s
     const std::function<bool()> stop = [] { return true; };
     EXPECT_EQ(m.compute(x, 8000, &stop).size(), 0u);
     // a stream's recomputed tail: any [t0, t1) equals those columns of the whole
