@@ -4,7 +4,8 @@
 # -Werror, and runs smoke tests under qemu-aarch64: `qasr version`, the parsers, tokenizer, log-mel, WAV, config and
 # safetensors unit tests, the aligner's word splitting, timestamp repair and config detection, and the ITN accuracy cases. The model-level tests are left to real ARM hardware: qemu
 # emulates floating point in software (the demo model's 3 s transcription did not finish in 5 minutes on the 2-core
-# machine), and CTEST_ARGS runs more of the suite where that is acceptable (ctest's emulator is set).
+# machine; the log-mel of 25 s in Mel.BlocksAndThreadsGiveTheSameFrames is left out for the same reason), and
+# CTEST_ARGS runs more of the suite where that is acceptable (ctest's emulator is set).
 #   scripts/cross_arm64.sh             [CTEST_ARGS="-L unit"]      (CI runs it after the test suite: .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,6 @@ cmake --build build-arm64 -j"$(nproc)"
 file build-arm64/tools/qasr
 run() { qemu-aarch64 -L /usr/aarch64-linux-gnu "$@"; }
 run build-arm64/tools/qasr version
-run build-arm64/tests/unit/qasr_unit_tests --gtest_brief=1 --gtest_filter='Tokenizer.*:Utf8.*:Wav.*:AudioBytes.*:Resample.*:Mel.*:Encoder.*:Parse.*:Repetition.*:Languages.*:LongAudio.*:Safetensors.*:Config.*:AlignWords.*:AlignTimestamps.*:AlignerConfig.*'
+run build-arm64/tests/unit/qasr_unit_tests --gtest_brief=1 --gtest_filter='Tokenizer.*:Utf8.*:Wav.*:AudioBytes.*:Resample.*:Mel.*:Encoder.*:Parse.*:Repetition.*:Languages.*:LongAudio.*:Safetensors.*:Config.*:AlignWords.*:AlignTimestamps.*:AlignerConfig.*:-Mel.BlocksAndThreadsGiveTheSameFrames'
 ctest --test-dir build-arm64 --output-on-failure -R itn_nemo_accuracy
 if [ -n "${CTEST_ARGS:-}" ]; then ctest --test-dir build-arm64 --output-on-failure $CTEST_ARGS; fi
