@@ -269,28 +269,26 @@ private:
         });
     }
 
-    void record(const httplib::Request& req, int status, std::chrono::steady_clock::time_point t0, const std::string& what,
-                double audio_seconds) {
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        metrics_.request("transcriptions", status, ms / 1000.0, audio_seconds);
-        if (o_.log_requests)
-            std::fprintf(stderr, "qasr serve: %s %s %s %d %.1f ms: %s\n", req.remote_addr.c_str(), req.method.c_str(),
-                         req.path.c_str(), status, ms, what.c_str());
-    }
-
-    void log(const httplib::Request& req, httplib::Response& res, std::chrono::steady_clock::time_point t0,
-             const std::string& what, double audio_seconds = 0) {
+    // The metrics and the log line of a finished request; returns its milliseconds since t0.
+    double record(const httplib::Request& req, int status, std::chrono::steady_clock::time_point t0, const std::string& what,
+                  double audio_seconds) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         const std::string& p = req.path;
         const char* route = p.rfind("/v1/streams", 0) != 0         ? "transcriptions"
                             : p.size() > 6 && p.ends_with("/audio")  ? "stream_audio"
                             : p.size() > 7 && p.ends_with("/finish") ? "stream_finish"
                                                                      : "stream_open";
-        metrics_.request(route, res.status, ms / 1000.0, audio_seconds);
-        res.set_header("X-Processing-Ms", std::to_string(int64_t(ms)));
+        metrics_.request(route, status, ms / 1000.0, audio_seconds);
         if (o_.log_requests)
             std::fprintf(stderr, "qasr serve: %s %s %s %d %.1f ms: %s\n", req.remote_addr.c_str(), req.method.c_str(),
-                         req.path.c_str(), res.status, ms, what.c_str());
+                         req.path.c_str(), status, ms, what.c_str());
+        return ms;
+    }
+
+    void log(const httplib::Request& req, httplib::Response& res, std::chrono::steady_clock::time_point t0,
+             const std::string& what, double audio_seconds = 0) {
+        const double ms = record(req, res.status, t0, what, audio_seconds);
+        res.set_header("X-Processing-Ms", std::to_string(int64_t(ms)));
     }
 
     const Transcriber& t_;

@@ -24,7 +24,7 @@ Session::Session(std::shared_ptr<const Model> model)
       decoder_(model_->weights.dec, model_->hp.text) {}
 
 Tensor Session::mel(const std::vector<float>& audio, size_t min_samples) const {
-    Tensor m = model_->mel.compute(audio, min_samples, st_.abort ? &st_.abort : nullptr);
+    Tensor m = model_->mel.compute(audio, min_samples, stop_hook());
     if (m.size() == 0) cancelled(); // stopped between blocks of frames
     return m;
 }
@@ -34,7 +34,7 @@ Tensor Session::encode(const Tensor& mel, const TapFn* tap) const {
         if (tap) fail("session", "tap points are only available on the CPU path");
         return accel_->encode(mel);
     }
-    Tensor rows = encode_audio(model_->weights.enc, model_->hp.audio, mel, tap, st_.abort ? &st_.abort : nullptr);
+    Tensor rows = encode_audio(model_->weights.enc, model_->hp.audio, mel, tap, stop_hook());
     if (rows.size() == 0) cancelled(); // the pass stopped between layers
     return rows;
 }
@@ -86,7 +86,7 @@ Tensor Session::prefill(const Prompt& p, const Tensor& audio_rows, bool all_logi
     if (p.n_audio)
         std::memcpy(x.ptr() + p.audio_begin * D, audio_rows.ptr(), size_t(p.n_audio * D) * sizeof(float));
     if (tap) (*tap)("dec_in", x);
-    Tensor h = decoder_.forward(std::move(x), cache_, tap, st_.abort ? &st_.abort : nullptr);
+    Tensor h = decoder_.forward(std::move(x), cache_, tap, stop_hook());
     if (h.size() == 0) cancelled(); // the pass stopped between layers
     if (all_logits) return decoder_.logits(h);
     Tensor last({1, D});

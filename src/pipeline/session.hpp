@@ -75,6 +75,8 @@ public:
 
 private:
     [[noreturn]] static void cancelled();
+    // TranscribeOptions::abort as the model code's between-layers stop hook (null: none)
+    const std::function<bool()>* stop_hook() const { return st_.abort ? &st_.abort : nullptr; }
     // Host KV caches of `sessions` sessions of up to `positions` positions each must fit in the memory available
     // (core/memory.hpp): Linux would kill the process when an arena too large is touched rather than fail its
     // allocation. Throws OutOfMemory saying what to change. CPU sessions only.
