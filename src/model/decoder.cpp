@@ -193,6 +193,11 @@ Decoder::Decoder(const DecoderW& w, const TextHParams& hp) : w_(w), hp_(hp) {
         inv_freq_[size_t(i)] = float(1.0 / std::pow(hp.rope_theta, double(2 * i) / double(hp.head_dim)));
 }
 
+void Decoder::reserve(KvCache& cache, int64_t positions) const {
+    if (cache.k.size() != w_.layers.size()) cache.reset(w_.layers.size());
+    cache.reserve(positions, hp_.n_kv_heads, hp_.head_dim, kv_cache_bf16(w_.bf16_compute));
+}
+
 Tensor Decoder::embed(const std::vector<int>& ids) const {
     const int64_t D = hp_.hidden;
     Tensor x({int64_t(ids.size()), D});
@@ -213,8 +218,7 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const std::f
         return x;
     }
     ops::Bf16GemmScope precision(w_.bf16_compute);
-    if (cache.k.size() != w_.layers.size()) cache.reset(w_.layers.size());
-    cache.reserve(past + n, Hkv, hd, kv_cache_bf16(w_.bf16_compute));
+    reserve(cache, past + n);
     std::vector<float> cs(size_t(n * hd)); // RoPE angles of these positions, shared by every layer
     ops::rope_table(n, hd, past, inv_freq_.data(), cs.data());
     // Activations: per-thread buffers reused by every layer and every pass (the products write their outputs whole,

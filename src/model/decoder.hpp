@@ -57,6 +57,10 @@ public:
     // counted) and an empty tensor is returned.
     Tensor forward(Tensor x, KvCache& cache, const TapFn* tap = nullptr,
                    const std::function<bool()>* stop = nullptr) const;
+    // Room in `cache` for `positions` positions of this model (kept: those it holds). A request that reserves its
+    // prompt and the decoding it expects up front spares the arena a growth (a copy of every position, and both
+    // arenas mapped at once) when its decoding starts; untouched room costs address space, not memory.
+    void reserve(KvCache& cache, int64_t positions) const;
     // One decode step of B independent sequences: x [B, D] (row b embedded at position caches[b]->len), each
     // appended to its own cache; returns the final-normed hidden states [B, D], row b bit for bit what forward()
     // gives that sequence alone (ops::decode_step_batch).

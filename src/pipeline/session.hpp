@@ -28,6 +28,7 @@ public:
     Tensor prefill(const Prompt& p, const Tensor& audio_rows, bool all_logits = false, const TapFn* tap = nullptr);
     Tensor step(int token); // logits [1, V] of the next position
     int64_t cache_len() const { return cache_.len; }
+    int64_t cache_capacity() const { return cache_.cap; } // positions the KV arena has room for (CPU)
     // TranscribeOptions::abort of the request begun: throws qasr::Cancelled once it returns true. run() and the
     // phases below ask it before each stage and step; a CPU encoder or prefill pass asks it between layers.
     void check_abort() const;

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 #include "pipeline/segments.hpp"
+#include "pipeline/session.hpp"
 #include "qasr/qasr.hpp"
 
 #include <gtest/gtest.h>
@@ -568,6 +569,41 @@ TEST(DemoModel, KvCacheThatCannotFitIsRefused) {
     }
     ::unsetenv("QASR_MEMORY_LIMIT");
     EXPECT_EQ(t.transcribe_file(clip, beams).text, searched.text);
+}
+
+// The KV cache is given room for the prompt and the decoding expected before the prefill: it does not grow (a copy
+// of every position, with both arenas held at once) while a transcription decodes, nor during a fixed-length decode
+// of max_new_tokens past the first arena's headroom.
+TEST(DemoModel, KvCacheDoesNotGrowWhileDecoding) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const qasr::Transcriber t = qasr::Transcriber::load(dir);
+    const std::vector<float> audio = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
+    for (const int fixed : {0, 400}) {
+        qasr::Session s(t.impl().model);
+        qasr::TranscribeOptions o;
+        o.decode.ignore_eos = fixed > 0;
+        o.decode.max_new_tokens = fixed;
+        std::vector<int64_t> caps; // the arena's capacity at every ask of abort: before each stage and decode step
+        o.abort = [&] {
+            caps.push_back(s.cache_capacity());
+            return false;
+        };
+        const qasr::TranscriptionResult r = s.run(audio, o);
+        ASSERT_FALSE(r.tokens.empty());
+        if (fixed) {
+            ASSERT_EQ(r.tokens.size(), size_t(fixed));
+        }
+        const int64_t used = r.n_prompt_tokens + int64_t(r.tokens.size());
+        EXPECT_GE(s.cache_capacity(), used);
+        // every ask after the prefill saw the arena the request ends with
+        ASSERT_GE(caps.size(), r.tokens.size());
+        const size_t first = caps.size() - r.tokens.size();
+        for (size_t i = first; i < caps.size(); ++i) {
+            ASSERT_EQ(caps[i], s.cache_capacity())
+                << "the KV cache grew before token " << i - first << " of " << r.tokens.size() << " (fixed length " << fixed << ")";
+        }
+    }
 }
 
 // TranscribeOptions::on_text: the deltas come while decoding (before transcribe returns, one per token or so) and
