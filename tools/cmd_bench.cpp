@@ -444,7 +444,10 @@ int cmd_bench(int argc, char** argv) {
                         {"decode_bw_fraction", dram > 0 ? dec_gbps / dram : 0.0},
                         {"matvec_ms_per_token", mv_ms},
                         {"matvec_GBps", mv_ms > 0 ? double(bytes_tok) / (mv_ms / 1000.0) / 1e9 : 0.0},
-                        {"peak_rss_MB", rss_mb}};
+                        {"peak_rss_MB", rss_mb},
+                        // device memory the idle pooled sessions keep after the runs (KV caches, prefill and encoder
+                        // scratch; a session over the pool limit is freed instead)
+                        {"device_pooled_MB", model->device ? double(model->device->pooled_bytes()) / 1048576.0 : 0.0}};
     if (clients > 1) j["clients"] = cj;
     if (!bj.is_null()) j["clients_batched"] = bj;
     if (!json_only)

@@ -31,6 +31,10 @@ public:
     // those rows. A prefill_resident() without a preceding encode_audio_resident() is an error.
     virtual int64_t encode_audio_resident(const std::vector<float>& audio, size_t min_samples, double* mel_ms) = 0;
     virtual void prefill_resident(const std::vector<int>& ids, int64_t audio_begin) = 0;
+    // Before a request's prefill: room in the KV cache for `positions` positions (its prompt and the decoding ahead;
+    // greedy() needs room for every token it may take), made while the cache holds nothing to copy. The positions
+    // held are dropped.
+    virtual void reserve_kv(int64_t positions) { (void)positions; }
     // One decode step for `token` at the next position; its logits [1, V] on the host.
     virtual Tensor step(int token) = 0;
     // Greedy decoding from the state prefill() left. The argmax (and the chosen token's log-probability) is
@@ -99,7 +103,12 @@ public:
     virtual ~DeviceContext() = default;
     // A session's device state (scratch, KV cache, stream, cuBLAS handle, captured graph) comes from a pool:
     // sessions returned by a finished request are reused, so warm-up keeps them built.
+    // A session that ends holding more device memory in its length-dependent buffers (KV cache, prefill and encoder
+    // scratch) than the pool limit (QASR_CUDA_POOL_LIMIT_MB, default 2048: a request of ~4 minutes) is freed
+    // instead; and an allocation that fails frees the idle ones before it gives up.
     virtual std::unique_ptr<DeviceSession> open() const = 0;
+    // Device memory the idle pooled sessions hold in their length-dependent buffers.
+    virtual size_t pooled_bytes() const { return 0; }
     virtual std::string name() const = 0;        // e.g. "cuda:0 (NVIDIA H200, sm_90)"
     virtual size_t weight_bytes() const = 0;     // device memory taken by the weights
     // A batched greedy step over this context's sessions (up to max_batch rows); null where the backend has none.

@@ -237,12 +237,16 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     r.n_prompt_tokens = int(p.ids.size());
     r.n_audio_tokens = int(p.n_audio);
     st_.cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
-    if (!accel_) {
-        // The KV cache gets room for the prompt and the decoding expected (a transcript takes fewer tokens than
-        // half the audio's rows), so that it rarely grows mid-decode: a growth copies every position and holds both
-        // arenas at once (a 605 s piece of the 0.6B model peaked at 3.9 GB RSS with it, 2.5 GB without)
-        const int64_t expected = d.ignore_eos ? st_.cap : std::min<int64_t>(st_.cap, opts.language_only ? 16 : p.n_audio / 2 + 64);
-        const int64_t positions = int64_t(p.ids.size()) + expected;
+    // The KV cache gets room for the prompt and the decoding ahead before the prefill, so that it does not grow
+    // mid-decode (a growth copies every position and holds both caches at once: a 605 s piece of the 0.6B model on
+    // the CPU peaked at 3.9 GB RSS with it, 2.5 GB without). A transcript takes fewer tokens than half the audio's
+    // rows; a device's greedy loop needs room for the token cap (its captured step cannot move the cache).
+    const int64_t cap = int64_t(st_.cap) + 1;
+    const int64_t ahead = d.ignore_eos || device_greedy ? cap : std::min<int64_t>(cap, opts.language_only ? 16 : p.n_audio / 2 + 64);
+    const int64_t positions = int64_t(p.ids.size()) + ahead;
+    if (accel_) {
+        accel_->reserve_kv(positions);
+    } else {
         check_kv_memory(positions, 1, "the prompt");
         decoder_.reserve(cache_, positions);
     }

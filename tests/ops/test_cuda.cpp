@@ -376,7 +376,7 @@ TEST(Cuda, LogMelOnTheDeviceMatchesTheCpuFrontEnd) {
 
 TEST(Cuda, OutOfMemoryIsAnErrorAndTheProcessGoesOn) {
     NEED_GPU();
-    EXPECT_THROW(Buffer(size_t(1) << 50), qasr::Error);
+    EXPECT_THROW(Buffer(size_t(1) << 50), qasr::OutOfMemory);
     const std::vector<float> x{1, 2, 3};
     Dev ok(x);
     EXPECT_EQ(host(ok, 3)[2], 3.0f);

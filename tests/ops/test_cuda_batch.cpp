@@ -408,3 +408,63 @@ TEST(Cuda, AbortStopsTheDeviceLoopsAndTheNextRequestIsAlike) {
         }
     }
 }
+
+// Device memory between requests: a session that ends holding more than the pool limit in its length-dependent
+// buffers (QASR_CUDA_POOL_LIMIT_MB) is freed rather than pooled, and an allocation that finds the device full frees
+// the idle pooled sessions before it gives up (qasr::OutOfMemory when even that is not enough). The requests after
+// either give the tokens they gave before.
+TEST(Cuda, LongRequestsLeaveThePoolAndIdleSessionsYieldToAnAllocation) {
+    NEED_GPU();
+    const std::string tiny = random_checkpoint_dir("tiny", 1, tokenizer_dir());
+    const std::vector<float> short_audio = randv(16000 * 4, 41, 0.1f), long_audio = randv(16000 * 300, 42, 0.1f);
+    TranscribeOptions o;
+    o.itn = false;
+    o.decode.max_new_tokens = 32;
+    o.decode.repetition_limit = 0;
+    TranscribeOptions ol = o; // a long request: room for its token cap is reserved on the device (~100 MB of KV
+    ol.decode.max_new_tokens = 100000; // cache here); it is cancelled after 64 tokens (random weights write no EOS)
+    int asked = 0;
+    ol.abort = [&asked] { return ++asked > 64; };
+    const auto run_long = [&](const Transcriber& t) {
+        asked = 0;
+        EXPECT_THROW(t.transcribe(long_audio, ol), Cancelled);
+    };
+    const auto ids = [](const TranscriptionResult& r) {
+        std::vector<int> v;
+        for (const auto& t : r.tokens) v.push_back(t.id);
+        return v;
+    };
+    LoadOptions lo;
+    lo.device = "cuda";
+    ::setenv("QASR_CUDA_POOL_LIMIT_MB", "16", 1);
+    const Transcriber limited = Transcriber::load(tiny, lo);
+    ::unsetenv("QASR_CUDA_POOL_LIMIT_MB");
+    const DeviceContext& dev = *limited.impl().model->device;
+    const auto first = limited.transcribe(short_audio, o);
+    ASSERT_EQ(first.tokens.size(), 32u);
+    const size_t held = dev.pooled_bytes();
+    EXPECT_GT(held, 0u);
+    EXPECT_LE(held, size_t(16) << 20) << "a short request's session is pooled";
+    run_long(limited);
+    EXPECT_EQ(dev.pooled_bytes(), 0u) << "the long request's session was kept";
+    EXPECT_EQ(ids(limited.transcribe(short_audio, o)), ids(first));
+    EXPECT_GT(dev.pooled_bytes(), 0u);
+    EXPECT_LE(dev.pooled_bytes(), size_t(16) << 20);
+
+    const Transcriber t = Transcriber::load(tiny, lo); // the default limit: the long request's session is pooled
+    const DeviceContext& dev2 = *t.impl().model->device;
+    run_long(t);
+    const size_t pooled = dev2.pooled_bytes();
+    ASSERT_GT(pooled, size_t(100) << 20);
+    size_t free_b = 0, total_b = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+    Buffer hog(free_b - (size_t(64) << 20)); // the device all but full
+    ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+    ASSERT_LT(free_b + (size_t(16) << 20), pooled) << "the test needs the pooled session to hold more than is free";
+    Buffer more(free_b + (size_t(16) << 20)); // fits only once the idle session is freed
+    EXPECT_EQ(dev2.pooled_bytes(), 0u);
+    EXPECT_THROW(Buffer too_big(total_b), OutOfMemory); // more than the device has: the type a server answers 503 to
+    more.reset();
+    hog.reset();
+    EXPECT_EQ(ids(t.transcribe(short_audio, o)), ids(first));
+}

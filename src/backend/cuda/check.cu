@@ -25,6 +25,7 @@ void throw_cuda(cudaError_t e, const char* stmt, const char* file, int line) {
         if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
             msg += "; out of device memory: " + std::to_string(free_b >> 20) + " MiB free of " +
                    std::to_string(total_b >> 20) + " MiB";
+        throw OutOfMemory("cuda", msg);
     }
     fail("cuda", msg);
 }
@@ -38,13 +39,19 @@ void Buffer::alloc(size_t bytes) {
     reset();
     if (bytes == 0) return;
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) { // idle pooled sessions' memory first, then once more
+        cudaGetLastError();
+        if (release_idle_sessions() > 0) e = cudaMalloc(&p, bytes);
+    }
     if (e != cudaSuccess) {
         cudaGetLastError();
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
-        fail("cuda", "cudaMalloc of " + std::to_string(bytes >> 20) + " MiB failed: " + cudaGetErrorString(e) + " (" +
-                         std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) + " MiB)");
+        const std::string msg = "cudaMalloc of " + std::to_string(bytes >> 20) + " MiB failed: " + cudaGetErrorString(e) +
+                                " (" + std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) + " MiB)";
+        if (e == cudaErrorMemoryAllocation) throw OutOfMemory("cuda", msg);
+        fail("cuda", msg);
     }
     p_ = p;
     n_ = bytes;

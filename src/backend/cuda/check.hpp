@@ -19,7 +19,11 @@ inline void check(cublasStatus_t s, const char* stmt, const char* file, int line
     if (s != CUBLAS_STATUS_SUCCESS) throw_cublas(s, stmt, file, line);
 }
 
-// Device memory owned by one object (moved, never copied).
+// Frees every CUDA context's idle pooled sessions and batches, all their device memory (cuda_session.cu); returns
+// how many it freed. A failed allocation asks for it once before it gives up.
+size_t release_idle_sessions();
+
+// Device memory owned by one object (moved, never copied). Out of memory: qasr::OutOfMemory.
 class Buffer {
 public:
     Buffer() = default;

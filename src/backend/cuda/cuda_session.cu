@@ -111,9 +111,24 @@ void CudaSession::ensure_kv(int64_t need) {
             QASR_CUDA(cudaMemcpyAsync(nk.as<float>() + (2 * l + kv) * size_t(ncap * kvrow_),
                                       kv_.as<float>() + (2 * l + kv) * size_t(cap_ * kvrow_),
                                       size_t(len_ * kvrow_) * 4, cudaMemcpyDeviceToDevice, s_));
-    QASR_CUDA(cudaStreamSynchronize(s_));
+    if (len_ > 0) QASR_CUDA(cudaStreamSynchronize(s_));
     kv_ = std::move(nk);
     cap_ = ncap;
+}
+
+void CudaSession::reserve_kv(int64_t positions) {
+    join_capture(); // the recording thread reads the buffers ensure_kv may move
+    QASR_CUDA(cudaSetDevice(w_.ordinal));
+    len_ = 0;
+    ensure_kv(positions);
+}
+
+size_t CudaSession::scaling_bytes() const {
+    size_t n = 0;
+    for (const Buffer* b : {&kv_, &px_, &pbf_, &pqkv_, &pq_, &po_, &pgu_, &plog_, &emel_, &ecols_, &ea_, &eb_, &eflat_,
+                            &eco_, &ex_, &ebf_, &eqkv_, &eatt_, &eu_, &eout_, &plog_screen_, &mwork_, &maudio_})
+        n += b->size();
+    return n;
 }
 
 Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) {
@@ -602,15 +617,40 @@ public:
         w_ = DeviceWeights::upload(m, ordinal);
         const char* pdl = std::getenv("QASR_CUDA_PDL");
         set_pdl(!(pdl && std::string(pdl) == "0"));
+        if (const char* e = std::getenv("QASR_CUDA_POOL_LIMIT_MB"); e && *e) {
+            char* end = nullptr;
+            const unsigned long long mb = std::strtoull(e, &end, 10);
+            if (*end || mb > (1ull << 30)) fail("cuda", std::string("QASR_CUDA_POOL_LIMIT_MB=") + e + ": expected a number of MiB");
+            pool_limit_ = size_t(mb) << 20;
+        }
     }
     std::unique_ptr<DeviceSession> open() const override;
     std::unique_ptr<DeviceBatch> open_batch(int max_batch) const override;
     std::string name() const override { return name_; }
     size_t weight_bytes() const override { return w_->bytes; }
 
+    // A session over the pool limit is freed here (a long request's KV cache and scratch are not kept for the next)
     void give_back(std::unique_ptr<CudaSession> s) const {
+        if (s->scaling_bytes() > pool_limit_) return;
         std::lock_guard<std::mutex> lk(mu_);
         pool_.push_back(std::move(s));
+    }
+    size_t pooled_bytes() const override {
+        std::lock_guard<std::mutex> lk(mu_);
+        size_t n = 0;
+        for (const auto& s : pool_) n += s->scaling_bytes();
+        return n;
+    }
+    // Frees the idle sessions and batches (outside the lock); returns how many.
+    size_t release_idle() const {
+        std::vector<std::unique_ptr<CudaSession>> s;
+        std::vector<std::unique_ptr<DeviceBatch>> b;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            s.swap(pool_);
+            b.swap(batch_pool_);
+        }
+        return s.size() + b.size();
     }
 
 private:
@@ -621,6 +661,7 @@ private:
     mutable std::mutex mu_;
     mutable std::vector<std::unique_ptr<CudaSession>> pool_;
     mutable std::vector<std::unique_ptr<DeviceBatch>> batch_pool_; // given back by PooledBatch
+    size_t pool_limit_ = size_t(2048) << 20;
 
     friend class PooledBatch;
 };
@@ -668,6 +709,7 @@ public:
         return s_->encode_audio_resident(a, min_samples, mel_ms);
     }
     void prefill_resident(const std::vector<int>& ids, int64_t b) override { s_->prefill_resident(ids, b); }
+    void reserve_kv(int64_t positions) override { s_->reserve_kv(positions); }
     Tensor step(int token) override { return s_->step(token); }
     void greedy(int n, const std::function<bool(int, float)>& take) override { s_->greedy(n, take); }
     Tensor encode_stem(const Tensor& mel) override { return s_->encode_stem(mel); }
@@ -716,13 +758,41 @@ std::unique_ptr<DeviceSession> CudaContext::open() const {
     return std::make_unique<Pooled>(shared_from_this(), std::move(s));
 }
 
+// The live contexts, for release_idle_sessions()
+struct Contexts {
+    std::mutex mu;
+    std::vector<std::weak_ptr<const CudaContext>> all;
+};
+Contexts& contexts() {
+    static Contexts* c = new Contexts; // never destroyed: contexts may end during static destruction
+    return *c;
+}
+
 } // namespace
+
+size_t release_idle_sessions() {
+    std::vector<std::shared_ptr<const CudaContext>> live;
+    {
+        Contexts& c = contexts();
+        std::lock_guard<std::mutex> lk(c.mu);
+        for (const auto& w : c.all)
+            if (auto p = w.lock()) live.push_back(std::move(p));
+    }
+    size_t n = 0;
+    for (const auto& ctx : live) n += ctx->release_idle();
+    return n;
+}
 
 std::shared_ptr<const DeviceContext> open_context(const Model& model, int ordinal) {
     const int n = device_count();
     if (n == 0) fail("cuda", "no CUDA device found (is the NVIDIA driver installed?)");
     if (ordinal >= n) fail("cuda", "cuda:" + std::to_string(ordinal) + " requested but only " + std::to_string(n) + " device(s) present");
-    return std::make_shared<CudaContext>(model, ordinal);
+    auto ctx = std::make_shared<CudaContext>(model, ordinal);
+    Contexts& c = contexts();
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.all.erase(std::remove_if(c.all.begin(), c.all.end(), [](const auto& w) { return w.expired(); }), c.all.end());
+    c.all.push_back(ctx);
+    return ctx;
 }
 
 } // namespace qasr::cuda

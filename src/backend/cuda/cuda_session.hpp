@@ -179,6 +179,10 @@ public:
     Tensor prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) override;
     int64_t encode_audio_resident(const std::vector<float>& audio, size_t min_samples, double* mel_ms) override;
     void prefill_resident(const std::vector<int>& ids, int64_t audio_begin) override;
+    void reserve_kv(int64_t positions) override;
+    // Device memory in the buffers that grow with a request's length (KV cache, prefill and encoder scratch): what
+    // the pool weighs against its limit.
+    size_t scaling_bytes() const;
     Tensor step(int token) override;
     void greedy(int max_tokens, const std::function<bool(int, float)>& take) override;
     Tensor encode_stem(const Tensor& mel) override;
