@@ -596,6 +596,29 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     EXPECT_EQ(sg.run(std::vector<float>(300, 0.0f), g).finish, FinishReason::Empty);
 }
 
+// The conv stem runs its chunks in groups (CudaSession::kStemGroup, which bounds its scratch on the device): audio of
+// two full groups and a short last chunk gives the CPU encoder's rows, every group's as close as one group's.
+TEST(Cuda, LongAudioStemInChunkGroupsMatchesCpu) {
+    NEED_GPU();
+    const std::string tok_dir = tokenizer_dir();
+    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
+        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
+    const std::string dir = random_checkpoint_dir("tiny", 1, tok_dir);
+    const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
+    Session sc(cpu), sg(gpu);
+    const Tensor mel = sc.mel(randv(16000 * 75 + 4800, 18, 0.1f), 8000); // 7530 frames: 76 chunks
+    const int64_t per_chunk = audio_token_count(cpu->hp.audio.chunk_frames(), cpu->hp.audio);
+    const int64_t group = 32 * per_chunk; // rows of CudaSession::kStemGroup chunks
+    const Tensor rc = sc.encode(mel), rg = sg.encode(mel);
+    ASSERT_EQ(rc.shape, rg.shape);
+    ASSERT_GT(rc.rows(), 2 * group);
+    for (int64_t r0 = 0; r0 < rc.rows(); r0 += group) { // group by group
+        const int64_t r1 = std::min(rc.rows(), r0 + group);
+        const std::vector<float> c(rc.row(r0), rc.row(0) + r1 * rc.cols()), g(rg.row(r0), rg.row(0) + r1 * rg.cols());
+        EXPECT_LT(rel_l2(g, c), 2e-2) << "rows " << r0 << ".." << r1;
+    }
+}
+
 int main(int argc, char** argv) {
     if (cuda_device_count() == 0) {
         std::printf("SKIP: no CUDA device or driver here; the CUDA tests run on a GPU machine (docs/benchmarks.md)\n");

@@ -108,23 +108,30 @@ int CudaSession::stem_device(const float* d_mel, int T, int* window_out) {
     int window = 0;
     const int A = stem_rows(T, &window);
 
-    const size_t p1 = size_t(C) * H1 * W1, p2 = size_t(C) * H2 * W2, p3 = size_t(C) * H3 * W3;
-    ecols_.ensure(std::max({p1 * 16, p2 * Ch * 9, p3 * Ch * 9, size_t(C) * W3 * Ch * H3}) * 2);
+    // The chunks pass the stem kStemGroup at a time: a chunk's columns and activations take ~15 MB (a 605 s request's
+    // stem at once held ~9 GB on the device); a group's products keep tens of thousands of rows.
+    const int G = std::min(C, kStemGroup);
+    const size_t p1 = size_t(G) * H1 * W1, p2 = size_t(G) * H2 * W2, p3 = size_t(G) * H3 * W3;
+    ecols_.ensure(std::max({p1 * 16, p2 * Ch * 9, p3 * Ch * 9, size_t(G) * W3 * Ch * H3}) * 2);
     ea_.ensure(p1 * Ch * 4);
     eb_.ensure(p2 * Ch * 4);
-    bf16* cols = ecols_.as<bf16>();
-    im2col_mel(d_mel, n_mels, T, cf, C, 16, cols, qs_);
-    gemm_->run(cols, int(p1), 16, w_.conv1_w, Ch, ea_.as<float>(), 0.0f, qs_);
-    bias_act(ea_.as<float>(), int(p1), Ch, w_.conv1_b, true, nullptr, qs_);
-    im2col(ea_.as<float>(), C, H1, W1, Ch, cols, qs_);
-    gemm_->run(cols, int(p2), Ch * 9, w_.conv2_w, Ch, eb_.as<float>(), 0.0f, qs_);
-    bias_act(eb_.as<float>(), int(p2), Ch, w_.conv2_b, true, nullptr, qs_);
-    im2col(eb_.as<float>(), C, H2, W2, Ch, cols, qs_);
-    gemm_->run(cols, int(p3), Ch * 9, w_.conv3_w, Ch, ea_.as<float>(), 0.0f, qs_);
-    bias_act(ea_.as<float>(), int(p3), Ch, w_.conv3_b, true, nullptr, qs_);
-    flatten_stem(ea_.as<float>(), C, H3, W3, Ch, cols, qs_);
     eco_.ensure(size_t(C) * W3 * d * 4);
-    gemm_w(cols, C * W3, w_.conv_out, eco_.as<float>(), 0.0f);
+    bf16* cols = ecols_.as<bf16>();
+    for (int c0 = 0; c0 < C; c0 += G) {
+        const int n = std::min(G, C - c0);
+        const int q1 = n * H1 * W1, q2 = n * H2 * W2, q3 = n * H3 * W3;
+        im2col_mel(d_mel + size_t(c0) * cf, n_mels, T, T - c0 * cf, cf, n, 16, cols, qs_);
+        gemm_->run(cols, q1, 16, w_.conv1_w, Ch, ea_.as<float>(), 0.0f, qs_);
+        bias_act(ea_.as<float>(), q1, Ch, w_.conv1_b, true, nullptr, qs_);
+        im2col(ea_.as<float>(), n, H1, W1, Ch, cols, qs_);
+        gemm_->run(cols, q2, Ch * 9, w_.conv2_w, Ch, eb_.as<float>(), 0.0f, qs_);
+        bias_act(eb_.as<float>(), q2, Ch, w_.conv2_b, true, nullptr, qs_);
+        im2col(eb_.as<float>(), n, H2, W2, Ch, cols, qs_);
+        gemm_->run(cols, q3, Ch * 9, w_.conv3_w, Ch, ea_.as<float>(), 0.0f, qs_);
+        bias_act(ea_.as<float>(), q3, Ch, w_.conv3_b, true, nullptr, qs_);
+        flatten_stem(ea_.as<float>(), n, H3, W3, Ch, cols, qs_);
+        gemm_w(cols, n * W3, w_.conv_out, eco_.as<float>() + size_t(c0) * W3 * d, 0.0f);
+    }
     ex_.ensure(size_t(A) * d * 4);
     float* x = ex_.as<float>();
     add_pe(eco_.as<float>(), A, d, W3, w_.pe, x, qs_);

@@ -259,6 +259,7 @@ private:
     void gemm_w(const bf16* A, int M, const DMat& W, float* C, float beta);
     Tensor encode_device(const float* d_mel, int T); // mel [n_mels, T] already on the device
     int stem_device(const float* d_mel, int T, int* window); // conv stem of every chunk → ex_ rows; returns A
+    static constexpr int kStemGroup = 32; // chunks through the conv stem at once (stem_device)
     Tensor encode_layers(int A, int window);         // stem rows [A, d] in ex_ → projector rows on the host
     void queue_layers(int A, int window);            // the same, the projector rows left in eout_ [A, D]
     // log-mel → emel_; wait: mel_ms is the front end's time on the device (else the time to queue it)

@@ -14,7 +14,7 @@ namespace {
 
 using namespace detail;
 
-__global__ void k_im2col_mel(const float* mel, int n_mels, int T, int cf, int C, int kpad, bf16* out) {
+__global__ void k_im2col_mel(const float* mel, int n_mels, int ld, int T, int cf, int C, int kpad, bf16* out) {
     const int Ho = (n_mels + 1) / 2, Wo = (cf + 1) / 2;
     const int64_t total = int64_t(C) * Ho * Wo * kpad;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -25,7 +25,7 @@ __global__ void k_im2col_mel(const float* mel, int n_mels, int T, int cf, int C,
         if (col < 9) {
             const int h = 2 * ho + col / 3 - 1, w = 2 * wo + col % 3 - 1;
             const int t = c * cf + w;
-            if (h >= 0 && h < n_mels && w >= 0 && w < cf && t < T) v = mel[int64_t(h) * T + t];
+            if (h >= 0 && h < n_mels && w >= 0 && w < cf && t < T) v = mel[int64_t(h) * ld + t];
         }
         out[i] = __float2bfloat16(v);
     }
@@ -171,9 +171,9 @@ size_t log_mel_work_bytes(int T, int n_mels) {
     return size_t(T) * (400 + 402 + 201 + size_t(n_mels)) * 8 + size_t(T) * size_t(n_mels) * 4 + 256 * 4;
 }
 
-void im2col_mel(const float* mel, int n_mels, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s) {
+void im2col_mel(const float* mel, int n_mels, int ld, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s) {
     const int64_t total = int64_t(C) * ((n_mels + 1) / 2) * ((cf + 1) / 2) * kpad;
-    k_im2col_mel<<<grid_for(total), 256, 0, s>>>(mel, n_mels, T, cf, C, kpad, out);
+    k_im2col_mel<<<grid_for(total), 256, 0, s>>>(mel, n_mels, ld, T, cf, C, kpad, out);
     QASR_CUDA_LAUNCHED();
 }
 

@@ -244,9 +244,10 @@ size_t log_mel_work_bytes(int T, int n_mels);
 // The DFT basis for log_mel (host): [400, 402], columns 2k and 2k+1 = cos and −sin of 2πjk/400.
 std::vector<double> mel_dft_basis();
 
-// Conv stem (3×3, stride 2, padding 1) as im2col + GEMM. Chunk c of the mel [n_mels, T]: frames [c·cf, c·cf+cf)
-// zero-padded past T. Columns ordered (cin, kh, kw) like OIHW weights; kpad ≥ cin·9 columns (zeros beyond).
-void im2col_mel(const float* mel, int n_mels, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s);
+// Conv stem (3×3, stride 2, padding 1) as im2col + GEMM. Chunk c of the mel [n_mels, T] (rows ld apart): frames
+// [c·cf, c·cf+cf) zero-padded past T. Columns ordered (cin, kh, kw) like OIHW weights; kpad ≥ cin·9 columns (zeros
+// beyond).
+void im2col_mel(const float* mel, int n_mels, int ld, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s);
 // in [C, H, W, Ch] → out [C·⌈H/2⌉·⌈W/2⌉, Ch·9]
 void im2col(const float* in, int C, int H, int W, int Ch, bf16* out, cudaStream_t s);
 // c3 [C, H3, W3, Ch] → out [C·W3, Ch·H3] with column ch·H3 + f (spec §4.3 flatten order)
