@@ -211,12 +211,35 @@ Tensor Decoder::embed(const std::vector<int>& ids) const {
 }
 
 Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const std::function<bool()>* stop) const {
-    const int64_t n = x.rows(), D = hp_.hidden, hd = hp_.head_dim, Hq = hp_.n_heads, Hkv = hp_.n_kv_heads;
-    const int64_t past = cache.len;
+    const int64_t n = x.rows(), D = hp_.hidden;
     if (n == 1 && !tap) { // a decode step: the whole stack as one op (the CPU runs it in one parallel region)
         ops::decode_step(w_, hp_, inv_freq_.data(), x.ptr(), cache);
         return x;
     }
+    if (n <= kRowBlock || tap) return forward_rows(std::move(x), cache, tap, stop);
+    // A long pass (a long piece's prefill) in blocks of rows, each through the whole stack over the cache the blocks
+    // before it filled: the same values row for row, with the activations and the attention's scratch bounded by
+    // the block (a 20-minute piece's 15615 rows at once took ~0.9 GB of activations, and n × keys floats per
+    // thread where attention runs on sgemm), and stop asked after every block's layer
+    const int64_t past = cache.len;
+    reserve(cache, past + n);
+    for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
+        const int64_t rows = std::min(kRowBlock, n - r0);
+        Tensor block({rows, D});
+        std::memcpy(block.ptr(), x.row(r0), size_t(rows * D) * sizeof(float));
+        const Tensor h = forward_rows(std::move(block), cache, nullptr, stop);
+        if (h.size() == 0) {
+            cache.len = past; // the blocks before do not count either
+            return Tensor();
+        }
+        std::memcpy(x.row(r0), h.ptr(), size_t(rows * D) * sizeof(float));
+    }
+    return x;
+}
+
+Tensor Decoder::forward_rows(Tensor x, KvCache& cache, const TapFn* tap, const std::function<bool()>* stop) const {
+    const int64_t n = x.rows(), D = hp_.hidden, hd = hp_.head_dim, Hq = hp_.n_heads, Hkv = hp_.n_kv_heads;
+    const int64_t past = cache.len;
     ops::Bf16GemmScope precision(w_.bf16_compute);
     reserve(cache, past + n);
     std::vector<float> cs(size_t(n * hd)); // RoPE angles of these positions, shared by every layer

@@ -52,9 +52,10 @@ class Decoder {
 public:
     Decoder(const DecoderW& w, const TextHParams& hp);
     // Runs x [n, D] (embedded inputs at positions cache.len …) through the stack, appends to the cache and
-    // returns the final-normed hidden states [n, D]. stop (multi-row passes): asked after each layer; when it
-    // returns true the pass ends there, the cache keeps its length (rows written for the new positions are not
-    // counted) and an empty tensor is returned.
+    // returns the final-normed hidden states [n, D]; more than kRowBlock rows (without taps) go through in blocks.
+    // stop (multi-row passes): asked after each layer (of each block); when it returns true the pass ends there,
+    // the cache keeps its length (rows written for the new positions are not counted) and an empty tensor is
+    // returned.
     Tensor forward(Tensor x, KvCache& cache, const TapFn* tap = nullptr,
                    const std::function<bool()>* stop = nullptr) const;
     // Room in `cache` for `positions` positions of this model (kept: those it holds). A request that reserves its
@@ -74,7 +75,10 @@ public:
     Tensor embed(const std::vector<int>& ids) const;
     const TextHParams& hparams() const { return hp_; }
 
+    static constexpr int64_t kRowBlock = 1024; // forward() runs longer passes in blocks of this many rows
+
 private:
+    Tensor forward_rows(Tensor x, KvCache& cache, const TapFn* tap, const std::function<bool()>* stop) const;
     const DecoderW& w_;
     const TextHParams& hp_;
     std::vector<float> inv_freq_; // [head_dim/2]

@@ -193,7 +193,8 @@ TEST(Cuda, FusedDecodeAttentionMatchesCpu) {
     struct Case { int Hq, Hkv, hd, n, splits; };
     for (const Case c : {Case{4, 2, 64, 1, 16}, Case{4, 2, 64, 5, 16}, Case{16, 8, 128, 37, 16},
                          Case{8, 2, 128, 300, 4}, Case{4, 4, 64, 77, 1}, Case{16, 2, 128, 130, 3},
-                         Case{16, 8, 128, 300, 32}}) {
+                         Case{16, 8, 128, 300, 32},
+                         Case{16, 8, 128, 39681, 16}}) { // the 0.6B/1.7B heads at a 20-minute piece's last token
         SCOPED_TRACE("Hq " + std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) + " hd " + std::to_string(c.hd) +
                      " n " + std::to_string(c.n) + " splits " + std::to_string(c.splits));
         ASSERT_TRUE(decode_attention_supported(c.Hq, c.Hkv, c.hd));

@@ -202,3 +202,72 @@ TEST(Kernels, RowSharesHandOutEveryRowOnce) {
                                                         << " row " << r;
             }
 }
+
+// Decoder::forward over more than kRowBlock rows (a long piece's prefill) runs them block by block through the whole
+// stack: the hidden states and the KV cache equal one pass over all rows (taken when a tap is passed), after a prefix
+// already in the cache — bit for bit on the quantized path (bf16 cache: AMX attention where the CPU has it, head_dim
+// 64), to float32 rounding on the float path (sgemm); the next step alike. A stop asked in the second block ends
+// the pass with the cache at its length before it, and the pass after it is the unstopped one.
+TEST(Kernels, LongPassInRowBlocksEqualsOnePass) {
+    if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
+    const std::string base = testing::TempDir() + "/qasr_blocks_" + std::to_string(::getpid());
+    fs::remove_all(base);
+    write_random_checkpoint(base + "/bf16", "small", "hf", 7, QASR_TOKENIZER_DIR);
+    QuantizeOptions qo;
+    qo.bits = 8;
+    quantize_checkpoint(base + "/bf16", base + "/q8", qo);
+    for (const std::string v : {"bf16", "q8"}) {
+        SCOPED_TRACE(v);
+        const auto m = Model::load(base + "/" + v, "cpu");
+        const Decoder dec(m->weights.dec, m->hp.text);
+        const int64_t D = m->hp.text.hidden, n = 2 * Decoder::kRowBlock + 300;
+        std::mt19937 rng(11);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        const auto rows = [&](int64_t r) {
+            Tensor t({r, D});
+            for (float& x : t.data) x = nd(rng);
+            return t;
+        };
+        const Tensor prefix = rows(37), x = rows(n);
+        const TapFn tap = [](const std::string&, const Tensor&) {}; // a tap: the one-pass path
+        KvCache one, blocks;
+        dec.forward(prefix, one);
+        dec.forward(prefix, blocks);
+        const Tensor h1 = dec.forward(x, one, &tap), h2 = dec.forward(x, blocks);
+        ASSERT_EQ(one.len, 37 + n);
+        ASSERT_EQ(blocks.len, 37 + n);
+        // sgemm (the float path) rounds a row differently with the row count of the product, by an ulp or so: the
+        // float path agrees to float32 rounding (the one pass against another row count does too); the quantized
+        // path's products and attention give every row the same value whatever the count
+        const auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+            double md = 0;
+            for (size_t i = 0; i < a.size(); ++i) md = std::max(md, std::fabs(double(a[i]) - double(b[i])));
+            return md;
+        };
+        const bool exact = m->weights.dec.bf16_compute;
+        if (exact) {
+            EXPECT_TRUE(h1.data == h2.data) << "hidden states differ by " << max_diff(h1.data, h2.data);
+            EXPECT_TRUE(cache_bytes(one) == cache_bytes(blocks)) << "KV caches differ";
+        } else {
+            EXPECT_LT(max_diff(h1.data, h2.data), 1e-5);
+        }
+        const Tensor s1 = dec.forward(dec.embed({5}), one), s2 = dec.forward(dec.embed({5}), blocks);
+        if (exact) {
+            EXPECT_TRUE(s1.data == s2.data);
+        } else {
+            EXPECT_LT(max_diff(s1.data, s2.data), 1e-5);
+        }
+        // stopped in the second block (asked after every layer but the last of each block)
+        const int L = int(m->hp.text.n_layers);
+        KvCache c;
+        dec.forward(prefix, c);
+        int asks = 0;
+        const std::function<bool()> stop = [&] { return ++asks == (L - 1) + 1; };
+        EXPECT_EQ(dec.forward(x, c, nullptr, &stop).size(), 0u);
+        EXPECT_EQ(asks, L); // the first block's asks, then the second block's first
+        EXPECT_EQ(c.len, 37);
+        const Tensor again = dec.forward(x, c);
+        EXPECT_TRUE(again.data == h2.data) << "a pass after the stopped one";
+    }
+    fs::remove_all(base);
+}
