@@ -155,19 +155,23 @@ Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t 
                                            std::to_string(d));
     if (tap) (*tap)("enc_in", x);
     thread_local LayerBufs B;
-    if (!w.layers.empty()) {
-        B.fit(A, d, w.layers[0].fc1.w.rows);
+    // rows of whole windows per block (a long piece's 15600 rows at once took ~0.5 GB of activations)
+    const int64_t block = A > kEncoderRowBlock && !tap && window > 0 ? std::max<int64_t>(1, kEncoderRowBlock / window) * window : A;
+    for (int64_t r0 = 0; r0 < A && !w.layers.empty(); r0 += block) {
+        const int64_t n = std::min(block, A - r0);
+        float* h = x.ptr() + r0 * d;
+        B.fit(n, d, w.layers[0].fc1.w.rows);
         const EncoderLayerW& l0 = w.layers[0];
-        ops::residual_layer_norm_rows(x.ptr(), nullptr, nullptr, B.a.data(), A, d, l0.attn_norm.w.ptr(),
-                                      l0.attn_norm.b.ptr(), 1e-5f);
-    }
-    for (size_t i = 0; i < w.layers.size(); ++i) {
-        const EncoderLayerW* next = i + 1 < w.layers.size() ? &w.layers[i + 1] : nullptr;
-        encoder_layer(w.layers[i], next, x.ptr(), A, d, hp.n_heads, window, B);
-        if (tap) (*tap)("enc_layer." + std::to_string(i), x);
-        if (next && stop && *stop && (*stop)()) {
-            B.trim();
-            return Tensor();
+        ops::residual_layer_norm_rows(h, nullptr, nullptr, B.a.data(), n, d, l0.attn_norm.w.ptr(), l0.attn_norm.b.ptr(),
+                                      1e-5f);
+        for (size_t i = 0; i < w.layers.size(); ++i) {
+            const EncoderLayerW* next = i + 1 < w.layers.size() ? &w.layers[i + 1] : nullptr;
+            encoder_layer(w.layers[i], next, h, n, d, hp.n_heads, window, B);
+            if (tap) (*tap)("enc_layer." + std::to_string(i), x);
+            if ((next || r0 + n < A) && stop && *stop && (*stop)()) {
+                B.trim();
+                return Tensor();
+            }
         }
     }
     B.trim();

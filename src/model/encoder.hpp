@@ -37,8 +37,11 @@ Tensor encode_stem_chunk(const EncoderW& w, const AudioHParams& hp, const float*
 int64_t encoder_window_rows(int64_t n_frames, const AudioHParams& hp);
 
 // Transformer layers, ln_post and projector over packed stem rows x [A, d] → [A, output_dim] (spec §4.5–4.8).
-// Taps: enc_in, enc_layer.i, enc_out, proj_out. stop: asked after each layer but the last; when it returns true
-// the pass ends there and an empty tensor is returned.
+// More than kEncoderRowBlock rows (without taps) go through the layers in blocks of whole attention windows, each
+// block through every layer (no window attends across blocks): the activations stay those of one block.
+// Taps: enc_in, enc_layer.i, enc_out, proj_out. stop: asked after each layer (of each block) but the very last;
+// when it returns true the pass ends there and an empty tensor is returned.
+constexpr int64_t kEncoderRowBlock = 1024;
 Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t window_rows,
                    const TapFn* tap = nullptr, const std::function<bool()>* stop = nullptr);
 

@@ -5,6 +5,7 @@
 // exp) and bit for bit across thread counts. Runs once per forced ISA (Kernels.*).
 #include "backend/cpu/gemv.hpp"
 #include "model/decoder.hpp"
+#include "model/encoder.hpp"
 #include "model/model.hpp"
 #include "model/quantize_checkpoint.hpp"
 #include "model/random_checkpoint.hpp"
@@ -208,14 +209,32 @@ TEST(Kernels, RowSharesHandOutEveryRowOnce) {
 // already in the cache — bit for bit on the quantized path (bf16 cache: AMX attention where the CPU has it, head_dim
 // 64), to float32 rounding on the float path (sgemm); the next step alike. A stop asked in the second block ends
 // the pass with the cache at its length before it, and the pass after it is the unstopped one.
+// The "small" preset (head_dim 64) in bf16 and 8-bit, written once per process.
+static const std::string& small_checkpoints() {
+    static const std::string base = [] {
+        const std::string b = testing::TempDir() + "/qasr_blocks_" + std::to_string(::getpid());
+        fs::remove_all(b);
+        write_random_checkpoint(b + "/bf16", "small", "hf", 7, QASR_TOKENIZER_DIR);
+        QuantizeOptions qo;
+        qo.bits = 8;
+        quantize_checkpoint(b + "/bf16", b + "/q8", qo);
+        return b;
+    }();
+    static const struct Cleanup {
+        ~Cleanup() { fs::remove_all(base); }
+    } cleanup;
+    return base;
+}
+
+static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double md = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) md = std::max(md, std::fabs(double(a[i]) - double(b[i])));
+    return md;
+}
+
 TEST(Kernels, LongPassInRowBlocksEqualsOnePass) {
     if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
-    const std::string base = testing::TempDir() + "/qasr_blocks_" + std::to_string(::getpid());
-    fs::remove_all(base);
-    write_random_checkpoint(base + "/bf16", "small", "hf", 7, QASR_TOKENIZER_DIR);
-    QuantizeOptions qo;
-    qo.bits = 8;
-    quantize_checkpoint(base + "/bf16", base + "/q8", qo);
+    const std::string& base = small_checkpoints();
     for (const std::string v : {"bf16", "q8"}) {
         SCOPED_TRACE(v);
         const auto m = Model::load(base + "/" + v, "cpu");
@@ -239,11 +258,7 @@ TEST(Kernels, LongPassInRowBlocksEqualsOnePass) {
         // sgemm (the float path) rounds a row differently with the row count of the product, by an ulp or so: the
         // float path agrees to float32 rounding (the one pass against another row count does too); the quantized
         // path's products and attention give every row the same value whatever the count
-        const auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
-            double md = 0;
-            for (size_t i = 0; i < a.size(); ++i) md = std::max(md, std::fabs(double(a[i]) - double(b[i])));
-            return md;
-        };
+        const auto& max_diff = max_abs_diff;
         const bool exact = m->weights.dec.bf16_compute;
         if (exact) {
             EXPECT_TRUE(h1.data == h2.data) << "hidden states differ by " << max_diff(h1.data, h2.data);
@@ -269,5 +284,37 @@ TEST(Kernels, LongPassInRowBlocksEqualsOnePass) {
         const Tensor again = dec.forward(x, c);
         EXPECT_TRUE(again.data == h2.data) << "a pass after the stopped one";
     }
-    fs::remove_all(base);
+}
+
+// encode_rows over more than kEncoderRowBlock rows runs blocks of whole attention windows through every layer: the
+// same rows as one pass (taken when a tap is passed) — bit for bit where the encoder's products round to bf16
+// (quantized checkpoints), to float32 rounding on sgemm; a stop asked in the second block ends it.
+TEST(Kernels, LongEncoderPassInWindowBlocksEqualsOnePass) {
+    if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
+    const std::string& base = small_checkpoints();
+    for (const std::string v : {"bf16", "q8"}) {
+        SCOPED_TRACE(v);
+        const auto m = Model::load(base + "/" + v, "cpu");
+        const AudioHParams& hp = m->hp.audio;
+        const int64_t window = encoder_window_rows(hp.chunk_frames(), hp), A = 2 * kEncoderRowBlock + 517;
+        std::mt19937 rng(12);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        Tensor x({A, hp.d_model});
+        for (float& e : x.data) e = nd(rng);
+        const TapFn tap = [](const std::string&, const Tensor&) {};
+        const Tensor one = encode_rows(m->weights.enc, hp, x, window, &tap), blocks = encode_rows(m->weights.enc, hp, x, window);
+        ASSERT_EQ(one.shape, blocks.shape);
+        EXPECT_EQ(m->weights.enc.bf16_compute, v == "q8");
+        if (m->weights.enc.bf16_compute) {
+            EXPECT_TRUE(one.data == blocks.data) << "rows differ by " << max_abs_diff(one.data, blocks.data);
+        } else {
+            EXPECT_LT(max_abs_diff(one.data, blocks.data), 1e-4);
+        }
+        const int L = int(m->weights.enc.layers.size());
+        int asks = 0;
+        const std::function<bool()> stop = [&] { return ++asks == L + 1; }; // the second block's first layer
+        EXPECT_EQ(encode_rows(m->weights.enc, hp, x, window, nullptr, &stop).size(), 0u);
+        EXPECT_EQ(asks, L + 1);
+        EXPECT_TRUE(encode_rows(m->weights.enc, hp, x, window).data == blocks.data);
+    }
 }
