@@ -104,7 +104,7 @@ public:
     // A session's device state (scratch, KV cache, stream, cuBLAS handle, captured graph) comes from a pool:
     // sessions returned by a finished request are reused, so warm-up keeps them built.
     // A session that ends holding more device memory in its length-dependent buffers (KV cache, prefill and encoder
-    // scratch) than the pool limit (QASR_CUDA_POOL_LIMIT_MB, default 2048: a request of ~4 minutes) is freed
+    // scratch) than the pool limit (QASR_CUDA_POOL_LIMIT_MB, default 2048: requests up to 2–3 minutes of audio with the 0.6B model stay) is freed
     // instead; and an allocation that fails frees the idle ones before it gives up.
     virtual std::unique_ptr<DeviceSession> open() const = 0;
     // Device memory the idle pooled sessions hold in their length-dependent buffers.

@@ -223,16 +223,18 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const std::f
     // thread where attention runs on sgemm), and stop asked after every block's layer
     const int64_t past = cache.len;
     reserve(cache, past + n);
+    Tensor block; // one allocation for every block: forward_rows returns its input's storage
     for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, n - r0);
-        Tensor block({rows, D});
+        block.shape = {rows, D};
+        block.data.resize(size_t(rows * D));
         std::memcpy(block.ptr(), x.row(r0), size_t(rows * D) * sizeof(float));
-        const Tensor h = forward_rows(std::move(block), cache, nullptr, stop);
-        if (h.size() == 0) {
+        block = forward_rows(std::move(block), cache, nullptr, stop);
+        if (block.size() == 0) {
             cache.len = past; // the blocks before do not count either
             return Tensor();
         }
-        std::memcpy(x.row(r0), h.ptr(), size_t(rows * D) * sizeof(float));
+        std::memcpy(x.row(r0), block.ptr(), size_t(rows * D) * sizeof(float));
     }
     return x;
 }
