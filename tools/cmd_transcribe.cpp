@@ -66,6 +66,8 @@ options:
   --raw                    print the unparsed model output
   --live                   show the text on stderr as the model writes it (before ITN; a line per input),
                            while standard output gets the transcripts as usual
+  -pp, --print-progress    print each input's progress on stderr in steps of 5 % ("qasr: NAME: progress 35 %";
+                           an estimate: TranscribeOptions::on_progress)
   --no-itn                 do not apply inverse text normalization
   --warmup                 run the warm-up pass after loading (default when several inputs are given: it
                            removes the first-call penalty from all but the warm-up itself)
@@ -137,7 +139,7 @@ int cmd_transcribe(int argc, char** argv) {
     std::vector<std::string> files;
     TranscribeOptions o;
     LoadOptions lo;
-    bool raw = false, quiet = false, live_text = false;
+    bool raw = false, quiet = false, live_text = false, print_progress = false;
     int warm = -1; // -1: warm up when there are several inputs
     while (!a.done()) {
         if (a.flag("-h") || a.flag("--help")) {
@@ -178,6 +180,8 @@ int cmd_transcribe(int argc, char** argv) {
             o.language_only = true;
         } else if (a.flag("--live")) {
             live_text = true;
+        } else if (a.flag("-pp") || a.flag("--print-progress")) {
+            print_progress = true;
         } else if (a.flag("--raw")) {
             raw = true;
         } else if (a.flag("--no-itn")) {
@@ -250,6 +254,8 @@ int cmd_transcribe(int argc, char** argv) {
             shown = true;
         };
     }
+    if (print_progress && live_text)
+        throw std::invalid_argument("--print-progress and --live both write to stderr as the model runs: choose one");
     size_t done = 0;
     double audio_seconds = 0.0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -260,7 +266,15 @@ int cmd_transcribe(int argc, char** argv) {
                 cues = 0;
                 if (format == "vtt") std::cout << "WEBVTT\n" << std::flush;
             }
-            if (files[i] != "-" && !aligner) return t.transcribe_file(files[i], o);
+            TranscribeOptions oi = o;
+            if (print_progress) // one line per 5 % step reached; several inputs at once (--batch) print side by side
+                oi.on_progress = [name = files[i] == "-" ? std::string("stdin") : files[i], shown = -1](float f) mutable {
+                    const int pct = int(f * 100.0f + 1e-4f) / 5 * 5;
+                    if (pct <= shown) return;
+                    shown = pct;
+                    std::fprintf(stderr, "qasr: %s: progress %d %%\n", name.c_str(), pct);
+                };
+            if (files[i] != "-" && !aligner) return t.transcribe_file(files[i], oi);
             std::vector<float> samples;
             if (files[i] != "-") {
                 samples = load_audio_file(files[i]);
@@ -268,7 +282,7 @@ int cmd_transcribe(int argc, char** argv) {
                 std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
                 samples = pcm_s16le_to_float(bytes.data(), bytes.size());
             }
-            TranscriptionResult r = t.transcribe(samples, o);
+            TranscriptionResult r = t.transcribe(samples, oi);
             if (aligner) aligner->add_words(samples, r);
             return r;
         },

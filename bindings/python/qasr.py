@@ -45,6 +45,7 @@ class _LoadParams(ctypes.Structure):
 _SEGMENT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_double, ctypes.c_double, ctypes.c_void_p)
 _ABORT_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _TEXT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p)
+_PROGRESS_CB = ctypes.CFUNCTYPE(None, ctypes.c_float, ctypes.c_void_p)
 
 
 class _TranscribeParams(ctypes.Structure):
@@ -53,7 +54,8 @@ class _TranscribeParams(ctypes.Structure):
                 ("seed", ctypes.c_uint64), ("itn", ctypes.c_int), ("segment_seconds", ctypes.c_double),
                 ("on_segment", _SEGMENT_CB), ("user_data", ctypes.c_void_p), ("language_only", ctypes.c_int),
                 ("aligner", ctypes.c_void_p), ("beam_size", ctypes.c_int), ("length_penalty", ctypes.c_float),
-                ("abort_callback", _ABORT_CB), ("abort_user_data", ctypes.c_void_p), ("on_text", _TEXT_CB)]
+                ("abort_callback", _ABORT_CB), ("abort_user_data", ctypes.c_void_p), ("on_text", _TEXT_CB),
+                ("on_progress", _PROGRESS_CB)]
 
 
 class _StreamParams(ctypes.Structure):
@@ -287,7 +289,8 @@ class Model(_Owned):
                    on_segment: Optional[Callable[[Segment], None]] = None, language_only: bool = False,
                    aligner: Optional["Aligner"] = None, beam_size: int = 1, length_penalty: float = 1.0,
                    abort: Optional[Callable[[], bool]] = None,
-                   on_text: Optional[Callable[[str], None]] = None) -> Result:
+                   on_text: Optional[Callable[[str], None]] = None,
+                   on_progress: Optional[Callable[[float], None]] = None) -> Result:
         """Transcribes a file path, an encoded file's bytes (WAV; with FFmpeg mp3, flac, ogg, m4a ...) or 16 kHz
         mono float samples. segment_seconds > 0 cuts at pauses (pieces of at most that long) for segment times;
         on_segment is called with each segment as its piece is done. language_only identifies the language
@@ -296,7 +299,9 @@ class Model(_Owned):
         length_penalty the exponent of the length its scores are divided by. abort: called before each stage and
         decode step (possibly on another thread); once it returns True the call stops and raises Cancelled (e.g.
         abort=event.is_set for a threading.Event set by a stop button). on_text is called with each delta of the
-        text as the model writes it (they concatenate to the text before inverse text normalization)."""
+        text as the model writes it (they concatenate to the text before inverse text normalization). on_progress
+        is called with the call's progress, a fraction for a progress bar: 0 first, non-decreasing, 1 once at the
+        end (an estimate)."""
         h = self._handle()
         p = _lib.qasr_default_transcribe_params()
         p.language, p.context = _bytes(language), _bytes(context)
@@ -331,7 +336,17 @@ class Model(_Owned):
                 except BaseException as e:  # stops the call (the abort callback below); re-raised after it
                     raised.append(e)
             p.on_text = _TEXT_CB(text_cb)
-        if abort is not None or on_segment is not None or on_text is not None:  # a callback's exception stops the call
+        if on_progress is not None:
+            def progress_cb(fraction, _user):
+                if raised:
+                    return
+                try:
+                    on_progress(float(fraction))
+                except BaseException as e:  # stops the call (the abort callback below); re-raised after it
+                    raised.append(e)
+            p.on_progress = _PROGRESS_CB(progress_cb)
+        if abort is not None or on_segment is not None or on_text is not None or on_progress is not None:
+            # a callback's exception stops the call
             def stop(_user):
                 if raised:
                     return 1

@@ -70,6 +70,10 @@ typedef struct {
        concatenate to the text before the repetition fix and inverse text normalization: TranscribeOptions::on_text),
        with user_data; possibly from another thread (max_batch > 1) */
     void (*on_text)(const char* delta, void* user_data);
+    /* NULL, or called with the transcription's progress, a fraction in [0, 1] for a progress bar (an estimate: 0
+       first, non-decreasing, 1 exactly once when the transcript is complete: TranscribeOptions::on_progress), with
+       user_data; possibly from another thread (max_batch > 1) */
+    void (*on_progress)(float fraction, void* user_data);
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);

@@ -72,6 +72,14 @@ struct TranscribeOptions {
     // called from another thread than the caller's (with LoadOptions::max_batch > 1, the engine's) and often (every
     // token): make it cheap and thread-safe, e.g. an std::atomic<bool>'s load.
     std::function<bool()> abort;
+    // Progress for a progress bar: a fraction of the call's work, 0 first, then non-decreasing values as it grows by
+    // at least 0.005, and 1 exactly once, when the transcript is complete (not after a failure or cancellation).
+    // An estimate: a file's pieces count by their audio seconds; within a piece the stages before the decode report
+    // as their passes go (a CPU pass between its layers), and the decode by its time per step and the steps
+    // expected from the piece's length (4 tokens a second), so the fraction can pause near 0.9 when a transcript
+    // runs longer than that. Called on the thread that decodes (as on_text); pieces run at once (max_batch > 1)
+    // report as each is taken.
+    std::function<void(float fraction)> on_progress;
     // Language identification only: decoding stops once the model has written its language tag ("language X"),
     // a few steps after the prefill; the result has the language and an empty text, and language_probability
     // tells how sure the model was. Needs language == "" (detection).

@@ -84,6 +84,11 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
         void* user = d.user_data;
         o.on_text = [cb, user](const std::string& delta) { cb(delta.c_str(), user); };
     }
+    if (d.on_progress) {
+        const auto cb = d.on_progress;
+        void* user = d.user_data;
+        o.on_progress = [cb, user](float f) { cb(f, user); };
+    }
     if (d.abort_callback) {
         const auto cb = d.abort_callback;
         void* user = d.abort_user_data;
@@ -114,7 +119,7 @@ extern "C" {
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
 qasr_transcribe_params qasr_default_transcribe_params(void) {
-    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr, nullptr};
+    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr, nullptr, nullptr};
 }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {

@@ -6,6 +6,7 @@
 #include "ops/ops.hpp"
 #include "pipeline/in_order.hpp"
 #include "pipeline/long_audio.hpp"
+#include "pipeline/progress.hpp"
 #include "pipeline/segments.hpp"
 #include "pipeline/session.hpp"
 #include "pipeline/stream.hpp"
@@ -164,9 +165,18 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
                        r.tokens.size()});
         if (opts.on_segment) opts.on_segment(out.back());
     };
+    // on_progress: what the caller sees (pipeline/progress.hpp); a piece's own estimate is scaled to its share
+    ProgressSink progress(opts.on_progress);
+    progress.report(0);
     if (pieces.size() == 1 && !segmented) {
-        TranscriptionResult r = run(samples, opts);
+        TranscribeOptions o;
+        if (progress) {
+            o = opts;
+            o.on_progress = [&progress](float g) { progress.report(g); };
+        }
+        TranscriptionResult r = run(samples, progress ? o : opts);
         add_segment(r.segments, r, 0, samples.size(), speech_extent(samples, 0, samples.size(), quiet), 0);
+        progress.done();
         return r;
     }
     // Independent requests per piece (spec §8.1); long-audio texts joined without a separator (§7.5), segments'
@@ -194,15 +204,23 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
     };
     std::vector<std::vector<std::string>> held(opts.on_text && parallel > 1 ? jobs.size() : 0);
     size_t taken = 0;
+    // progress: the pieces by their samples (those without speech are not transcribed and do not count); one piece
+    // at a time reports its own estimate, pieces at once report as each is taken
+    const bool one_at_a_time = parallel <= 1 || jobs.size() <= 1;
+    double all_samples = 0, taken_samples = 0;
+    for (size_t k : jobs) all_samples += double(pieces[k].second - pieces[k].first);
     run_in_order<TranscriptionResult>(
         jobs.size(), parallel,
         [&](size_t j) {
             const auto [b, e] = pieces[jobs[j]];
             const std::vector<float> piece(samples.begin() + long(b), samples.begin() + long(e));
-            if (!opts.on_text) return run(piece, opts);
+            if (!opts.on_text && !(progress && one_at_a_time)) return run(piece, opts);
             TranscribeOptions o = opts;
-            if (held.empty()) o.on_text = give; // one piece at a time: given out as it comes
-            else o.on_text = [&held, j](const std::string& d) { held[j].push_back(d); };
+            if (opts.on_text && held.empty()) o.on_text = give; // one piece at a time: given out as it comes
+            else if (opts.on_text) o.on_text = [&held, j](const std::string& d) { held[j].push_back(d); };
+            o.on_progress = nullptr;
+            if (progress && one_at_a_time)
+                o.on_progress = [&, n = double(e - b)](float g) { progress.report((taken_samples + n * g) / all_samples); };
             return run(piece, o);
         },
         [&](TranscriptionResult& r) {
@@ -210,6 +228,8 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
                 for (const std::string& d : held[taken]) give(d);
             piece_start = true;
             const size_t k = jobs[taken++];
+            taken_samples += double(pieces[k].second - pieces[k].first);
+            progress.report(taken_samples / all_samples);
             const size_t first_token = all.tokens.size();
             if (segmented) append_segment_text(all.text, r.text);
             else all.text += r.text;
@@ -233,6 +253,7 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
     // The stage times are sums over the pieces, which overlap when they run max_batch at a time: the RTF is the
     // call's wall time
     all.rtf = all.audio_seconds > 0 ? wall.ms() / 1000.0 / all.audio_seconds : 0.0;
+    progress.done();
     return all;
 }
 

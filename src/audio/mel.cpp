@@ -133,13 +133,13 @@ Tensor MelFrontend::normalize(const std::vector<float>& logmel, int n_mels, size
 }
 
 Tensor MelFrontend::compute(const std::vector<float>& samples, size_t min_samples,
-                            const std::function<bool()>* stop) const {
+                            const PassHook* stop) const {
     const size_t N = std::max(samples.size(), min_samples);
     if (N <= size_t(kNfft / 2)) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
     const size_t T = n_frames(N), block = 2000; // 20 s of audio between asks of stop
     std::vector<float> logmel(size_t(n_mels_) * T);
     for (size_t t0 = 0; t0 < T; t0 += block) {
-        if (t0 && stop && *stop && (*stop)()) return Tensor();
+        if (t0 && ask(stop, double(t0) / double(T))) return Tensor();
         frames_into(samples, N, t0, std::min(T, t0 + block), logmel.data() + t0, T);
     }
     const float mx = logmel.empty() ? 0.0f : *std::max_element(logmel.begin(), logmel.end());

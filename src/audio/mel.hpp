@@ -2,6 +2,7 @@
 // STFT with reflect padding, last frame dropped, Slaney mel filterbank (built in double), log10 with 1e-10 floor,
 // clip-global max−8 clamp, (x+4)/4. Window, filterbank and FFT twiddles are computed once per instance.
 #pragma once
+#include "core/pass_hook.hpp"
 #include "core/tensor.hpp"
 
 #include <complex>
@@ -16,9 +17,9 @@ public:
     explicit MelFrontend(int n_mels);
 
     // [n_mels, T], T = N/160 after zero-padding to min_samples. Throws when N ≤ 200 after padding. The frames run on
-    // the OpenMP team; stop (cancellation) is asked after every 20 s of audio: when it answers true, an empty tensor.
+    // the OpenMP team; stop is asked after every 20 s of audio (core/pass_hook.hpp): when it answers true, an empty tensor.
     Tensor compute(const std::vector<float>& samples, size_t min_samples,
-                   const std::function<bool()>* stop = nullptr) const;
+                   const PassHook* stop = nullptr) const;
     // Unclamped log10 mel of frames [t0, t1) of a clip of n_total samples (samples past samples.size() are zero),
     // layout [n_mels, t1 - t0]. Streaming recomputes only the frames whose samples changed.
     std::vector<float> log10_frames(const std::vector<float>& samples, size_t n_total, size_t t0, size_t t1) const;

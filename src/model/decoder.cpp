@@ -210,7 +210,7 @@ Tensor Decoder::embed(const std::vector<int>& ids) const {
     return x;
 }
 
-Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const std::function<bool()>* stop) const {
+Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const PassHook* stop) const {
     const int64_t n = x.rows(), D = hp_.hidden;
     if (n == 1 && !tap) { // a decode step: the whole stack as one op (the CPU runs it in one parallel region)
         ops::decode_step(w_, hp_, inv_freq_.data(), x.ptr(), cache);
@@ -229,7 +229,8 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const std::f
         block.shape = {rows, D};
         block.data.resize(size_t(rows * D));
         std::memcpy(block.ptr(), x.row(r0), size_t(rows * D) * sizeof(float));
-        block = forward_rows(std::move(block), cache, nullptr, stop);
+        const PassHook part = sub_hook(stop, double(r0) / double(n), double(rows) / double(n));
+        block = forward_rows(std::move(block), cache, nullptr, &part);
         if (block.size() == 0) {
             cache.len = past; // the blocks before do not count either
             return Tensor();
@@ -239,7 +240,7 @@ Tensor Decoder::forward(Tensor x, KvCache& cache, const TapFn* tap, const std::f
     return x;
 }
 
-Tensor Decoder::forward_rows(Tensor x, KvCache& cache, const TapFn* tap, const std::function<bool()>* stop) const {
+Tensor Decoder::forward_rows(Tensor x, KvCache& cache, const TapFn* tap, const PassHook* stop) const {
     const int64_t n = x.rows(), D = hp_.hidden, hd = hp_.head_dim, Hq = hp_.n_heads, Hkv = hp_.n_kv_heads;
     const int64_t past = cache.len;
     ops::Bf16GemmScope precision(w_.bf16_compute);
@@ -316,7 +317,7 @@ Tensor Decoder::forward_rows(Tensor x, KvCache& cache, const TapFn* tap, const s
         ops::add_rms_norm_rows(x.ptr(), a.ptr(), last ? nullptr : u.ptr(), n, D,
                                last ? nullptr : w_.layers[li + 1].in_norm.ptr(), hp_.rms_eps);
         if (tap) (*tap)("dec_layer." + std::to_string(li), x);
-        if (stop && *stop && !last && (*stop)()) return Tensor(); // cache.len unchanged
+        if (!last && ask(stop, double(li + 1) / double(w_.layers.size()))) return Tensor(); // cache.len unchanged
     }
     if (n * (D + Nq + 2 * Nkv + Hq * hd + D + 2 * I) > (int64_t(16) << 20)) // keep at most 64 MB per thread
         for (Tensor& t : buf) t = Tensor();

@@ -1,6 +1,7 @@
 // Qwen3 text decoder (spec §6): RMSNorm, GQA attention with per-head q/k RMSNorm and rotate-half RoPE, SwiGLU,
 // tied (or separate) LM head. The KV cache belongs to the caller (a Session), the weights are shared.
 #pragma once
+#include "core/pass_hook.hpp"
 #include "core/tensor.hpp"
 #include "io/config.hpp"
 #include "model/encoder.hpp"
@@ -57,7 +58,7 @@ public:
     // the cache keeps its length (rows written for the new positions are not counted) and an empty tensor is
     // returned.
     Tensor forward(Tensor x, KvCache& cache, const TapFn* tap = nullptr,
-                   const std::function<bool()>* stop = nullptr) const;
+                   const PassHook* stop = nullptr) const;
     // Room in `cache` for `positions` positions of this model (kept: those it holds). A request that reserves its
     // prompt and the decoding it expects up front spares the arena a growth (a copy of every position, and both
     // arenas mapped at once) when its decoding starts; untouched room costs address space, not memory.
@@ -78,7 +79,7 @@ public:
     static constexpr int64_t kRowBlock = 1024; // forward() runs longer passes in blocks of this many rows
 
 private:
-    Tensor forward_rows(Tensor x, KvCache& cache, const TapFn* tap, const std::function<bool()>* stop) const;
+    Tensor forward_rows(Tensor x, KvCache& cache, const TapFn* tap, const PassHook* stop) const;
     const DecoderW& w_;
     const TextHParams& hp_;
     std::vector<float> inv_freq_; // [head_dim/2]

@@ -148,7 +148,7 @@ Tensor encode_stem_chunk(const EncoderW& w, const AudioHParams& hp, const float*
 }
 
 Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t window, const TapFn* tap,
-                   const std::function<bool()>* stop) {
+                   const PassHook* stop) {
     ops::Bf16GemmScope precision(w.bf16_compute);
     const int64_t A = x.rows(), d = hp.d_model;
     if (x.cols() != d) fail("encoder", "stem rows have " + std::to_string(x.cols()) + " columns, model wants " +
@@ -168,7 +168,7 @@ Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t 
             const EncoderLayerW* next = i + 1 < w.layers.size() ? &w.layers[i + 1] : nullptr;
             encoder_layer(w.layers[i], next, h, n, d, hp.n_heads, window, B);
             if (tap) (*tap)("enc_layer." + std::to_string(i), x);
-            if ((next || r0 + n < A) && stop && *stop && (*stop)()) {
+            if ((next || r0 + n < A) && ask(stop, (double(r0) + double(n) * double(i + 1) / double(w.layers.size())) / double(A))) {
                 B.trim();
                 return Tensor();
             }
@@ -185,8 +185,11 @@ Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t 
     return out;
 }
 
+// The stem's share of the encoder pass as its stop hook is told (a progress estimate: ~1/5 of the CPU time)
+constexpr double kStemShare = 0.2;
+
 Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap,
-                    const std::function<bool()>* stop) {
+                    const PassHook* stop) {
     const int64_t n_mels = hp.n_mels, T = mel.dim(1), cf = hp.chunk_frames(), C = (T + cf - 1) / cf;
     if (mel.dim(0) != n_mels) fail("encoder", "mel has " + std::to_string(mel.dim(0)) + " bins, model wants " +
                                                   std::to_string(n_mels));
@@ -196,7 +199,7 @@ Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel
     std::vector<StemTrace> traces(tap ? size_t(C) : 0);
     int64_t row = 0;
     for (int64_t c = 0; c < C; ++c) {
-        if (c && stop && *stop && (*stop)()) return Tensor(); // cancelled between the stem's chunks
+        if (c && ask(stop, kStemShare * double(c) / double(C))) return Tensor(); // cancelled between the stem's chunks
         const Tensor rows = encode_stem_chunk(w, hp, mel.ptr() + c * cf, T, std::min(cf, T - c * cf),
                                               tap ? &traces[size_t(c)] : nullptr);
         std::memcpy(x.ptr() + row * d, rows.ptr(), rows.size() * sizeof(float));
@@ -215,7 +218,8 @@ Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel
             }
             (*tap)(name, all);
         }
-    return encode_rows(w, hp, std::move(x), encoder_window_rows(T, hp), tap, stop);
+    const PassHook layers = sub_hook(stop, kStemShare, 1.0 - kStemShare);
+    return encode_rows(w, hp, std::move(x), encoder_window_rows(T, hp), tap, &layers);
 }
 
 } // namespace qasr

@@ -3,6 +3,7 @@
 // The two stages are also exposed on their own: the stem rows of a chunk depend only on that chunk's frames, so a
 // caller (streaming) can keep them and run only the Transformer stage again.
 #pragma once
+#include "core/pass_hook.hpp"
 #include "core/tensor.hpp"
 #include "io/config.hpp"
 #include "model/weights.hpp"
@@ -18,9 +19,9 @@ using TapFn = std::function<void(const std::string& name, const Tensor& value)>;
 int64_t audio_token_count(int64_t n_frames, const AudioHParams& hp);
 
 // mel [n_mels, T] → [A, output_dim]. Same as the stem of every chunk, packed, then encode_rows. stop: asked
-// between the stem's chunks too (an empty tensor when it answered true).
+// between the stem's chunks (the first fifth of the pass) too (an empty tensor when it answered true).
 Tensor encode_audio(const EncoderW& w, const AudioHParams& hp, const Tensor& mel, const TapFn* tap = nullptr,
-                    const std::function<bool()>* stop = nullptr);
+                    const PassHook* stop = nullptr);
 
 // Conv-stem intermediates of one chunk (pre-GELU conv outputs, conv_out before the sinusoids), for parity taps.
 struct StemTrace {
@@ -43,7 +44,7 @@ int64_t encoder_window_rows(int64_t n_frames, const AudioHParams& hp);
 // when it returns true the pass ends there and an empty tensor is returned.
 constexpr int64_t kEncoderRowBlock = 1024;
 Tensor encode_rows(const EncoderW& w, const AudioHParams& hp, Tensor x, int64_t window_rows,
-                   const TapFn* tap = nullptr, const std::function<bool()>* stop = nullptr);
+                   const TapFn* tap = nullptr, const PassHook* stop = nullptr);
 
 // Sinusoid table [n_pos, d] (spec §4.4).
 Tensor sinusoid_table(int64_t n_pos, int64_t d);

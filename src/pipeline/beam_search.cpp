@@ -189,7 +189,8 @@ public:
     }
 
     const float* advance(const std::vector<int>& parent, const std::vector<int>& tokens) override {
-        s_[0]->check_abort(); // the request's own session (TranscribeOptions::abort)
+        s_[0]->check_abort(); // the request's own session (TranscribeOptions::abort, on_progress)
+        s_[0]->step_done();
         Stopwatch sw;
         const size_t n = parent.size(), S = s_.size();
         std::vector<bool> claimed(S, false);
@@ -285,6 +286,7 @@ void Session::decode_beams() {
     if (accel_ && k > 64) fail("options", "beam search on a device keeps at most 64 continuations per step: use fewer beams");
     SessionBeams beams(*this, model_, c.beams, k, int64_t(st_.r.n_prompt_tokens), st_.V);
     Stopwatch sw;
+    step_done(); // the prefill's choices
     const BeamResult b = beam_search(st_.logits.ptr(), st_.V, beams, c);
     const double total = sw.ms();
     char msg[192];

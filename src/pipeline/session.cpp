@@ -23,8 +23,17 @@ Session::Session(std::shared_ptr<const Model> model)
     : model_(std::move(model)), accel_(model_->device ? model_->device->open() : nullptr),
       decoder_(model_->weights.dec, model_->hp.text) {}
 
+PassHook Session::stop_hook(PieceProgress::Stage s) const {
+    if (!st_.abort && !st_.progress) return {};
+    return [this, s](double done) {
+        if (st_.progress) st_.progress->stage(s, done);
+        return st_.abort && st_.abort();
+    };
+}
+
 Tensor Session::mel(const std::vector<float>& audio, size_t min_samples) const {
-    Tensor m = model_->mel.compute(audio, min_samples, stop_hook());
+    const PassHook hook = stop_hook(PieceProgress::Stage::Mel);
+    Tensor m = model_->mel.compute(audio, min_samples, &hook);
     if (m.size() == 0) cancelled(); // stopped between blocks of frames
     return m;
 }
@@ -34,7 +43,8 @@ Tensor Session::encode(const Tensor& mel, const TapFn* tap) const {
         if (tap) fail("session", "tap points are only available on the CPU path");
         return accel_->encode(mel);
     }
-    Tensor rows = encode_audio(model_->weights.enc, model_->hp.audio, mel, tap, stop_hook());
+    const PassHook hook = stop_hook(PieceProgress::Stage::Encoder);
+    Tensor rows = encode_audio(model_->weights.enc, model_->hp.audio, mel, tap, &hook);
     if (rows.size() == 0) cancelled(); // the pass stopped between layers
     return rows;
 }
@@ -86,7 +96,8 @@ Tensor Session::prefill(const Prompt& p, const Tensor& audio_rows, bool all_logi
     if (p.n_audio)
         std::memcpy(x.ptr() + p.audio_begin * D, audio_rows.ptr(), size_t(p.n_audio * D) * sizeof(float));
     if (tap) (*tap)("dec_in", x);
-    Tensor h = decoder_.forward(std::move(x), cache_, tap, stop_hook());
+    const PassHook hook = stop_hook(PieceProgress::Stage::Prefill);
+    Tensor h = decoder_.forward(std::move(x), cache_, tap, &hook);
     if (h.size() == 0) cancelled(); // the pass stopped between layers
     if (all_logits) return decoder_.logits(h);
     Tensor last({1, D});
@@ -100,13 +111,16 @@ Tensor Session::encode_samples(const std::vector<float>& audio, size_t min_sampl
     if (accel_) { // log-mel and encoder on the device
         rows = accel_->encode_audio(audio, min_samples, &t.mel_ms);
         t.encode_ms = sw.ms() - t.mel_ms;
+        stage_done(PieceProgress::Stage::Encoder);
         return rows;
     }
     const Tensor m = mel(audio, min_samples);
     t.mel_ms = sw.ms();
+    stage_done(PieceProgress::Stage::Mel);
     sw.reset();
     rows = encode(m);
     t.encode_ms = sw.ms();
+    stage_done(PieceProgress::Stage::Encoder);
     return rows;
 }
 
@@ -210,6 +224,14 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (opts.on_text && !opts.language_only)
         st_.deltas = std::make_shared<TextDeltas>(model_->tokenizer, model_->special.asr_text, !st_.forced.empty(),
                                                   opts.on_text);
+    if (opts.on_progress) { // the steps expected: exactly the cap's with ignore_eos, a language tag's alone
+        const int cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
+        const int expected = d.ignore_eos          ? cap
+                             : opts.language_only ? 6
+                                                   : std::min(cap, PieceProgress::expected_tokens(r.audio_seconds));
+        st_.progress = std::make_unique<PieceProgress>([f = opts.on_progress](double g) { f(float(g)); }, expected,
+                                                       accel_ != nullptr);
+    }
     check_abort();
     if (audio.size() < 400) {
         r.finish = FinishReason::Empty;
@@ -228,6 +250,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (device_greedy) {
         n_rows = accel_->encode_audio_resident(audio, opts.min_samples, &r.timings.mel_ms);
         r.timings.encode_ms = sw.ms() - r.timings.mel_ms;
+        stage_done(PieceProgress::Stage::Encoder);
     } else {
         rows = encode_samples(audio, opts.min_samples, r.timings);
         n_rows = rows.rows();
@@ -254,6 +277,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (device_greedy) accel_->prefill_resident(p.ids, p.audio_begin);
     else st_.logits = prefill(p, rows);
     r.timings.prefill_ms = sw.ms();
+    stage_done(PieceProgress::Stage::Prefill);
     check_abort();
     st_.sw.reset();
     st_.V = st_.logits.cols();
@@ -271,6 +295,7 @@ int Session::next(const float* logits) {
 
 int Session::next_chosen(int tok, float lp) {
     check_abort();
+    step_done();
     if (!accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r)) return -1;
     return ++st_.n < st_.cap ? tok : -1;
 }
@@ -308,6 +333,7 @@ void Session::step_top_device(Session* const* s, const int* tokens, size_t B, De
 
 TranscriptionResult Session::finish() {
     st_.abort = nullptr; // the request is over (the session may serve a tool's stage calls next)
+    st_.progress.reset();
     TranscriptionResult r = std::move(st_.r);
     if (st_.empty) return r;
     r.timings.decode_ms = st_.sw.ms();
@@ -337,6 +363,7 @@ TranscriptionResult Session::run(const std::vector<float>& audio, const Transcri
         bool aborted = false;
         accel_->greedy(st_.cap, [&](int tok, float lp) {
             if (st_.abort && st_.abort()) return !(aborted = true);
+            step_done();
             return accept(tok, lp, st_.d, st_.out, st_.run_len, st_.r);
         });
         if (aborted) cancelled();

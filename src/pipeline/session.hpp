@@ -6,6 +6,7 @@
 #include "model/encoder.hpp"
 #include "core/timer.hpp"
 #include "model/model.hpp"
+#include "pipeline/progress.hpp"
 #include "qasr/qasr.hpp"
 #include "text/text_deltas.hpp"
 
@@ -32,6 +33,11 @@ public:
     // TranscribeOptions::abort of the request begun: throws qasr::Cancelled once it returns true. run() and the
     // phases below ask it before each stage and step; a CPU encoder or prefill pass asks it between layers.
     void check_abort() const;
+    // A decode step of the request begun was taken (TranscribeOptions::on_progress); next_chosen() and run() count
+    // their own, beam search calls it per step.
+    void step_done() {
+        if (st_.progress) st_.progress->token();
+    }
 
     TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts);
 
@@ -76,8 +82,12 @@ public:
 
 private:
     [[noreturn]] static void cancelled();
-    // TranscribeOptions::abort as the model code's between-layers stop hook (null: none)
-    const std::function<bool()>* stop_hook() const { return st_.abort ? &st_.abort : nullptr; }
+    // TranscribeOptions::abort and the request's progress in stage s as the model code's between-parts hook (empty:
+    // neither is asked for)
+    PassHook stop_hook(PieceProgress::Stage s) const;
+    void stage_done(PieceProgress::Stage s) const {
+        if (st_.progress) st_.progress->stage(s, 1.0);
+    }
     // Host KV caches of `sessions` sessions of up to `positions` positions each must fit in the memory available
     // (core/memory.hpp): Linux would kill the process when an arena too large is touched rather than fail its
     // allocation. Throws OutOfMemory saying what to change. CPU sessions only.
@@ -97,6 +107,7 @@ private:
         int stop_id = -1; // TranscribeOptions::language_only: <asr_text> ends the decode
         std::function<bool()> abort; // TranscribeOptions::abort (empty: none)
         std::shared_ptr<TextDeltas> deltas; // TranscribeOptions::on_text (null: none)
+        std::unique_ptr<PieceProgress> progress; // TranscribeOptions::on_progress (null: none)
         bool empty = false, device_greedy = false, itn = true;
         Tensor logits;
         Stopwatch sw;

@@ -30,7 +30,8 @@ public:
         return encode_stem_chunk(m_->weights.enc, m_->hp.audio, mel.ptr(), mel.cols(), mel.cols());
     }
     Tensor encode_rows(Tensor x, int64_t window_rows, const std::function<bool()>& stop) override {
-        return qasr::encode_rows(m_->weights.enc, m_->hp.audio, std::move(x), window_rows, nullptr, &stop);
+        const PassHook hook = [&stop](double) { return stop && stop(); };
+        return qasr::encode_rows(m_->weights.enc, m_->hp.audio, std::move(x), window_rows, nullptr, &hook);
     }
     int64_t length() const override { return cache_.len; }
     void truncate(int64_t n) override {
@@ -41,7 +42,8 @@ public:
     Tensor embed(const std::vector<int>& ids) const override { return dec_.embed(ids); }
     bool forward(Tensor x, const std::function<bool()>& stop) override {
         if (cache_.k.empty()) cache_.reset(m_->weights.dec.layers.size());
-        h_ = dec_.forward(std::move(x), cache_, nullptr, &stop);
+        const PassHook hook = [&stop](double) { return stop && stop(); };
+        h_ = dec_.forward(std::move(x), cache_, nullptr, &hook);
         return h_.rows() > 0;
     }
     Tensor logits(int64_t r0, int64_t n) override {

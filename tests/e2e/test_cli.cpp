@@ -296,6 +296,39 @@ TEST(Cli, LiveShowsTheTextAsItIsWritten) {
     EXPECT_NE(e.err.find("--live"), std::string::npos) << e.err;
 }
 
+// -pp / --print-progress: per input, "progress N %" lines on stderr in steps of 5 from 0 to 100, growing; standard
+// output as without it; side by side with --batch; not with --live.
+TEST(Cli, PrintProgressCountsToOneHundredPerInput) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    const std::string de = std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav";
+    const std::string want = "The concert on Tuesday starts at 8:30.\nDas Treffen ist am 11. Mai um 7:55 Uhr.\n";
+    for (const std::string batch : {"", " --batch 2"}) {
+        SCOPED_TRACE(batch);
+        CliRun r = run("transcribe -m " + demo + " -q -pp" + batch + " " + en + " " + de);
+        ASSERT_EQ(r.status, 0) << r.err;
+        EXPECT_EQ(r.out, want);
+        for (const std::string& f : {en, de}) {
+            std::vector<int> pct;
+            std::istringstream lines(r.err);
+            const std::string head = "qasr: " + f + ": progress ";
+            for (std::string l; std::getline(lines, l);)
+                if (l.rfind(head, 0) == 0) pct.push_back(std::stoi(l.substr(head.size())));
+            ASSERT_GE(pct.size(), 4u) << r.err;
+            EXPECT_EQ(pct.front(), 0);
+            EXPECT_EQ(pct.back(), 100);
+            for (size_t i = 1; i < pct.size(); ++i) {
+                EXPECT_GT(pct[i], pct[i - 1]);
+                EXPECT_EQ(pct[i] % 5, 0);
+            }
+        }
+    }
+    CliRun e = run("transcribe -m " + demo + " --live --print-progress " + en);
+    EXPECT_NE(e.status, 0);
+    EXPECT_NE(e.err.find("--print-progress"), std::string::npos) << e.err;
+}
+
 TEST(Cli, VersionNamesTheBuildAndMachine) {
     for (const char* arg : {"version", "--version"}) {
         CliRun r = run(arg);

@@ -675,3 +675,79 @@ TEST(DemoModel, TextDeltasConcatenateToTheTranscript) {
         EXPECT_EQ(joined(), r.text);
     }
 }
+
+// TranscribeOptions::on_progress: 0 first, non-decreasing values at least 0.005 apart that move while the model
+// runs (several before the decode ends), and exactly one 1 as the call returns; alike for beam search, language
+// identification, a segmented file (one piece at a time: within pieces too; through a batch engine: as pieces are
+// taken), audio too short to transcribe, and none after a cancellation.
+TEST(DemoModel, ProgressGrowsToOneOnce) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const auto rows = expected();
+    ASSERT_GE(rows.size(), 2u);
+    const qasr::Transcriber t = qasr::Transcriber::load(dir);
+    std::vector<float> seen;
+    size_t tokens_when_half = 0, tokens_now = 0;
+    qasr::TranscribeOptions o;
+    o.on_progress = [&](float f) {
+        if (f >= 0.5f && !tokens_when_half) tokens_when_half = tokens_now + 1;
+        seen.push_back(f);
+    };
+    o.on_text = [&](const std::string&) { ++tokens_now; };
+    const auto check = [&](const std::string& what, size_t min_values) {
+        SCOPED_TRACE(what);
+        ASSERT_GE(seen.size(), min_values);
+        EXPECT_EQ(seen.front(), 0.0f);
+        EXPECT_EQ(seen.back(), 1.0f);
+        for (size_t i = 1; i + 1 < seen.size(); ++i) { // the last, 1, comes whatever the step
+            EXPECT_GE(seen[i] - seen[i - 1], 0.005f - 1e-6f) << "value " << i;
+            EXPECT_LT(seen[i], 1.0f) << "value " << i;
+        }
+        EXPECT_GT(seen.back(), seen[seen.size() - 2]);
+    };
+    const std::string clip = std::string(QASR_SOURCE_DIR) + "/" + rows[0].path;
+    const auto r = t.transcribe_file(clip, o);
+    check("greedy", 8);
+    EXPECT_GT(tokens_when_half, 0u) << "half way was reported while the text was being written";
+    EXPECT_LT(tokens_when_half, r.tokens.size()) << "half way was reported while the text was being written";
+    seen.clear();
+    qasr::TranscribeOptions beams = o;
+    beams.decode.beam_size = 3;
+    t.transcribe_file(clip, beams);
+    check("beam search", 8);
+    seen.clear();
+    qasr::TranscribeOptions id = o;
+    id.language_only = true;
+    t.transcribe_file(clip, id);
+    check("language identification", 3);
+    seen.clear();
+    t.transcribe(std::vector<float>(300, 0.0f), o);
+    check("too short", 2);
+
+    // a file of two clips in two segments: one piece at a time and through a batch engine
+    std::vector<float> two = qasr::load_audio_file(clip);
+    two.insert(two.end(), 16000, 0.0f);
+    const auto b = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/" + rows[1].path);
+    const size_t first = two.size();
+    two.insert(two.end(), b.begin(), b.end());
+    qasr::TranscribeOptions seg = o;
+    seg.segment_seconds = std::max(2.0, double(std::max(b.size(), first - 16000)) / 16000 + 0.5);
+    seen.clear();
+    ASSERT_EQ(t.transcribe(two, seg).segments.size(), 2u);
+    check("segmented", 10);
+    qasr::LoadOptions lo;
+    lo.max_batch = 2;
+    const qasr::Transcriber bt = qasr::Transcriber::load(dir, lo);
+    seen.clear();
+    ASSERT_EQ(bt.transcribe(two, seg).segments.size(), 2u);
+    check("segmented, pieces at once", 3); // 0, the first piece taken, 1
+
+    // cancelled in the decode: values were reported, no 1
+    seen.clear();
+    int asks = 0;
+    qasr::TranscribeOptions stop = o;
+    stop.abort = [&] { return ++asks > 12; };
+    EXPECT_THROW(t.transcribe_file(clip, stop), qasr::Cancelled);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_LT(seen.back(), 1.0f);
+}

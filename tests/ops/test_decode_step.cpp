@@ -277,10 +277,16 @@ TEST(Kernels, LongPassInRowBlocksEqualsOnePass) {
         KvCache c;
         dec.forward(prefix, c);
         int asks = 0;
-        const std::function<bool()> stop = [&] { return ++asks == (L - 1) + 1; };
+        std::vector<double> told;
+        const PassHook stop = [&](double done) { return told.push_back(done), ++asks == (L - 1) + 1; };
         EXPECT_EQ(dec.forward(x, c, nullptr, &stop).size(), 0u);
         EXPECT_EQ(asks, L); // the first block's asks, then the second block's first
         EXPECT_EQ(c.len, 37);
+        // the fraction of the pass done, as the hook was told it: the first block's layers, then the second's first
+        const double all = double(x.rows()), b0 = double(Decoder::kRowBlock);
+        ASSERT_EQ(told.size(), size_t(L));
+        for (int li = 0; li + 1 < L; ++li) EXPECT_NEAR(told[size_t(li)], b0 / all * (li + 1) / L, 1e-12);
+        EXPECT_NEAR(told.back(), (b0 + std::min(b0, all - b0) / L) / all, 1e-12);
         const Tensor again = dec.forward(x, c);
         EXPECT_TRUE(again.data == h2.data) << "a pass after the stopped one";
     }
@@ -312,9 +318,13 @@ TEST(Kernels, LongEncoderPassInWindowBlocksEqualsOnePass) {
         }
         const int L = int(m->weights.enc.layers.size());
         int asks = 0;
-        const std::function<bool()> stop = [&] { return ++asks == L + 1; }; // the second block's first layer
+        std::vector<double> told;
+        const PassHook stop = [&](double done) { return told.push_back(done), ++asks == L + 1; }; // the second block's first layer
         EXPECT_EQ(encode_rows(m->weights.enc, hp, x, window, nullptr, &stop).size(), 0u);
         EXPECT_EQ(asks, L + 1);
+        const double block = double(std::max<int64_t>(1, kEncoderRowBlock / window) * window);
+        for (int i = 0; i < L; ++i) EXPECT_NEAR(told[size_t(i)], block / double(A) * (i + 1) / L, 1e-12);
+        EXPECT_NEAR(told[size_t(L)], (block + block / L) / double(A), 1e-12);
         EXPECT_TRUE(encode_rows(m->weights.enc, hp, x, window).data == blocks.data);
     }
 }

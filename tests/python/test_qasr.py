@@ -180,6 +180,21 @@ class Bindings(unittest.TestCase):
         with self.assertRaises(KeyError):  # stops the transcription, raised after it
             self.model.transcribe(path, on_text=boom)
 
+    def test_progress(self):
+        path = os.path.join(SAMPLES, "demo_de.wav")
+        seen = []
+        r = self.model.transcribe(path, on_progress=seen.append)
+        self.assertEqual(r.text, self.model.transcribe(path).text)
+        self.assertGreaterEqual(len(seen), 5)
+        self.assertEqual((seen[0], seen[-1]), (0.0, 1.0))
+        self.assertEqual(seen, sorted(seen))
+
+        def boom(fraction):
+            if fraction > 0.5:
+                raise KeyError("from on_progress")
+        with self.assertRaises(KeyError):  # stops the transcription, raised after it
+            self.model.transcribe(path, on_progress=boom)
+
     def test_errors(self):
         with self.assertRaises(qasr.Error) as e:
             qasr.Model(os.path.join(ROOT, "no-such-model"))

@@ -242,10 +242,12 @@ TEST(Mel, BlocksAndThreadsGiveTheSameFrames) {
     omp_set_num_threads(before);
     EXPECT_EQ(single.data, want.data);
     int asked = 0;
-    const std::function<bool()> count = [&] { return ++asked, false; };
+    double told = -1;
+    const PassHook count = [&](double done) { return told = done, ++asked, false; };
     EXPECT_EQ(m.compute(x, 8000, &count).data, want.data);
     EXPECT_EQ(asked, 1); // after the first 20 s of the 25 s
-    const std::function<bool()> stop = [] { return true; };
+    EXPECT_NEAR(told, 2000.0 / double(T), 1e-12); // the fraction of the frames done
+    const PassHook stop = [](double) { return true; };
     EXPECT_EQ(m.compute(x, 8000, &stop).size(), 0u);
     // a stream's recomputed tail: any [t0, t1) equals those columns of the whole
     const std::vector<float> tail = m.log10_frames(x, x.size(), T - 70, T);

@@ -43,6 +43,14 @@ static void append_text(const char* delta, void* user) {
     if (strlen(buf) + strlen(delta) < 4096) strcat(buf, delta);
 }
 
+/* on_progress: user is a float[3]: the values seen [0], the last value [1], the ones that went down or out of [0, 1] [2] */
+static void track_progress(float fraction, void* user) {
+    float* p = (float*)user;
+    if (fraction < p[1] || fraction < 0.0f || fraction > 1.0f) p[2] += 1.0f;
+    p[0] += 1.0f;
+    p[1] = fraction;
+}
+
 /* abort_callback: counts its calls in user[0]; non-zero from the user[1]-th call on (0: never) */
 static int stop_at_call(void* user) {
     int* c = (int*)user;
@@ -196,6 +204,15 @@ int main(void) {
     tp.user_data = text;
     CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
     CHECK(r && want && strcmp(text, want) == 0 && strcmp(qasr_result_text(r), want) == 0);
+    qasr_result_free(r);
+    /* progress: from 0 up to 1, never down */
+    tp = qasr_default_transcribe_params();
+    CHECK(tp.on_progress == NULL);
+    float progress[3] = {0.0f, 0.0f, 0.0f};
+    tp.on_progress = track_progress;
+    tp.user_data = progress;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
+    CHECK(progress[0] >= 5.0f && progress[1] == 1.0f && progress[2] == 0.0f);
     qasr_result_free(r);
     /* language identification only: the language and its probability, an empty text, a few tokens */
     tp = qasr_default_transcribe_params();
