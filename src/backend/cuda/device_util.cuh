@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cstdint>
 #include <utility>
 
@@ -151,6 +152,15 @@ __device__ inline float block_sum(float v, float* sh) {
     float t = lane < nw ? sh[lane] : 0.0f;
     t = warp_sum(t);
     return t;
+}
+// Maximum over the block (as block_sum).
+__device__ inline float block_max(float v, float* sh) {
+    const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    return warp_max(lane < nw ? sh[lane] : -FLT_MAX);
 }
 
 __device__ __forceinline__ float bf(uint32_t bits16) { return __uint_as_float(bits16 << 16); }

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 
@@ -77,10 +78,11 @@ __global__ void k_add_pe(const float* co, int64_t total, int d, int W3, const fl
 
 // Log-mel on the device: frames [T, 400] (reflect-padded, windowed) → DFT as an fp32 GEMM → power → mel GEMM →
 // log10 → clip-global max − 8 clamp → (x + 4) / 4, transposed to [n_mels, T].
-__global__ void k_mel_frames(const float* x, int64_t n_have, int64_t N, int T, const double* window, double* frames) {
+// frames t0 … t0+T-1 → frames [T, 400]
+__global__ void k_mel_frames(const float* x, int64_t n_have, int64_t N, int t0, int T, const double* window, double* frames) {
     const int64_t total = int64_t(T) * 400;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = i / 400;
+        const int64_t t = t0 + i / 400;
         const int j = int(i % 400);
         int64_t idx = t * 160 + j - 200;
         if (idx < 0) idx = -idx;
@@ -96,7 +98,7 @@ __global__ void k_power(const double* y, int64_t total, double* p) { // y [T, 40
     }
 }
 
-__global__ void k_log_max(const double* m, int64_t total, float* lm, float* block_max) {
+__global__ void k_log_max(const double* m, int64_t total, float* lm, float* part_max) {
     __shared__ float red[32];
     float mx = -FLT_MAX;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -104,25 +106,15 @@ __global__ void k_log_max(const double* m, int64_t total, float* lm, float* bloc
         lm[i] = v;
         mx = fmaxf(mx, v);
     }
-    mx = warp_max(mx);
-    if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = mx;
-    __syncthreads();
-    if (threadIdx.x < kWarp) {
-        float v = threadIdx.x < blockDim.x / kWarp ? red[threadIdx.x] : -FLT_MAX;
-        v = warp_max(v);
-        if (threadIdx.x == 0) block_max[blockIdx.x] = v;
-    }
+    mx = block_max(mx, red);
+    if (threadIdx.x == 0) part_max[blockIdx.x] = mx;
 }
 
-__global__ void k_mel_norm(const float* lm, int T, int n_mels, const float* block_max, int nblocks, float* out) {
-    __shared__ float mx;
-    if (threadIdx.x == 0) {
-        float v = -FLT_MAX;
-        for (int b = 0; b < nblocks; ++b) v = fmaxf(v, block_max[b]);
-        mx = v;
-    }
-    __syncthreads();
-    const float floor = mx - 8.0f;
+__global__ void k_mel_norm(const float* lm, int T, int n_mels, const float* part_max, int parts, float* out) {
+    __shared__ float red[32];
+    float v = -FLT_MAX; // the maximum of the parts' maxima, by the whole block
+    for (int b = threadIdx.x; b < parts; b += blockDim.x) v = fmaxf(v, part_max[b]);
+    const float floor = block_max(v, red) - 8.0f;
     const int64_t total = int64_t(T) * n_mels;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int m = int(i / T), t = int(i % T);
@@ -134,25 +126,31 @@ __global__ void k_mel_norm(const float* lm, int T, int n_mels, const float* bloc
 
 void log_mel(cublasHandle_t h, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
              const double* dft, const double* filters, double* work, float* out, cudaStream_t s) {
-    double* frames = work;                         // [T, 400]
-    double* spec = frames + int64_t(T) * 400;      // [T, 402]
-    double* power = spec + int64_t(T) * 402;       // [T, 201]
-    double* mel = power + int64_t(T) * 201;        // [T, n_mels]
-    float* lm = reinterpret_cast<float*>(mel + int64_t(T) * n_mels); // [T, n_mels]
-    float* bmax = lm + int64_t(T) * n_mels;        // [256]
-    k_mel_frames<<<grid_for(int64_t(T) * 400), 256, 0, s>>>(x, n_have, N, T, window, frames);
-    QASR_CUDA_LAUNCHED();
+    // the frames in blocks of kLogMelBlock: the double-precision work of one block (~9.5 KB a frame), then the
+    // log-mel of all frames clamped below their maximum
+    const int B = std::min(T, kLogMelBlock), blocks = (T + kLogMelBlock - 1) / kLogMelBlock;
+    double* frames = work;                         // [B, 400]
+    double* spec = frames + int64_t(B) * 400;      // [B, 402]
+    double* power = spec + int64_t(B) * 402;       // [B, 201]
+    double* mel = power + int64_t(B) * 201;        // [B, n_mels]
+    float* lm = reinterpret_cast<float*>(mel + int64_t(B) * n_mels); // [T, n_mels]
+    float* bmax = lm + int64_t(T) * n_mels;        // [blocks, kLogMelParts]
     const double one = 1.0, zero = 0.0;
-    // row-major spec [T, 402] = frames [T, 400] · dft [400, 402]  (column-major: specᵀ = dftᵀ · framesᵀ)
-    QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 402, T, 400, &one, dft, 402, frames, 400, &zero, spec, 402));
-    k_power<<<grid_for(int64_t(T) * 201), 256, 0, s>>>(spec, int64_t(T) * 201, power);
-    QASR_CUDA_LAUNCHED();
-    QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n_mels, T, 201, &one, filters, n_mels, power, 201, &zero, mel,
-                            n_mels));
-    const int nb = 256;
-    k_log_max<<<nb, 256, 0, s>>>(mel, int64_t(T) * n_mels, lm, bmax);
-    QASR_CUDA_LAUNCHED();
-    k_mel_norm<<<grid_for(int64_t(T) * n_mels), 256, 0, s>>>(lm, T, n_mels, bmax, nb, out);
+    for (int b = 0; b < blocks; ++b) {
+        const int t0 = b * kLogMelBlock, n = std::min(kLogMelBlock, T - t0);
+        k_mel_frames<<<grid_for(int64_t(n) * 400), 256, 0, s>>>(x, n_have, N, t0, n, window, frames);
+        QASR_CUDA_LAUNCHED();
+        // row-major spec [n, 402] = frames [n, 400] · dft [400, 402]  (column-major: specᵀ = dftᵀ · framesᵀ)
+        QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 402, n, 400, &one, dft, 402, frames, 400, &zero, spec, 402));
+        k_power<<<grid_for(int64_t(n) * 201), 256, 0, s>>>(spec, int64_t(n) * 201, power);
+        QASR_CUDA_LAUNCHED();
+        QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n_mels, n, 201, &one, filters, n_mels, power, 201, &zero,
+                                mel, n_mels));
+        k_log_max<<<kLogMelParts, 256, 0, s>>>(mel, int64_t(n) * n_mels, lm + int64_t(t0) * n_mels,
+                                                bmax + int64_t(b) * kLogMelParts);
+        QASR_CUDA_LAUNCHED();
+    }
+    k_mel_norm<<<grid_for(int64_t(T) * n_mels), 256, 0, s>>>(lm, T, n_mels, bmax, blocks * kLogMelParts, out);
     QASR_CUDA_LAUNCHED();
 }
 
@@ -168,7 +166,8 @@ std::vector<double> mel_dft_basis() {
 }
 
 size_t log_mel_work_bytes(int T, int n_mels) {
-    return size_t(T) * (400 + 402 + 201 + size_t(n_mels)) * 8 + size_t(T) * size_t(n_mels) * 4 + 256 * 4;
+    const size_t B = size_t(std::min(T, kLogMelBlock)), blocks = (size_t(T) + kLogMelBlock - 1) / kLogMelBlock;
+    return B * (400 + 402 + 201 + size_t(n_mels)) * 8 + size_t(T) * size_t(n_mels) * 4 + blocks * kLogMelParts * 4;
 }
 
 void im2col_mel(const float* mel, int n_mels, int ld, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s) {
