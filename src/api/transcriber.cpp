@@ -110,7 +110,6 @@ void Transcriber::warmup() const {
         session.record_device_passes(false);
         // with a batch engine, on its thread (its OpenMP team and buffers are the ones requests will use)
         const TranscriptionResult r = impl_->engine ? impl_->engine->run(a, o) : session.run(a, o);
-        impl_->progress.add(r);
         const Timings& t = r.timings;
         char b[128];
         std::snprintf(b, sizeof b, "%s%.0f s %.0f ms [mel %.0f enc %.0f pre %.0f dec %.0f]", passes.empty() ? "" : ", ",
@@ -147,17 +146,10 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
     if (segmented && !(opts.segment_seconds >= 2.0 && opts.segment_seconds <= opts.max_piece_seconds))
         fail("options", "segment_seconds must be 0 (off) or between 2 and max_piece_seconds");
     std::unique_ptr<Session> own;
-    const ProgressRates rates = impl_->progress.get();
     const auto run = [&](const std::vector<float>& a, const TranscribeOptions& o) {
-        TranscriptionResult r;
-        if (impl_->engine) {
-            r = impl_->engine->run(a, o, rates);
-        } else {
-            if (!own) own = std::make_unique<Session>(impl_->model), own->set_progress_rates(rates);
-            r = own->run(a, o);
-        }
-        impl_->progress.add(r);
-        return r;
+        if (impl_->engine) return impl_->engine->run(a, o);
+        if (!own) own = std::make_unique<Session>(impl_->model);
+        return own->run(a, o);
     };
     const float quiet = quiet_level(samples);
     const auto pieces = segmented ? split_at_pauses(samples, opts.segment_seconds, kSampleRate, quiet)

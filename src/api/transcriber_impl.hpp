@@ -2,7 +2,6 @@
 #pragma once
 #include "model/model.hpp"
 #include "pipeline/batch_engine.hpp"
-#include "pipeline/progress.hpp"
 #include "qasr/qasr.hpp"
 
 #include <memory>
@@ -17,7 +16,6 @@ struct Transcriber::Impl {
     std::shared_ptr<const Model> model;
     std::unique_ptr<BatchEngine> engine; // LoadOptions::max_batch > 1 (CPU or device)
     int max_batch = 1;                   // LoadOptions::max_batch: also the pieces of one request run at once
-    ProgressCalibration progress;        // the stages' measured rates, for TranscribeOptions::on_progress
 };
 
 } // namespace qasr

@@ -12,7 +12,6 @@ namespace qasr {
 struct BatchEngine::Job {
     const std::vector<float>* audio = nullptr;
     const TranscribeOptions* opts = nullptr;
-    ProgressRates rates;
     std::unique_ptr<Session> session;
     int token = -1; // the token the next step feeds
     TranscriptionResult result;
@@ -42,20 +41,13 @@ BatchEngine::~BatchEngine() {
     thread_.join();
 }
 
-TranscriptionResult BatchEngine::run(const std::vector<float>& audio, const TranscribeOptions& opts,
-                                     const ProgressRates& rates) {
-    if (opts.decode.beam_size > 1) { // its beams batch among themselves
-        Session s(model_);
-        s.set_progress_rates(rates);
-        return s.run(audio, opts);
-    }
+TranscriptionResult BatchEngine::run(const std::vector<float>& audio, const TranscribeOptions& opts) {
+    if (opts.decode.beam_size > 1) return Session(model_).run(audio, opts); // its beams batch among themselves
     Job j;
     j.audio = &audio;
     j.opts = &opts;
-    j.rates = rates;
     if (dev_) { // on a device: the front end, encoder and prefill here, on this request's own stream
         auto s = std::make_unique<Session>(model_);
-        s->set_progress_rates(rates);
         if (!Session::argmax_decoding(opts.decode)) return s->run(audio, opts); // sampling: its own loop
         if (!s->begin(audio, opts) || (j.token = s->begin_device_batch()) < 0) return s->finish();
         j.session = std::move(s);
@@ -107,7 +99,6 @@ void BatchEngine::admit(std::vector<Job*>& active) {
         }
         try {
             j->session = std::make_unique<Session>(model_);
-            j->session->set_progress_rates(j->rates);
             if (j->session->begin(*j->audio, *j->opts) && (j->token = j->session->next(j->session->first_logits().ptr())) >= 0) {
                 active.push_back(j);
                 continue;

@@ -14,7 +14,6 @@
 // its token can differ from the unbatched one where the two best logits are within rounding of each other.
 #pragma once
 #include "model/model.hpp"
-#include "pipeline/progress.hpp"
 #include "qasr/qasr.hpp"
 
 #include <condition_variable>
@@ -40,9 +39,7 @@ public:
     // Transcribes one piece of audio (Session::run's contract and errors); blocks the calling thread until done.
     // Thread-safe. A beam search request (DecodeOptions::beam_size > 1) runs alone on the calling thread: its beams
     // are the rows of its own batched steps.
-    // rates: for TranscribeOptions::on_progress (Session::set_progress_rates)
-    TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts,
-                            const ProgressRates& rates = {});
+    TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts);
 
     struct Stats {
         long steps = 0;        // batched decode steps run

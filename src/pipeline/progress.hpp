@@ -2,37 +2,14 @@
 // sees it (ProgressSink).
 #pragma once
 #include "core/timer.hpp"
-#include "qasr/qasr.hpp"
 
 #include <functional>
-#include <mutex>
 
 namespace qasr {
 
-// What earlier requests of a model measured: ms per audio second of each stage before the decode, ms per decode step.
-// They split a piece's expected time between its stages; unknown (nothing measured yet): fixed shares.
-struct ProgressRates {
-    double mel = 0, encoder = 0, prefill = 0; // ms per audio second
-    double step_ms = 0;                       // ms per decode step
-    bool known() const { return step_ms > 0 && mel + encoder + prefill > 0; }
-};
-
-// The rates over a Transcriber's requests (the warm-up's included; thread-safe): each piece transcribed moves them
-// 30 % of the way to its own (the first sets them).
-class ProgressCalibration {
-public:
-    void add(const TranscriptionResult& r);
-    ProgressRates get() const;
-
-private:
-    mutable std::mutex mu_;
-    ProgressRates r_;
-};
-
-// One piece's progress, a fraction in [0, 1). The stages before the decode take a prior share of the piece's time:
-// with known rates their predicted time over it plus the expected steps' (log-mel, encoder and prefill by their
-// rates), else device ? 10 % : 30 % (5 / 35 / 60 % of it); each is told how far it is by its pass's hook
-// (core/pass_hook.hpp) and at its end. The decode counts by time: elapsed / (elapsed + the steps still expected
+// One piece's progress, a fraction in [0, 1). The stages before the decode take a prior share of the piece's time
+// (device ? 10 % : 30 %; log-mel, encoder and prefill 5 / 35 / 60 % of it), each told how far it is by its pass's
+// hook (core/pass_hook.hpp) and at its end. The decode counts by time: elapsed / (elapsed + the steps still expected
 // × the measured time per step). The steps expected: `expected_tokens`; past them the remainder is taken as a tenth
 // of the steps so far (the fraction then stays near 0.9 until the end). The values may go back where the prior
 // share was wrong: ProgressSink keeps what the caller sees non-decreasing.
@@ -40,8 +17,7 @@ class PieceProgress {
 public:
     enum class Stage { Mel, Encoder, Prefill };
     using Clock = std::function<double()>; // milliseconds; default: a steady clock from construction
-    PieceProgress(std::function<void(double)> report, int expected_tokens, double seconds, bool device,
-                  const ProgressRates& rates = {}, Clock clock = {});
+    PieceProgress(std::function<void(double)> report, int expected_tokens, bool device, Clock clock = {});
     void stage(Stage s, double done); // how far stage s is: its pass's fraction, 1 at its end
     void token();                     // a token chosen (the first one is the prefill's)
     // Tokens a transcript of this many seconds is expected to take: 6 for the language tag and its markers + 4 per
@@ -55,7 +31,6 @@ private:
     Stopwatch sw_;
     int expected_ = 1, tokens_ = 0;
     double share_ = 0.3, first_ms_ = 0; // the prompt's prior share; when the first token came
-    double span_[3] = {0.05, 0.35, 0.60}; // the stages' parts of it
 };
 
 // What a call reports to TranscribeOptions::on_progress: non-decreasing fractions, each at least `step` above the

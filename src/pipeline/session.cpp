@@ -230,7 +230,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
                              : opts.language_only ? 6
                                                    : std::min(cap, PieceProgress::expected_tokens(r.audio_seconds));
         st_.progress = std::make_unique<PieceProgress>([f = opts.on_progress](double g) { f(float(g)); }, expected,
-                                                       r.audio_seconds, accel_ != nullptr, rates_);
+                                                       accel_ != nullptr);
     }
     check_abort();
     if (audio.size() < 400) {

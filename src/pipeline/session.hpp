@@ -38,8 +38,6 @@ public:
     void step_done() {
         if (st_.progress) st_.progress->token();
     }
-    // What earlier requests measured (ProgressCalibration), for the progress estimates of this session's requests.
-    void set_progress_rates(const ProgressRates& r) { rates_ = r; }
 
     TranscriptionResult run(const std::vector<float>& audio, const TranscribeOptions& opts);
 
@@ -120,7 +118,6 @@ private:
     Decoder decoder_;
     KvCache cache_;
     std::mt19937_64 rng_;
-    ProgressRates rates_;
 };
 
 // Token-count cap for a clip (spec guardrail): ⌈seconds·20⌉ + 64.

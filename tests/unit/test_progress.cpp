@@ -24,7 +24,7 @@ struct Recorded {
 TEST(Progress, StagesFillTheirPriorShare) {
     for (const bool device : {false, true}) {
         Recorded rec;
-        PieceProgress p(rec.sink(), 50, 10.0, device, {}, [] { return 0.0; });
+        PieceProgress p(rec.sink(), 50, device, [] { return 0.0; });
         const double share = device ? 0.1 : 0.3;
         p.stage(PieceProgress::Stage::Mel, 0.5);
         p.stage(PieceProgress::Stage::Mel, 1.0);
@@ -39,48 +39,12 @@ TEST(Progress, StagesFillTheirPriorShare) {
     }
 }
 
-// Rates measured by earlier requests split the piece's expected time instead: the stages' predicted milliseconds
-// against the expected steps', and each stage's part by its own rate. The calibration starts at the first piece's
-// rates and moves 30 % toward each later one; pieces without two tokens or audio do not count.
-TEST(Progress, MeasuredRatesSplitThePiecesTime) {
-    qasr::ProgressCalibration cal;
-    EXPECT_FALSE(cal.get().known());
-    qasr::TranscriptionResult r;
-    r.audio_seconds = 10;
-    r.timings.mel_ms = 100, r.timings.encode_ms = 400, r.timings.prefill_ms = 500, r.timings.decode_ms = 900;
-    r.tokens.resize(46);
-    cal.add(r);
-    qasr::ProgressRates got = cal.get();
-    ASSERT_TRUE(got.known());
-    EXPECT_DOUBLE_EQ(got.mel, 10);
-    EXPECT_DOUBLE_EQ(got.encoder, 40);
-    EXPECT_DOUBLE_EQ(got.prefill, 50);
-    EXPECT_DOUBLE_EQ(got.step_ms, 20);
-    r.timings.prefill_ms = 1500; // 150 ms/s: the rate moves 30 % of the way, to 80
-    cal.add(r);
-    EXPECT_DOUBLE_EQ(cal.get().prefill, 80);
-    r.tokens.resize(1); // nothing to learn the step from
-    cal.add(r);
-    EXPECT_DOUBLE_EQ(cal.get().prefill, 80);
-
-    Recorded rec;
-    PieceProgress p(rec.sink(), 46, 10.0, false, got, [] { return 0.0; });
-    const double share = 1000.0 / (1000.0 + 46 * 20.0); // 1 s of stages, 46 steps of 20 ms
-    p.stage(PieceProgress::Stage::Mel, 1.0);
-    p.stage(PieceProgress::Stage::Encoder, 0.5);
-    p.stage(PieceProgress::Stage::Prefill, 1.0);
-    ASSERT_EQ(rec.v.size(), 3u);
-    EXPECT_NEAR(rec.v[0], share * 0.1, 1e-12);
-    EXPECT_NEAR(rec.v[1], share * (0.1 + 0.4 * 0.5), 1e-12);
-    EXPECT_NEAR(rec.v[2], share, 1e-12);
-}
-
 // The decode counts by time: elapsed / (elapsed + steps left × measured time per step). The first token (the
 // prefill's) only starts the clock of the steps; past the expected count the remainder is a tenth of the steps.
 TEST(Progress, DecodeCountsByTimePerStep) {
     Recorded rec;
     double now = 0;
-    PieceProgress p(rec.sink(), 21, 10.0, false, {}, [&] { return now; });
+    PieceProgress p(rec.sink(), 21, false, [&] { return now; });
     now = 1000; // the prompt took 1 s
     p.token();
     EXPECT_TRUE(rec.v.empty());
