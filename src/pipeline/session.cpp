@@ -224,11 +224,11 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     if (opts.on_text && !opts.language_only)
         st_.deltas = std::make_shared<TextDeltas>(model_->tokenizer, model_->special.asr_text, !st_.forced.empty(),
                                                   opts.on_text);
+    st_.cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
     if (opts.on_progress) { // the steps expected: exactly the cap's with ignore_eos, a language tag's alone
-        const int cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
-        const int expected = d.ignore_eos          ? cap
+        const int expected = d.ignore_eos          ? st_.cap
                              : opts.language_only ? 6
-                                                   : std::min(cap, PieceProgress::expected_tokens(r.audio_seconds));
+                                                   : std::min(st_.cap, PieceProgress::expected_tokens(r.audio_seconds));
         st_.progress = std::make_unique<PieceProgress>([f = opts.on_progress](double g) { f(float(g)); }, expected,
                                                        accel_ != nullptr);
     }
@@ -259,7 +259,6 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     Prompt p = prompt(n_rows, opts);
     r.n_prompt_tokens = int(p.ids.size());
     r.n_audio_tokens = int(p.n_audio);
-    st_.cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
     // The KV cache gets room for the prompt and the decoding ahead before the prefill, so that it does not grow
     // mid-decode (a growth copies every position and holds both caches at once: a 605 s piece of the 0.6B model on
     // the CPU peaked at 3.9 GB RSS with it, 2.5 GB without). A transcript takes fewer tokens than half the audio's
