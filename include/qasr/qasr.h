@@ -8,7 +8,9 @@
  *   qasr_result_free(r); qasr_model_free(m);
  *
  * Functions never abort: failures return a status and set a thread-local message (qasr_last_error()).
- * A model may be used from several threads at once. Strings returned are owned by their handle. */
+ * A model may be used from several threads at once. Strings returned are owned by their handle.
+ * The params structs gain fields at their end as the API grows: start from qasr_default_*_params() and build against
+ * the header of the library you link (0.x versions make no promise of binary compatibility between releases). */
 #ifndef QASR_H
 #define QASR_H
 
