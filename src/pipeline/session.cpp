@@ -227,7 +227,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     st_.cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
     if (opts.on_progress) { // the steps expected: exactly the cap's with ignore_eos, a language tag's alone
         const int expected = d.ignore_eos          ? st_.cap
-                             : opts.language_only ? 6
+                             : opts.language_only ? PieceProgress::expected_tokens(0) // the tag and its markers
                                                    : std::min(st_.cap, PieceProgress::expected_tokens(r.audio_seconds));
         st_.progress = std::make_unique<PieceProgress>([f = opts.on_progress](double g) { f(float(g)); }, expected,
                                                        accel_ != nullptr);
