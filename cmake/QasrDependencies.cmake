@@ -1,5 +1,6 @@
 # Finds qasr's dependencies (all from the distribution's packages). Required: nlohmann_json, PCRE2, utf8proc,
-# libsoxr, OpenMP. Optional: FFmpeg (compressed audio), OpenBLAS (fp32 GEMM), cpp-httplib (`qasr serve`).
+# libsoxr, OpenMP. Optional: FFmpeg (compressed audio), OpenBLAS (fp32 GEMM), cpp-httplib (`qasr serve`), SDL2
+# (`qasr stream --capture`: the microphone).
 find_package(PkgConfig REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
@@ -41,4 +42,11 @@ if(HTTPLIB_FOUND)
   message(STATUS "qasr: cpp-httplib found: `qasr serve` (HTTP server) enabled")
 else()
   message(STATUS "qasr: cpp-httplib not used (install libcpp-httplib-dev): no `qasr serve`")
+endif()
+
+qasr_optional_pkg(SDL2 ${QASR_SDL} sdl2)
+if(SDL2_FOUND)
+  message(STATUS "qasr: SDL2 found: `qasr stream --capture` (microphone) enabled")
+else()
+  message(STATUS "qasr: SDL2 not used (install libsdl2-dev): no microphone capture (pipe a recorder into `qasr stream`)")
 endif()

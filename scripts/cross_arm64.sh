@@ -20,7 +20,7 @@ if ! dpkg -s g++-aarch64-linux-gnu qemu-user libpcre2-dev:arm64 libutf8proc-dev:
         { echo "SKIP: the arm64 cross packages could not be installed"; exit 77; }
 fi
 cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
-    -DQASR_FFMPEG=OFF -DQASR_BLAS=OFF -DQASR_SERVER=OFF -DQASR_CUDA=OFF
+    -DQASR_FFMPEG=OFF -DQASR_BLAS=OFF -DQASR_SERVER=OFF -DQASR_SDL=OFF -DQASR_CUDA=OFF
 cmake --build build-arm64 -j"$(nproc)"
 file build-arm64/tools/qasr
 # One OpenMP thread: under qemu-user (Debian 12's 7.2) a parallel region of libgomp's team never finished (the log-mel

@@ -2,7 +2,7 @@
 # Installs qasr's build and test dependencies from Debian's packages (skips what is already installed).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsoxr-dev
-      libopenblas-dev libcpp-httplib-dev libavformat-dev libavcodec-dev libavutil-dev libswresample-dev libgtest-dev sox)
+      libopenblas-dev libcpp-httplib-dev libsdl2-dev libavformat-dev libavcodec-dev libavutil-dev libswresample-dev libgtest-dev sox)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # Tools that may come from elsewhere than Debian (e.g. a Node.js distribution's npm): install only if absent.

@@ -2,6 +2,7 @@
 // that turns SIGINT/SIGTERM into a graceful stop (requests in progress finish, then the process exits 0).
 #include "args.hpp"
 #include "commands.hpp"
+#include "stop_signals.hpp"
 
 #include "qasr/qasr.hpp"
 #include "text/output.hpp"
@@ -91,29 +92,14 @@ options:
   -h, --help               this help
 )";
 
-// SIGINT/SIGTERM: a handler writes the signal number to a pipe (all it may do in a signal handler, on whichever
-// thread the kernel picks — libraries such as OpenBLAS start threads before main, so blocking the signals everywhere
-// for sigwait is not possible); this watcher thread reads it. Before the server listens a signal ends the process
-// at once; after, it stops the server gracefully.
-int g_sig_pipe[2] = {-1, -1};
-
-extern "C" void on_stop_signal(int sig) {
-    const unsigned char b = static_cast<unsigned char>(sig);
-    [[maybe_unused]] const ssize_t n = write(g_sig_pipe[1], &b, 1);
-}
-
+// SIGINT/SIGTERM (stop_signals.hpp) on a watcher thread: before the server listens a signal ends the process at
+// once; after, it stops the server gracefully.
 class SignalWatcher {
 public:
     SignalWatcher() {
-        if (pipe(g_sig_pipe) != 0) throw std::runtime_error("cannot create the signal pipe");
-        struct sigaction sa {};
-        sa.sa_handler = on_stop_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, nullptr);
-        sigaction(SIGTERM, &sa, nullptr);
         th_ = std::thread([this] {
-            unsigned char sig = 0;
-            if (read(g_sig_pipe[0], &sig, 1) != 1 || sig == 0 || done_.load()) return;
+            const int sig = signals_.next();
+            if (sig <= 0 || done_.load()) return;
             if (!serving_.load()) {
                 std::fprintf(stderr, "qasr serve: interrupted while loading\n");
                 std::_Exit(128 + sig);
@@ -127,16 +113,14 @@ public:
     }
     ~SignalWatcher() {
         done_ = true;
-        const unsigned char zero = 0; // wakes the watcher if no signal came
-        [[maybe_unused]] const ssize_t n = write(g_sig_pipe[1], &zero, 1);
+        signals_.wake(); // if no signal came
         th_.join();
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
     }
     ServerControl& control() { return ctl_; }
     void serving() { serving_ = true; }
 
 private:
+    StopSignals signals_;
     ServerControl ctl_;
     std::atomic<bool> serving_{false}, done_{false};
     std::thread th_;

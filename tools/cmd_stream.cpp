@@ -1,9 +1,11 @@
-// `qasr stream -m DIR`: live transcription of raw s16le 16 kHz from stdin (or `--file X [--realtime]`), partials
-// printed in place and finals on their own lines (`--json`: one event per line).
+// `qasr stream -m DIR`: live transcription of raw s16le 16 kHz from stdin (or `--file X [--realtime]`, or the
+// microphone with `--capture`: stream_capture.cpp), partials printed in place and finals on their own lines
+// (`--json`: one event per line).
 // `qasr stream --bench -m DIR FILE...` (also `qasr bench --stream`): finalization latency (last sample pushed →
 // final text), per-chunk compute over the stream, and the streamed final against the offline transcript.
 #include "args.hpp"
 #include "commands.hpp"
+#include "stream_capture.hpp"
 
 #include "api/transcriber_impl.hpp"
 #include "audio/audio.hpp"
@@ -35,12 +37,20 @@ const char* kHelp = R"(usage: qasr stream -m MODEL_DIR [options]
        qasr stream --bench -m MODEL_DIR [options] FILE...
 
 Live transcription. Reads raw signed 16-bit little-endian mono PCM at 16 kHz from standard input (e.g.
-`arecord -f S16_LE -r 16000 -c 1 | qasr stream -m DIR`), or replays --file. Partial text is printed in place
-(on a terminal), final text on its own line.
+`arecord -f S16_LE -r 16000 -c 1 | qasr stream -m DIR`), replays --file, or listens to a microphone (--capture).
+Partial text is printed in place (on a terminal), final text on its own line.
 
 options:
   -m, --model DIR          model directory
   --file F                 replay an audio file instead of reading stdin
+  --capture                transcribe the default microphone (SDL2 builds); Enter ends the utterance (the key
+                           release: the final follows at once), as does Ctrl-C
+  --capture-device NAME    a capture device by name (implies --capture; see --list-devices)
+  --list-devices           list the capture devices and exit
+  --ptt                    with --capture: push to talk, a loop of utterances: Enter starts talking, Enter
+                           again stops and prints the final; Ctrl-C or the end of stdin quits
+  --capture-seconds S      with --capture: end an utterance after S seconds of audio
+  --save-audio F           write the audio transcribed to F (16-bit WAV; with --ptt F-1.wav, F-2.wav, ...)
   --realtime               with --file: push audio at real speed (100 ms blocks); with --bench: each 100 ms
                            block is pushed when it would have been captured, and the finalization latency runs
                            from the end of the audio (the key release) to the final text, so it includes what
@@ -287,8 +297,9 @@ int run_bench(const Common& c, const std::vector<std::string>& files, bool realt
 int cmd_stream(int argc, char** argv) {
     Args a(argc, argv, 2);
     Common c;
-    std::string file;
-    bool realtime = false, json = false, bench = false, interrupt = true;
+    std::string file, v;
+    CaptureOptions co;
+    bool realtime = false, json = false, bench = false, interrupt = true, capture = false, list_devices = false;
     std::vector<std::string> files;
     while (!a.done()) {
         if (a.flag("-h") || a.flag("--help")) {
@@ -296,6 +307,17 @@ int cmd_stream(int argc, char** argv) {
             return 0;
         } else if (parse_common(a, c)) {
         } else if (a.option("--file", file)) {
+        } else if (a.flag("--capture")) {
+            capture = true;
+        } else if (a.option("--capture-device", co.device)) {
+            capture = true;
+        } else if (a.flag("--list-devices")) {
+            list_devices = true;
+        } else if (a.flag("--ptt")) {
+            co.ptt = true;
+        } else if (a.option("--capture-seconds", v)) {
+            co.seconds = to_double("--capture-seconds", v, 0.1, 86400);
+        } else if (a.option("--save-audio", co.save_audio)) {
         } else if (a.flag("--realtime")) {
             realtime = true;
         } else if (a.flag("--no-interrupt")) {
@@ -310,7 +332,12 @@ int cmd_stream(int argc, char** argv) {
             files.push_back(a.next());
         }
     }
+    if (list_devices) return list_capture_devices();
     if (c.model.empty()) throw std::invalid_argument("no model directory (-m DIR)");
+    if ((co.ptt || co.seconds > 0) && !capture) throw std::invalid_argument("--ptt and --capture-seconds need --capture");
+    if (capture && !file.empty()) throw std::invalid_argument("--capture and --file are two sources: give one");
+    if (bench && (capture || !co.save_audio.empty()))
+        throw std::invalid_argument("--bench replays files: no --capture or --save-audio");
     if (!c.so.language.empty()) c.so.language = canonical_language(c.so.language);
     if (bench) {
         if (!file.empty()) files.push_back(file);
@@ -336,9 +363,12 @@ int cmd_stream(int argc, char** argv) {
             last_len = e.text().size();
         }
     };
+    if (capture) return run_capture(t.impl().model, c.so, co, on_event);
     StreamSession s(t.impl().model, c.so, on_event);
+    std::vector<float> kept; // --save-audio
     if (!file.empty()) {
         const std::vector<float> audio = load_audio_file(file);
+        if (!co.save_audio.empty()) kept = audio;
         const size_t block = 1600;
         auto t0 = std::chrono::steady_clock::now();
         ReleaseAt key(s, t0 + std::chrono::microseconds(audio.size() * 1000 / 16), realtime && interrupt);
@@ -388,6 +418,10 @@ int cmd_stream(int argc, char** argv) {
                     in->blocks.pop_front();
                 }
                 const size_t even = pending.size() & ~size_t(1);
+                if (!co.save_audio.empty()) {
+                    const std::vector<float> x = pcm_s16le_to_float(pending.data(), even);
+                    kept.insert(kept.end(), x.begin(), x.end());
+                }
                 s.push_s16le(pending.data(), even);
                 pending.erase(pending.begin(), pending.begin() + long(even));
             }
@@ -402,6 +436,7 @@ int cmd_stream(int argc, char** argv) {
         reader.join();
     }
     s.finish();
+    if (!co.save_audio.empty()) save_wav16(co.save_audio, kept);
     (void)last_len;
     return 0;
 }

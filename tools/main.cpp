@@ -63,8 +63,14 @@ int main(int argc, char** argv) {
     const std::string cmd = argv[1];
     try {
         if (cmd == "version" || cmd == "--version" || cmd == "-V") {
-            std::printf("%s\ncli: HTTP server (qasr serve) %s\n", qasr::system_info().c_str(),
+            std::printf("%s\ncli: HTTP server (qasr serve) %s, microphone capture (qasr stream --capture, SDL2) %s\n",
+                        qasr::system_info().c_str(),
 #ifdef QASR_HAVE_SERVER
+                        "yes",
+#else
+                        "no",
+#endif
+#ifdef QASR_HAVE_CAPTURE
                         "yes");
 #else
                         "no");

@@ -33,6 +33,9 @@ std::vector<float> load_audio_file(const std::string& path);
 std::vector<float> load_audio_bytes(const uint8_t* data, size_t size, const std::string& what, double max_seconds = 0);
 // Raw signed 16-bit little-endian mono PCM at 16 kHz (e.g. from stdin).
 std::vector<float> pcm_s16le_to_float(const uint8_t* data, size_t size);
+// A 16-bit mono 16 kHz WAV file of x (scaled by 32768 and clipped, NaN as 0: the inverse of pcm_s16le_to_float, so
+// 16-bit audio read back gives the same samples).
+std::string wav16_bytes(const float* x, size_t n);
 
 bool ffmpeg_available();
 // "12.5 s": a duration for messages.

@@ -1,9 +1,12 @@
 // RIFF/WAVE parser for untrusted bytes: walks chunks with bounds checks, accepts PCM 8/16/24/32-bit and
-// IEEE float 32/64 (also inside WAVE_FORMAT_EXTENSIBLE), averages channels to mono. Fuzzed in tests/fuzz.
+// IEEE float 32/64 (also inside WAVE_FORMAT_EXTENSIBLE), averages channels to mono. Fuzzed in tests/fuzz. Also the 16-bit writer.
 #include "audio/audio.hpp"
 #include "core/error.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 namespace qasr {
 namespace {
@@ -109,6 +112,21 @@ DecodedAudio parse_wav(const uint8_t* d, size_t n, const std::string& what) {
 std::vector<float> pcm_s16le_to_float(const uint8_t* data, size_t size) {
     std::vector<float> out(size / 2);
     for (size_t i = 0; i < out.size(); ++i) out[i] = float(int16_t(rd16(data + 2 * i))) / 32768.0f;
+    return out;
+}
+
+std::string wav16_bytes(const float* x, size_t n) {
+    if (n > (size_t(0xffffffffu) - 36) / 2) throw std::invalid_argument("wav16_bytes: too many samples for a WAV file");
+    std::string out;
+    out.reserve(44 + 2 * n);
+    const auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; ++i) out += char(v >> (8 * i) & 0xff); };
+    const auto u16 = [&](uint16_t v) { out += char(v & 0xff), out += char(v >> 8); };
+    out += "RIFF", u32(uint32_t(36 + 2 * n)), out += "WAVEfmt ", u32(16), u16(1), u16(1), u32(uint32_t(kSampleRate)),
+        u32(uint32_t(2 * kSampleRate)), u16(2), u16(16), out += "data", u32(uint32_t(2 * n));
+    for (size_t i = 0; i < n; ++i) {
+        const float v = std::isfinite(x[i]) ? x[i] : 0.0f;
+        u16(uint16_t(int16_t(std::lround(std::clamp(v * 32768.0f, -32768.0f, 32767.0f)))));
+    }
     return out;
 }
 

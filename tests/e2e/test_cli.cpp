@@ -112,12 +112,7 @@ TEST(Cli, TranscribesWithTinyModel) {
 
 // 16-bit mono 16 kHz WAV of `x`
 void write_wav16(const std::string& path, const std::vector<float>& x) {
-    std::ofstream f(path, std::ios::binary);
-    const auto u32 = [&](uint32_t v) { f.write(reinterpret_cast<const char*>(&v), 4); };
-    const auto u16 = [&](uint16_t v) { f.write(reinterpret_cast<const char*>(&v), 2); };
-    f.write("RIFF", 4), u32(uint32_t(36 + 2 * x.size())), f.write("WAVEfmt ", 8), u32(16), u16(1), u16(1), u32(16000),
-        u32(32000), u16(2), u16(16), f.write("data", 4), u32(uint32_t(2 * x.size()));
-    for (float v : x) u16(uint16_t(int16_t(std::lround(std::clamp(v, -1.0f, 1.0f) * 32767.0f))));
+    std::ofstream(path, std::ios::binary) << wav16_bytes(x.data(), x.size());
 }
 
 // Subtitles from the demo model: the two bundled samples with a 1.5 s pause between them give two cues at the
@@ -570,5 +565,103 @@ TEST(Cli, StreamFromStdinAndRealtimeFileEqualOffline) {
         }
         EXPECT_EQ(finals, 1) << args << ": " << out;
         EXPECT_EQ(text, want) << args;
+    }
+}
+
+// `qasr stream --capture` (SDL2 builds) through SDL's "disk" audio driver, which captures from a raw file at real
+// speed (then silence): the demo model hears the bundled English sample as from a microphone.
+// - a --capture-seconds limit: one final, the sample's transcript, the same as the offline transcript of the audio
+//   it saved (--save-audio), which begins with the sample's samples;
+// - Enter on standard input ends the utterance; with --ptt each pair of Enters is one utterance (its own saved file
+//   and final, again equal to the offline transcript of that file);
+// - SIGINT finishes the utterance gracefully (exit 0, one final); bad combinations and devices are one-line errors.
+TEST(Cli, StreamCaptureFromAMicrophone) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    CliRun ver = run("version");
+    ASSERT_EQ(ver.status, 0);
+    if (ver.out.find("microphone capture (qasr stream --capture, SDL2) yes") == std::string::npos)
+        GTEST_SKIP() << "built without SDL2 (microphone capture): install libsdl2-dev";
+    const std::string dir = scratch() + "/capture";
+    fs::create_directories(dir);
+    const std::string sample = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    const std::vector<float> x = load_audio_file(sample);
+    {
+        std::ofstream raw(dir + "/in.raw", std::ios::binary);
+        const std::string w = wav16_bytes(x.data(), x.size());
+        raw.write(w.data() + 44, std::streamsize(w.size() - 44));
+    }
+    std::string want;
+    std::getline(std::ifstream(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt"), want);
+    const std::string env = "SDL_AUDIODRIVER=disk SDL_DISKAUDIOFILEIN=" + dir + "/in.raw ";
+    const std::string stream = env + QASR_BIN + " stream -m " + demo + " --json";
+    auto sh = [&](const std::string& cmd) {
+        const int rc = std::system(("bash -c '" + cmd + "' >" + dir + "/out 2>" + dir + "/err").c_str());
+        std::ifstream o(dir + "/out"), e(dir + "/err");
+        return CliRun{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, std::string((std::istreambuf_iterator<char>(o)), {}),
+                      std::string((std::istreambuf_iterator<char>(e)), {})};
+    };
+    auto finals = [](const std::string& out) {
+        std::vector<std::string> f;
+        std::istringstream in(out);
+        for (std::string line; std::getline(in, line);) {
+            const auto j = nlohmann::json::parse(line);
+            if (j["type"] == "final") f.push_back(j["stable"].get<std::string>());
+        }
+        return f;
+    };
+    auto offline = [&](const std::string& wav) {
+        CliRun r = run("transcribe -m " + demo + " -q " + wav);
+        EXPECT_EQ(r.status, 0) << r.err;
+        return r.out.empty() ? r.out : r.out.substr(0, r.out.size() - 1);
+    };
+
+    // the limit: the whole sample, then silence
+    CliRun a = sh(stream + " --capture --capture-seconds 4 --save-audio " + dir + "/a.wav < /dev/null");
+    ASSERT_EQ(a.status, 0) << a.err;
+    EXPECT_NE(a.err.find("listening on \"default\" (disk)"), std::string::npos) << a.err;
+    const std::vector<std::string> fa = finals(a.out);
+    ASSERT_EQ(fa.size(), 1u) << a.out;
+    EXPECT_EQ(fa[0], want);
+    EXPECT_EQ(fa[0], offline(dir + "/a.wav"));
+    const std::vector<float> saved = load_audio_file(dir + "/a.wav");
+    ASSERT_EQ(saved.size(), 64000u);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(saved[i], x[i]) << i;
+
+    // Enter ends it
+    CliRun e = sh("(sleep 1.5; echo) | " + stream + " --capture --save-audio " + dir + "/e.wav");
+    ASSERT_EQ(e.status, 0) << e.err;
+    const std::vector<std::string> fe = finals(e.out);
+    ASSERT_EQ(fe.size(), 1u) << e.out;
+    const std::vector<float> se = load_audio_file(dir + "/e.wav");
+    EXPECT_GT(se.size(), 4000u);
+    EXPECT_LT(se.size(), 64000u); // well before the end of the sample on an idle machine; bounded loosely
+    EXPECT_EQ(fe[0], offline(dir + "/e.wav"));
+
+    // push to talk: two utterances (the second in the silence after the sample), then the end of input quits
+    CliRun p = sh("(sleep 0.3; echo; sleep 1.5; echo; sleep 0.3; echo; sleep 0.8; echo; sleep 0.3) | " + stream +
+                  " --capture --ptt --save-audio " + dir + "/p.wav");
+    ASSERT_EQ(p.status, 0) << p.err;
+    const std::vector<std::string> fp = finals(p.out);
+    ASSERT_EQ(fp.size(), 2u) << p.out << p.err;
+    EXPECT_EQ(fp[0], offline(dir + "/p-1.wav"));
+    EXPECT_EQ(fp[1], offline(dir + "/p-2.wav"));
+    EXPECT_GT(load_audio_file(dir + "/p-1.wav").size(), 4000u);
+
+    // Ctrl-C: the utterance is finished, not lost
+    CliRun c = sh(env + "timeout --preserve-status -s INT 3 " + QASR_BIN + " stream -m " + demo + " --json --capture < /dev/null");
+    EXPECT_EQ(c.status, 0) << c.err;
+    EXPECT_EQ(finals(c.out).size(), 1u) << c.out;
+
+    for (const std::string& bad : {std::string(" --ptt"), std::string(" --capture-seconds 2"),
+                                   " --capture --file " + sample, std::string(" --capture-device \"no such mic\"")}) {
+        CliRun r = sh(stream + bad + " < /dev/null");
+        EXPECT_NE(r.status, 0) << bad;
+        std::string err;
+        std::istringstream in(r.err);
+        for (std::string line; std::getline(in, line);)
+            if (line.rfind("qasr:", 0) == 0) err += line + "\n";
+        EXPECT_EQ(lines(err), 1) << bad << ": " << r.err;
+        EXPECT_NE(err.find("error"), std::string::npos) << bad << ": " << r.err;
     }
 }

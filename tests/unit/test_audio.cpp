@@ -70,6 +70,27 @@ TEST(Wav, Pcm16StereoAveragesChannels) {
     EXPECT_FLOAT_EQ(a.samples[1], -0.5f);
 }
 
+// The writer (`qasr stream --save-audio`) is the 16-bit reader's inverse: every 16-bit value comes back as itself;
+// out-of-range samples clip, NaN is written as silence.
+TEST(Wav, SixteenBitWriterRoundTrips) {
+    std::vector<float> x;
+    for (int v = -32768; v <= 32767; v += 97) x.push_back(float(v) / 32768.0f);
+    x.push_back(32767.0f / 32768.0f);
+    const size_t exact = x.size();
+    x.insert(x.end(), {1.5f, -3.0f, std::nanf("")});
+    const std::string w = wav16_bytes(x.data(), x.size());
+    ASSERT_EQ(w.size(), 44 + 2 * x.size());
+    const DecodedAudio a = parse_wav(reinterpret_cast<const uint8_t*>(w.data()), w.size(), "t");
+    EXPECT_EQ(a.sample_rate, 16000);
+    EXPECT_EQ(a.channels, 1);
+    ASSERT_EQ(a.samples.size(), x.size());
+    for (size_t i = 0; i < exact; ++i) ASSERT_EQ(a.samples[i], x[i]) << i;
+    EXPECT_EQ(a.samples[exact], 32767.0f / 32768.0f);
+    EXPECT_EQ(a.samples[exact + 1], -1.0f);
+    EXPECT_EQ(a.samples[exact + 2], 0.0f);
+    EXPECT_EQ(wav16_bytes(nullptr, 0).size(), 44u);
+}
+
 TEST(Wav, AllSampleFormats) {
     struct Case { uint16_t fmt, bits; std::vector<uint8_t> bytes; float want; bool ext; };
     float f = 0.5f;

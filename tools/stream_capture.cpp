@@ -1,0 +1,168 @@
+// `qasr stream --capture`: live transcription from a microphone (capture.hpp). Enter on standard input ends the
+// utterance (the key release: the step in progress is interrupted, the final comes at once); with --ptt each Enter
+// toggles talking, for a push-to-talk loop of utterances. Ctrl-C or SIGTERM finishes the utterance in progress and
+// quits; a second Ctrl-C kills.
+#include "stream_capture.hpp"
+
+#include "audio/audio.hpp"
+#include "capture.hpp"
+#include "stop_signals.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+namespace qasr::cli {
+namespace {
+
+// Enter presses on standard input, the end of standard input and SIGINT/SIGTERM, reported from a thread of their own,
+// so that they can interrupt a step that push() is running on the caller's thread.
+class Controls {
+public:
+    enum class Event { Enter, EndOfInput, Signal };
+    explicit Controls(std::function<void(Event)> cb) : cb_(std::move(cb)), signals_(true) {
+        th_ = std::thread([this] { loop(); });
+    }
+    ~Controls() {
+        signals_.wake();
+        th_.join();
+    }
+    Controls(const Controls&) = delete;
+    Controls& operator=(const Controls&) = delete;
+
+private:
+    void loop() {
+        bool stdin_open = true;
+        for (;;) {
+            pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
+            if (::poll(fds, stdin_open ? 2 : 1, -1) < 0) continue; // EINTR
+            if (fds[0].revents & POLLIN) {
+                if (signals_.next() <= 0) return; // wake(): the utterance loop is done
+                cb_(Event::Signal);
+            }
+            if (stdin_open && fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+                char buf[256];
+                const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+                if (n <= 0) {
+                    stdin_open = false;
+                    cb_(Event::EndOfInput);
+                    continue;
+                }
+                for (ssize_t i = 0; i < n; ++i)
+                    if (buf[i] == '\n') cb_(Event::Enter);
+            }
+        }
+    }
+
+    std::function<void(Event)> cb_;
+    StopSignals signals_; // a second Ctrl-C ends the process
+    std::thread th_;
+};
+
+// "x.wav" → "x-3.wav" (the third utterance of --ptt)
+std::string numbered(const std::string& path, int n) {
+    const size_t slash = path.find_last_of('/');
+    const size_t dot = path.find_last_of('.');
+    const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+    return ext ? path.substr(0, dot) + "-" + std::to_string(n) + path.substr(dot) : path + "-" + std::to_string(n);
+}
+
+} // namespace
+
+void save_wav16(const std::string& path, const std::vector<float>& x) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    const std::string bytes = wav16_bytes(x.data(), x.size());
+    if (!f.write(bytes.data(), std::streamsize(bytes.size())) || !f.flush())
+        throw std::runtime_error("cannot write " + path);
+}
+
+int list_capture_devices() {
+    const std::vector<std::string> names = AudioCapture::devices();
+    if (names.empty()) std::fprintf(stderr, "qasr: no capture devices found (the system default may still work)\n");
+    for (const auto& n : names) std::printf("%s\n", n.c_str());
+    return 0;
+}
+
+int run_capture(std::shared_ptr<const Model> model, const StreamOptions& so, const CaptureOptions& co,
+                const StreamSession::Callback& on_event) {
+    AudioCapture cap(co.device);
+    std::mutex m;
+    StreamSession* current = nullptr; // the utterance being recorded, if any
+    std::atomic<int> presses{0};
+    std::atomic<bool> quit{false};
+    auto interrupt_current = [&] {
+        std::lock_guard<std::mutex> lk(m);
+        if (current) current->interrupt(); // the key release: the step in progress stops at its next boundary
+    };
+    Controls controls([&](Controls::Event e) {
+        if (e == Controls::Event::Enter) {
+            presses.fetch_add(1);
+            interrupt_current();
+        } else if (e == Controls::Event::Signal || co.ptt) { // without --ptt the end of input is not a key
+            quit.store(true);
+            interrupt_current();
+        }
+    });
+    const size_t limit = size_t(co.seconds * kSampleRate);
+    if (co.ptt)
+        std::fprintf(stderr, "qasr: push to talk on \"%s\" (%s): Enter starts talking, Enter again stops; Ctrl-C or the "
+                     "end of input quits\n", cap.name().c_str(), cap.driver().c_str());
+    else
+        std::fprintf(stderr, "qasr: listening on \"%s\" (%s): Enter finishes%s\n", cap.name().c_str(),
+                     cap.driver().c_str(), limit ? " (or the --capture-seconds limit)" : "");
+    std::vector<int16_t> pcm;
+    std::vector<float> x;
+    for (int turn = 1; !quit.load(); ++turn) {
+        if (co.ptt) { // wait for the key press, dropping what the microphone hears until then
+            while (!quit.load() && presses.load() % 2 == 0) {
+                pcm.clear();
+                cap.read(pcm, std::chrono::milliseconds(20));
+            }
+            if (quit.load()) break;
+            pcm.clear();
+            cap.read(pcm, std::chrono::milliseconds(0));
+            std::fprintf(stderr, "qasr: recording (Enter stops)\n");
+        }
+        const int released_at = co.ptt ? presses.load() + 1 : 1; // the press count that ends this utterance
+        StreamSession s(model, so, on_event);
+        {
+            std::lock_guard<std::mutex> lk(m);
+            current = &s;
+        }
+        std::vector<float> kept; // --save-audio
+        size_t total = 0;
+        bool more = true;
+        while (more) {
+            // once the key is released (or the limit reached), what the device has queued is still taken, then no more
+            more = !quit.load() && presses.load() < released_at;
+            pcm.clear();
+            cap.read(pcm, std::chrono::milliseconds(more ? 20 : 0));
+            if (limit && total + pcm.size() >= limit) pcm.resize(limit - total), more = false;
+            total += pcm.size();
+            x.resize(pcm.size());
+            for (size_t i = 0; i < pcm.size(); ++i) x[i] = float(pcm[i]) / 32768.0f;
+            if (!co.save_audio.empty()) kept.insert(kept.end(), x.begin(), x.end());
+            s.push(x.data(), x.size());
+        }
+        {
+            std::lock_guard<std::mutex> lk(m);
+            current = nullptr;
+        }
+        s.interrupt(); // a step still to come would only delay the final
+        s.finish();
+        if (!co.save_audio.empty()) save_wav16(co.ptt ? numbered(co.save_audio, turn) : co.save_audio, kept);
+        if (!co.ptt) break;
+        // a --capture-seconds limit ends the utterance as a release would: the next press starts the next one
+        if (presses.load() % 2) presses.fetch_add(1);
+    }
+    return 0;
+}
+
+} // namespace qasr::cli
