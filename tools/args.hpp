@@ -58,6 +58,28 @@ inline double to_double(const std::string& opt, const std::string& v, double lo,
     return x;
 }
 
+// A time: seconds ("90", "12.5") or [[HH:]MM:]SS(.fff) ("1:30", "01:02:03.5"), in [0, 1e7] seconds.
+inline double to_time(const std::string& opt, const std::string& v) {
+    double total = 0;
+    size_t at = 0;
+    for (int part = 0;; ++part) {
+        const size_t colon = v.find(':', at);
+        const std::string field = v.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+        char* end = nullptr;
+        const double x = std::strtod(field.c_str(), &end);
+        const bool last = colon == std::string::npos;
+        const bool ok = !field.empty() && !*end && x >= 0 && (last || field.find('.') == std::string::npos) &&
+                        (part == 0 || x < 60) && part < 3 && field.find_first_not_of("0123456789.") == std::string::npos;
+        if (!ok)
+            throw std::invalid_argument(opt + " expects seconds or [HH:]MM:SS(.fff), got '" + v + "'");
+        total = total * 60 + x;
+        if (last) break;
+        at = colon + 1;
+    }
+    if (total > 1e7) throw std::invalid_argument(opt + ": " + v + " is too long");
+    return total;
+}
+
 // --device D, --threads N, --compute C: what every command that loads a model takes (LoadOptions). True when the
 // current item was one of them (and was read into lo).
 inline bool load_option(Args& a, LoadOptions& lo) {

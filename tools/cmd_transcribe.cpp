@@ -40,6 +40,8 @@ options:
   --segment-seconds S      cut the audio at pauses into pieces of at most S seconds (2..1200), each
                            transcribed on its own, for segment timestamps; text output then prints
                            "[00:00:01.230 --> 00:00:04.560]  text" lines (default 0: the audio whole)
+  --offset T               start at T (seconds, or [HH:]MM:SS(.fff)); times in the output stay the file's
+  --duration T             transcribe T of audio from the offset (default: to the end)
   --aligner DIR            word timestamps from a Qwen3-ForcedAligner checkpoint: each segment's text is
                            aligned to its audio; text output then prints a "[start --> end]  word" line per
                            word, json adds "words" [{"word", "start", "end"}] (srt/vtt keep segment cues);
@@ -155,6 +157,11 @@ int cmd_transcribe(int argc, char** argv) {
             segment_seconds = to_double("--segment-seconds", v, 0.0, 1200.0);
             if (segment_seconds != 0 && segment_seconds < 2)
                 throw std::invalid_argument("--segment-seconds must be 0 (off) or between 2 and 1200");
+        } else if (a.option("--offset", v)) {
+            o.offset_seconds = to_time("--offset", v);
+        } else if (a.option("--duration", v)) {
+            o.duration_seconds = to_time("--duration", v);
+            if (o.duration_seconds <= 0) throw std::invalid_argument("--duration must be more than 0");
         } else if (a.option("--aligner", aligner_dir)) {
         } else if (a.option("--line-width", v)) {
             line_width = int(to_long("--line-width", v, 0, 10000));

@@ -55,7 +55,8 @@ class _TranscribeParams(ctypes.Structure):
                 ("on_segment", _SEGMENT_CB), ("user_data", ctypes.c_void_p), ("language_only", ctypes.c_int),
                 ("aligner", ctypes.c_void_p), ("beam_size", ctypes.c_int), ("length_penalty", ctypes.c_float),
                 ("abort_callback", _ABORT_CB), ("abort_user_data", ctypes.c_void_p), ("on_text", _TEXT_CB),
-                ("on_progress", _PROGRESS_CB)]
+                ("on_progress", _PROGRESS_CB), ("offset_seconds", ctypes.c_double),
+                ("duration_seconds", ctypes.c_double)]
 
 
 class _StreamParams(ctypes.Structure):
@@ -290,7 +291,8 @@ class Model(_Owned):
                    aligner: Optional["Aligner"] = None, beam_size: int = 1, length_penalty: float = 1.0,
                    abort: Optional[Callable[[], bool]] = None,
                    on_text: Optional[Callable[[str], None]] = None,
-                   on_progress: Optional[Callable[[float], None]] = None) -> Result:
+                   on_progress: Optional[Callable[[float], None]] = None,
+                   offset: float = 0.0, duration: float = 0.0) -> Result:
         """Transcribes a file path, an encoded file's bytes (WAV; with FFmpeg mp3, flac, ogg, m4a ...) or 16 kHz
         mono float samples. segment_seconds > 0 cuts at pauses (pieces of at most that long) for segment times;
         on_segment is called with each segment as its piece is done. language_only identifies the language
@@ -301,7 +303,8 @@ class Model(_Owned):
         abort=event.is_set for a threading.Event set by a stop button). on_text is called with each delta of the
         text as the model writes it (they concatenate to the text before inverse text normalization). on_progress
         is called with the call's progress, a fraction for a progress bar: 0 first, non-decreasing, 1 once at the
-        end (an estimate)."""
+        end (an estimate). offset and duration (seconds; 0: to the end) transcribe a part of the audio; segment
+        and word times stay those of the whole audio."""
         h = self._handle()
         p = _lib.qasr_default_transcribe_params()
         p.language, p.context = _bytes(language), _bytes(context)
@@ -309,6 +312,7 @@ class Model(_Owned):
         p.seed, p.itn, p.segment_seconds, p.language_only = seed, int(itn), segment_seconds, int(language_only)
         p.aligner = aligner._handle() if aligner is not None else None
         p.beam_size, p.length_penalty = beam_size, length_penalty
+        p.offset_seconds, p.duration_seconds = offset, duration
         raised: List[BaseException] = []
         if on_segment is not None:
             def cb(text, start, end, _user):

@@ -76,6 +76,10 @@ typedef struct {
        first, non-decreasing, 1 exactly once when the transcript is complete: TranscribeOptions::on_progress), with
        user_data; possibly from another thread (max_batch > 1) */
     void (*on_progress)(float fraction, void* user_data);
+    /* a part of the audio only: from offset_seconds, for duration_seconds (0: to the end); segment and word times
+       stay those of the whole audio (TranscribeOptions::offset_seconds, duration_seconds) */
+    double offset_seconds;
+    double duration_seconds;
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);

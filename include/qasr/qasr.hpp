@@ -84,6 +84,11 @@ struct TranscribeOptions {
     // a few steps after the prefill; the result has the language and an empty text, and language_probability
     // tells how sure the model was. Needs language == "" (detection).
     bool language_only = false;
+    // A part of the audio only: from offset_seconds, for duration_seconds (0: to the end). Times in the result
+    // (segments, words) stay those of the whole audio; audio_seconds is the part's. An offset at or past the end
+    // of the audio is an error.
+    double offset_seconds = 0;
+    double duration_seconds = 0;
 };
 
 struct LoadOptions {

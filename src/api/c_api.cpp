@@ -73,6 +73,8 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
     o.itn = d.itn != 0;
     o.segment_seconds = d.segment_seconds;
     o.language_only = d.language_only != 0;
+    o.offset_seconds = d.offset_seconds;
+    o.duration_seconds = d.duration_seconds;
     if (d.aligner) o.max_piece_seconds = qasr::Aligner::max_piece_seconds;
     if (d.on_segment) {
         const auto cb = d.on_segment;
@@ -119,7 +121,7 @@ extern "C" {
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
 qasr_transcribe_params qasr_default_transcribe_params(void) {
-    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr, nullptr, nullptr};
+    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr, nullptr, nullptr, 0.0, 0.0};
 }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {

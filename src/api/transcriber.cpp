@@ -14,6 +14,7 @@
 #include "api/transcriber_impl.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -139,6 +140,33 @@ TranscriptionResult Transcriber::transcribe_memory(const void* data, size_t size
 }
 
 TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, const TranscribeOptions& opts) const {
+    if (opts.offset_seconds != 0 || opts.duration_seconds != 0) { // the part [offset, offset + duration)
+        if (!(opts.offset_seconds >= 0 && opts.offset_seconds <= 1e7) ||
+            !(opts.duration_seconds >= 0 && opts.duration_seconds <= 1e7))
+            fail("options", "offset_seconds and duration_seconds must be between 0 and 1e7");
+        const size_t b = size_t(std::llround(opts.offset_seconds * kSampleRate));
+        if (b >= samples.size())
+            fail("options", "offset " + seconds_text(opts.offset_seconds) + " is at or past the end of the audio (" +
+                                seconds_text(double(samples.size()) / kSampleRate) + ")");
+        const size_t e = opts.duration_seconds > 0
+                             ? std::min(samples.size(), b + size_t(std::llround(opts.duration_seconds * kSampleRate)))
+                             : samples.size();
+        const auto shifted = [shift = double(b) / kSampleRate](Segment& s) { // to the microsecond: no 8.530000000000001
+            s.start = std::round((s.start + shift) * 1e6) / 1e6;
+            s.end = std::round((s.end + shift) * 1e6) / 1e6;
+        };
+        TranscribeOptions o = opts;
+        o.offset_seconds = o.duration_seconds = 0;
+        if (opts.on_segment)
+            o.on_segment = [&](const Segment& s) {
+                Segment t = s;
+                shifted(t);
+                opts.on_segment(t);
+            };
+        TranscriptionResult r = transcribe(std::vector<float>(samples.begin() + long(b), samples.begin() + long(e)), o);
+        for (Segment& s : r.segments) shifted(s);
+        return r;
+    }
     if (!(opts.max_piece_seconds >= 10.0)) fail("options", "max_piece_seconds must be at least 10");
     const Stopwatch wall;
     check_finite(samples.data(), samples.size(), "audio samples");

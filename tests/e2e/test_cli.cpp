@@ -196,8 +196,24 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     ASSERT_EQ(vtt_file.status, 0) << vtt_file.err;
     std::ifstream f4(od + "/two.vtt");
     EXPECT_EQ(std::string((std::istreambuf_iterator<char>(f4)), std::istreambuf_iterator<char>()), vtt.out);
+    // --offset in the pause before the second sample (HH:MM:SS form): its cue alone, at its time in the file
+    const double off = bounds[2] - 0.5;
+    char hms[32];
+    std::snprintf(hms, sizeof hms, "00:00:%06.3f", off);
+    CliRun part = run("transcribe -m " + demo + " --format json --segment-seconds 5 -q --offset " + hms + " " + wav);
+    ASSERT_EQ(part.status, 0) << part.err;
+    const auto pj = nlohmann::json::parse(part.out);
+    ASSERT_EQ(pj["segments"].size(), 1u) << part.out;
+    EXPECT_EQ(pj["segments"][0]["text"], texts[1]);
+    EXPECT_NEAR(pj["segments"][0]["start"].get<double>(), bounds[2], 0.3);
+    EXPECT_NEAR(pj["audio_seconds"].get<double>(), double(x.size()) / 16000 - off, 1e-3);
+    CliRun dur = run("transcribe -m " + demo + " --format json -q --duration 1:00 " + wav); // to the end
+    ASSERT_EQ(dur.status, 0) << dur.err;
+    EXPECT_NEAR(nlohmann::json::parse(dur.out)["audio_seconds"].get<double>(), double(x.size()) / 16000, 1e-3);
     for (const std::string& args : {"--format srt " + wav + " " + wav, "--segment-seconds 1 " + wav,
-                                   "--segment-seconds 5000 " + wav, "--format srt -o " + od + "/nope " + wav}) {
+                                   "--segment-seconds 5000 " + wav, "--format srt -o " + od + "/nope " + wav,
+                                   "--offset 1:75 " + wav, "--offset -3 " + wav, "--offset 1e3 " + wav,
+                                   "--duration 0 " + wav, "--offset 1:00 " + wav}) {
         CliRun r = run("transcribe -m " + demo + " " + args);
         EXPECT_NE(r.status, 0) << args;
         EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;

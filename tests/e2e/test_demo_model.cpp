@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -750,4 +751,61 @@ TEST(DemoModel, ProgressGrowsToOneOnce) {
     EXPECT_THROW(t.transcribe_file(clip, stop), qasr::Cancelled);
     ASSERT_FALSE(seen.empty());
     EXPECT_LT(seen.back(), 1.0f);
+}
+
+// offset_seconds / duration_seconds (`--offset`, `--duration`): the part is transcribed exactly as its samples alone
+// (same tokens), whole or cut at pauses, with the segments' times moved to the whole audio's (also those given to
+// on_segment); the duration stops at the end of the audio; an offset past the end or a negative, infinite or NaN
+// value is an error.
+TEST(DemoModel, OffsetAndDurationTranscribeAPart) {
+    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    std::vector<float> audio(8000, 0.0f);
+    const auto en = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
+    const auto de = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav");
+    audio.insert(audio.end(), en.begin(), en.end());
+    audio.insert(audio.end(), 16000, 0.0f);
+    const size_t de_at = audio.size();
+    audio.insert(audio.end(), de.begin(), de.end());
+    audio.insert(audio.end(), 16000, 0.0f);
+    qasr::Transcriber t = qasr::Transcriber::load(dir);
+    const size_t b = de_at - 8000, n = de.size() + 16000; // the German clip with half a second either side
+    const std::vector<float> part(audio.begin() + long(b), audio.begin() + long(b + n));
+    for (double seg : {0.0, 2.5}) {
+        qasr::TranscribeOptions o;
+        o.segment_seconds = seg;
+        const auto alone = t.transcribe(part, o);
+        ASSERT_FALSE(alone.segments.empty());
+        o.offset_seconds = double(b) / 16000;
+        o.duration_seconds = double(n) / 16000;
+        std::vector<qasr::Segment> live;
+        o.on_segment = [&](const qasr::Segment& s) { live.push_back(s); };
+        const auto r = t.transcribe(audio, o);
+        EXPECT_EQ(r.text, alone.text) << seg;
+        ASSERT_EQ(r.tokens.size(), alone.tokens.size());
+        for (size_t i = 0; i < r.tokens.size(); ++i) EXPECT_EQ(r.tokens[i].id, alone.tokens[i].id);
+        EXPECT_DOUBLE_EQ(r.audio_seconds, double(n) / 16000);
+        ASSERT_EQ(r.segments.size(), alone.segments.size()) << seg;
+        ASSERT_EQ(live.size(), r.segments.size());
+        for (size_t i = 0; i < r.segments.size(); ++i) {
+            EXPECT_NEAR(r.segments[i].start, alone.segments[i].start + o.offset_seconds, 1e-6);
+            EXPECT_NEAR(r.segments[i].end, alone.segments[i].end + o.offset_seconds, 1e-6);
+            EXPECT_EQ(r.segments[i].text, alone.segments[i].text);
+            EXPECT_EQ(live[i].start, r.segments[i].start);
+            EXPECT_EQ(live[i].end, r.segments[i].end);
+        }
+        EXPECT_GE(r.segments.front().start, double(de_at) / 16000 - 0.3); // the German clip's, not the file's start
+    }
+    qasr::TranscribeOptions o;
+    o.offset_seconds = double(b) / 16000;
+    o.duration_seconds = 1000; // past the end: to the end
+    const auto tail = t.transcribe(audio, o);
+    EXPECT_DOUBLE_EQ(tail.audio_seconds, double(audio.size() - b) / 16000);
+    EXPECT_EQ(tail.text, t.transcribe(std::vector<float>(audio.begin() + long(b), audio.end())).text);
+    for (const auto& [off, dur] : {std::pair{double(audio.size()) / 16000, 0.0}, std::pair{1e6, 1.0},
+                                   std::pair{-1.0, 0.0}, std::pair{0.0, -2.0}, std::pair{std::nan(""), 0.0},
+                                   std::pair{0.0, HUGE_VAL}}) {
+        o.offset_seconds = off, o.duration_seconds = dur;
+        EXPECT_THROW(t.transcribe(audio, o), qasr::Error) << off << " " << dur;
+    }
 }

@@ -93,6 +93,14 @@ class Bindings(unittest.TestCase):
         self.assertLess(r.segments[0].end, r.segments[1].start)
         self.assertTrue(r.srt.startswith("1\n00:00:0"), r.srt)
         self.assertTrue(r.vtt.startswith("WEBVTT"), r.vtt)
+        # a part (from the pause between the samples): the German one alone, at its time in the whole audio
+        off = len(en) / 16000 + 0.5
+        part = self.model.transcribe(audio, segment_seconds=6, offset=off)
+        self.assertEqual([s.text for s in part.segments], [self.de])
+        self.assertAlmostEqual(part.segments[0].start, r.segments[1].start, delta=0.3)
+        self.assertAlmostEqual(part.audio_seconds, len(audio) / 16000 - off, places=3)
+        with self.assertRaises(qasr.Error):
+            self.model.transcribe(audio, offset=100.0)
 
         def boom(_segment):
             raise KeyError("from the callback")

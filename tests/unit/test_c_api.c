@@ -178,6 +178,18 @@ int main(void) {
     CHECK(r && qasr_result_n_segments(r) == 1 && want && strcmp(qasr_result_text(r), want) == 0);
     CHECK(live == 1);
     qasr_result_free(r);
+    /* a part: from 1 s for 1.5 s; past the end is an error */
+    tp = qasr_default_transcribe_params();
+    CHECK(tp.offset_seconds == 0.0 && tp.duration_seconds == 0.0);
+    tp.offset_seconds = 1.0;
+    tp.duration_seconds = 1.5;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
+    CHECK(r && fabs(qasr_result_audio_seconds(r) - 1.5) < 1e-9 && want && strcmp(qasr_result_text(r), want) != 0);
+    CHECK(qasr_result_n_segments(r) <= 1 && (qasr_result_n_segments(r) == 0 || qasr_result_segment_start(r, 0) >= 1.0));
+    qasr_result_free(r);
+    tp.offset_seconds = 10.0;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_ERR_INVALID_ARGUMENT && r == NULL);
+    CHECK(strstr(qasr_last_error(), "past the end") != NULL);
     /* cancellation: abort_callback is asked before stages and steps; non-zero stops with QASR_ERR_CANCELLED */
     tp = qasr_default_transcribe_params();
     CHECK(tp.abort_callback == NULL && tp.abort_user_data == NULL);
