@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -35,8 +36,11 @@ options:
   --detect-language        identify the language only (decoding stops after the model's language tag):
                            prints e.g. English (p = 0.998) per input; --format json gives language and
                            language_probability
-  --format F               text (default), json (one object per file: segments, tokens, logprobs, timings),
-                           srt or vtt (subtitles; segments of at most 10 s unless --segment-seconds says)
+  --format F               text (default; also txt), json (one object per file: segments, tokens, logprobs,
+                           timings), srt or vtt (subtitles; segments of at most 10 s unless --segment-seconds
+                           says), tsv (start and end in ms, text: per segment, cut as for subtitles, or per
+                           word with --aligner); several at once, comma-separated, with --output-dir (one
+                           transcription for all: -o out --format txt,srt,json)
   --segment-seconds S      cut the audio at pauses into pieces of at most S seconds (2..1200), each
                            transcribed on its own, for segment timestamps; text output then prints
                            "[00:00:01.230 --> 00:00:04.560]  text" lines (default 0: the audio whole)
@@ -103,6 +107,35 @@ nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
               {"prefill", r.timings.prefill_ms}, {"decode", r.timings.decode_ms}}}};
 }
 
+// OpenAI whisper's tsv: a header, then start and end in whole milliseconds and the text (tabs and line breaks
+// in it as spaces)
+std::string to_tsv(const std::vector<Segment>& segs) {
+    std::string out = "start\tend\ttext\n";
+    for (const Segment& s : segs) {
+        std::string t = s.text;
+        for (char& c : t)
+            if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+        out += std::to_string(std::llround(s.start * 1000)) + "\t" + std::to_string(std::llround(s.end * 1000)) + "\t" + t + "\n";
+    }
+    return out;
+}
+
+// --format: a comma-separated list of text|txt, json, srt, vtt, tsv (each once, in the order given)
+std::vector<std::string> parse_formats(const std::string& list) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    for (;;) {
+        const size_t comma = list.find(',', at);
+        std::string f = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        if (f == "txt") f = "text";
+        if (f != "text" && f != "json" && f != "srt" && f != "vtt" && f != "tsv")
+            throw std::invalid_argument("--format takes text (txt), json, srt, vtt or tsv, comma-separated; got '" + list + "'");
+        if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+        if (comma == std::string::npos) return out;
+        at = comma + 1;
+    }
+}
+
 std::string render(const std::string& file, const TranscriptionResult& r, const std::string& format, bool raw,
                    bool timestamps, int line_width, bool language_only, bool words) {
     if (format == "json") return to_json(file, r).dump() + "\n";
@@ -111,6 +144,7 @@ std::string render(const std::string& file, const TranscriptionResult& r, const 
         std::snprintf(p, sizeof p, "%.3f", r.language_probability);
         return (r.language.empty() ? std::string("none") : r.language) + " (p = " + p + ")\n";
     }
+    if (format == "tsv") return to_tsv(words ? word_segments(r.words) : r.segments);
     if (format == "srt") return to_srt(r.segments, 1, line_width);
     if (format == "vtt") return to_vtt(r.segments, true, line_width);
     if (raw) return r.raw_text + "\n";
@@ -135,7 +169,8 @@ std::string output_path(const std::string& dir, const std::string& input, const 
 
 int cmd_transcribe(int argc, char** argv) {
     Args a(argc, argv, 2);
-    std::string model, format = "text", out_dir, aligner_dir, v;
+    std::string model, out_dir, aligner_dir, v;
+    std::vector<std::string> formats = {"text"};
     double segment_seconds = -1; // -1: 10 for subtitles, else 0
     int line_width = 42;
     std::vector<std::string> files;
@@ -150,9 +185,8 @@ int cmd_transcribe(int argc, char** argv) {
         } else if (a.option("-m", model) || a.option("--model", model)) {
         } else if (a.option("--language", o.language)) {
         } else if (a.option("--context", o.context)) {
-        } else if (a.option("--format", format)) {
-            if (format != "text" && format != "json" && format != "srt" && format != "vtt")
-                throw std::invalid_argument("--format must be text, json, srt or vtt");
+        } else if (a.option("--format", v)) {
+            formats = parse_formats(v);
         } else if (a.option("--segment-seconds", v)) {
             segment_seconds = to_double("--segment-seconds", v, 0.0, 1200.0);
             if (segment_seconds != 0 && segment_seconds < 2)
@@ -212,14 +246,18 @@ int cmd_transcribe(int argc, char** argv) {
     if (o.decode.ignore_eos && o.decode.max_new_tokens <= 0)
         throw std::invalid_argument("--ignore-eos needs --max-new-tokens N");
     if (!o.language.empty()) o.language = canonical_language(o.language);
-    const bool subtitles = format == "srt" || format == "vtt";
-    if (o.language_only && (subtitles || !o.language.empty() || segment_seconds > 0))
+    const auto has = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
+    const bool subtitles = has("srt") || has("vtt");
+    const std::string& format = formats.front(); // on standard output: the only one
+    if (formats.size() > 1 && out_dir.empty())
+        throw std::invalid_argument("several formats need --output-dir DIR (a file of each per input)");
+    if (o.language_only && (subtitles || has("tsv") || !o.language.empty() || segment_seconds > 0))
         throw std::invalid_argument("--detect-language cannot be combined with --language, --segment-seconds or "
-                                    "--format srt|vtt");
+                                    "--format srt|vtt|tsv");
     if (!aligner_dir.empty() && o.language_only)
         throw std::invalid_argument("--aligner times the words of a transcript; --detect-language writes none");
     if (!aligner_dir.empty()) o.max_piece_seconds = Aligner::max_piece_seconds;
-    o.segment_seconds = segment_seconds >= 0 ? segment_seconds : subtitles ? 10.0 : 0.0;
+    o.segment_seconds = segment_seconds >= 0 ? segment_seconds : subtitles || has("tsv") ? 10.0 : 0.0;
     if (subtitles && files.size() > 1 && out_dir.empty())
         throw std::invalid_argument("several inputs with --format " + format + " need --output-dir DIR (one file each)");
     if (!out_dir.empty() && !fs::is_directory(out_dir))
@@ -239,7 +277,7 @@ int cmd_transcribe(int argc, char** argv) {
     const int parallel = files.size() > 1 ? lo.max_batch : 1;
     // Subtitles and timestamped lines on standard output: each segment as soon as its piece is transcribed (one
     // file at a time)
-    const bool live = out_dir.empty() && !raw && parallel == 1 &&
+    const bool live = out_dir.empty() && formats.size() == 1 && !raw && parallel == 1 &&
                       (subtitles || (format == "text" && o.segment_seconds > 0 && !aligner));
     int cues = 0;
     if (live) {
@@ -297,18 +335,22 @@ int cmd_transcribe(int argc, char** argv) {
             if (shown) std::cerr << "\n";
             shown = false;
             const std::string& f = files[done++];
-            const std::string text = live ? "" : render(f, r, format, raw, o.segment_seconds > 0, line_width, o.language_only,
-                                                     aligner != nullptr);
+            // timestamped text lines when --segment-seconds was given (not for the pieces of subtitles)
+            const auto text = [&](const std::string& fmt) {
+                return render(f, r, fmt, raw, segment_seconds > 0, line_width, o.language_only, aligner != nullptr);
+            };
             if (!live && out_dir.empty()) {
-                std::cout << text;
+                std::cout << text(format);
                 std::cout.flush();
             } else if (!live) {
-                const std::string path = output_path(out_dir, f, format, written);
-                std::ofstream out(path, std::ios::binary);
-                out << text;
-                out.close();
-                if (!out) throw std::runtime_error("cannot write " + path);
-                if (!quiet) std::cerr << "wrote " << path << "\n";
+                for (const std::string& fmt : formats) {
+                    const std::string path = output_path(out_dir, f, fmt, written);
+                    std::ofstream out(path, std::ios::binary);
+                    out << text(fmt);
+                    out.close();
+                    if (!out) throw std::runtime_error("cannot write " + path);
+                    if (!quiet) std::cerr << "wrote " << path << "\n";
+                }
             }
             audio_seconds += r.audio_seconds;
             if (!quiet) std::cerr << summary_line(r) << "\n";

@@ -196,6 +196,31 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     ASSERT_EQ(vtt_file.status, 0) << vtt_file.err;
     std::ifstream f4(od + "/two.vtt");
     EXPECT_EQ(std::string((std::istreambuf_iterator<char>(f4)), std::istreambuf_iterator<char>()), vtt.out);
+    // several formats from one transcription: each file what that format alone prints; tsv has the srt's times
+    const std::string mf = od + "/multi";
+    fs::create_directories(mf);
+    CliRun multi = run("transcribe -m " + demo + " --format txt,srt,vtt,json,tsv,srt --segment-seconds 5 -q -o " + mf + " " + wav);
+    ASSERT_EQ(multi.status, 0) << multi.err;
+    EXPECT_EQ(multi.out, "");
+    auto slurp = [](const std::string& p) {
+        std::ifstream f(p);
+        return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    };
+    EXPECT_EQ(slurp(mf + "/two.srt"), srt.out);
+    EXPECT_EQ(slurp(mf + "/two.vtt"), vtt.out);
+    EXPECT_EQ(slurp(mf + "/two.txt"), txt.out);
+    const auto mj = nlohmann::json::parse(slurp(mf + "/two.json"));
+    EXPECT_EQ(mj["segments"], j["segments"]);
+    EXPECT_EQ(mj["text"], j["text"]);
+    EXPECT_EQ(std::distance(fs::directory_iterator(mf), fs::directory_iterator()), 5);
+    std::string tsv_want = "start\tend\ttext\n";
+    for (const auto& seg : j["segments"])
+        tsv_want += std::to_string(std::llround(seg["start"].get<double>() * 1000)) + "\t" +
+                    std::to_string(std::llround(seg["end"].get<double>() * 1000)) + "\t" + seg["text"].get<std::string>() + "\n";
+    EXPECT_EQ(slurp(mf + "/two.tsv"), tsv_want);
+    CliRun tsv = run("transcribe -m " + demo + " --format tsv --segment-seconds 5 -q " + wav);
+    ASSERT_EQ(tsv.status, 0) << tsv.err;
+    EXPECT_EQ(tsv.out, tsv_want);
     // --offset in the pause before the second sample (HH:MM:SS form): its cue alone, at its time in the file
     const double off = bounds[2] - 0.5;
     char hms[32];
@@ -213,7 +238,8 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     for (const std::string& args : {"--format srt " + wav + " " + wav, "--segment-seconds 1 " + wav,
                                    "--segment-seconds 5000 " + wav, "--format srt -o " + od + "/nope " + wav,
                                    "--offset 1:75 " + wav, "--offset -3 " + wav, "--offset 1e3 " + wav,
-                                   "--duration 0 " + wav, "--offset 1:00 " + wav}) {
+                                   "--duration 0 " + wav, "--offset 1:00 " + wav, "--format txt,srt " + wav,
+                                   "--format txt,xml -o " + od + " " + wav, "--format , -o " + od + " " + wav}) {
         CliRun r = run("transcribe -m " + demo + " " + args);
         EXPECT_NE(r.status, 0) << args;
         EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
