@@ -84,7 +84,7 @@ inline double to_time(const std::string& opt, const std::string& v) {
 // current item was one of them (and was read into lo).
 inline bool load_option(Args& a, LoadOptions& lo) {
     std::string v;
-    if (a.option("--threads", v)) return lo.threads = int(to_long("--threads", v, 1, 1024)), true;
+    if (a.option("--threads", v) || a.option("-t", v)) return lo.threads = int(to_long("--threads", v, 1, 1024)), true;
     return a.option("--device", lo.device) || a.option("--compute", lo.compute);
 }
 

@@ -31,7 +31,7 @@ options:
   --format F               text (default: "[00:00:01.230 --> 00:00:01.560]  word" lines), json, srt or vtt
                            (a cue per word)
   --device D               cpu (default), cuda or cuda:N
-  --threads N              CPU threads (default: all cores)
+  -t, --threads N          CPU threads (default: all cores)
   --compute C              auto (default), bf16 or f32 (see qasr transcribe --help)
   --runs N                 (benchmarks) align N times in this process; the output and timings are the last
                            run's (the first pays the cold-start costs)

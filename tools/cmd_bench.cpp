@@ -48,7 +48,7 @@ options:
   --seconds S            length of the generated audio (default 11)
   --runs N               timed runs (default 3)
   --warmup N             untimed runs first (default 1)
-  --threads N            CPU threads (default: all cores)
+  -t, --threads N        CPU threads (default: all cores)
   --max-new-tokens N     cap on generated tokens
   --ignore-eos           decode exactly --max-new-tokens tokens (fixed decode length)
   --beam-size N          beam search over N hypotheses (1..16; default 1: greedy); ms/token is then per token
@@ -236,7 +236,7 @@ int cmd_bench(int argc, char** argv) {
             runs = int(to_long("--runs", v, 1, 1000));
         } else if (a.option("--warmup", v)) {
             warmup = int(to_long("--warmup", v, 0, 1000));
-        } else if (a.option("--threads", v)) {
+        } else if (a.option("--threads", v) || a.option("-t", v)) {
             threads = int(to_long("--threads", v, 1, 1024));
         } else if (a.option("--max-new-tokens", v)) {
             opts.decode.max_new_tokens = int(to_long("--max-new-tokens", v, 1, 1 << 20));

@@ -67,7 +67,7 @@ options:
   --compute C              the CPU's matrix-matrix products: auto (bf16 for quantized checkpoints, float32
                            for float ones; default), bf16 (about half the encoder/prefill time on AMX or
                            AVX512-BF16 CPUs) or f32
-  --threads N              CPU threads per transcription (default: the cores divided by --parallel)
+  -t, --threads N          CPU threads per transcription (default: the cores divided by --parallel)
   --parallel N             transcriptions at once (default 1 on the CPU, 4 on a GPU; with --batch, the batch);
                            each has its own session
   --batch N                the running transcriptions decode together, up to N per step, on one engine thread

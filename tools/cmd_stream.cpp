@@ -58,13 +58,13 @@ options:
                            (Stream::interrupt) at its next stage boundary; so does the end of stdin
   --no-interrupt           the release does not interrupt a running step (finish() waits for it)
   --json                   print events as JSON lines {"type":"partial|final","stable","unstable","language","t"}
-  --language L             force the language
+  -l, --language L         force the language (default or auto: detect)
   --context TEXT           system-prompt context
   --chunk-seconds S        decoding cadence (default 2)
   --rollback N             tokens re-decoded each chunk (default 5)
   --unfixed-chunks N       chunks decoded without a text prefix (default 2)
   --segment-windows N      segment bound in 8-second windows (default 3)
-  --threads N              CPU threads
+  -t, --threads N          CPU threads
   --device D               cpu (default), cuda or cuda:N: encoder layers and decoder on a GPU (the log-mel and
                            the conv stem stay on the CPU; when built with the CUDA backend)
   --compute C              the CPU's matrix-matrix products: auto (default), bf16 or f32 (see qasr transcribe)
@@ -99,7 +99,7 @@ struct Common {
 bool parse_common(Args& a, Common& c) {
     std::string v;
     if (a.option("-m", c.model) || a.option("--model", c.model)) return true;
-    if (a.option("--language", c.so.language) || a.option("--context", c.so.context)) return true;
+    if (a.option("--language", c.so.language) || a.option("-l", c.so.language) || a.option("--context", c.so.context)) return true;
     if (a.option("--chunk-seconds", v)) return c.so.chunk_seconds = to_double("--chunk-seconds", v, 0.1, 60), true;
     if (a.option("--rollback", v)) return c.so.rollback_tokens = int(to_long("--rollback", v, 0, 1000)), true;
     if (a.option("--unfixed-chunks", v)) return c.so.unfixed_chunks = int(to_long("--unfixed-chunks", v, 0, 1000)), true;

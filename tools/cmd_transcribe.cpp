@@ -31,7 +31,7 @@ signed 16-bit little-endian mono PCM at 16 kHz from standard input.
 
 options:
   -m, --model DIR          model directory (config.json, *.safetensors, tokenizer files)
-  --language L             force the language (English, en, Chinese, zh, ...); default: detect
+  -l, --language L         force the language (English, en, Chinese, zh, ...); default (or auto): detect
   --context TEXT           context for the system prompt (names, terms)
   --detect-language        identify the language only (decoding stops after the model's language tag):
                            prints e.g. English (p = 0.998) per input; --format json gives language and
@@ -53,7 +53,7 @@ options:
   --line-width N           subtitle lines of at most N columns (default 42; 0: a cue on one line)
   -o, --output-dir DIR     write each transcript to DIR/NAME.txt|json|srt|vtt (NAME: the input's file
                            name without its extension; "stdin" for "-") instead of standard output
-  --threads N              CPU threads (default: all cores)
+  -t, --threads N          CPU threads (default: all cores)
   --batch N                transcribe up to N inputs at once, or N pieces of one (--segment-seconds, or
                            audio over 20 minutes), their decode steps batched; outputs in input order (the
                            same text; default 1)
@@ -183,7 +183,7 @@ int cmd_transcribe(int argc, char** argv) {
             std::fputs(kHelp, stdout);
             return 0;
         } else if (a.option("-m", model) || a.option("--model", model)) {
-        } else if (a.option("--language", o.language)) {
+        } else if (a.option("--language", o.language) || a.option("-l", o.language)) {
         } else if (a.option("--context", o.context)) {
         } else if (a.option("--format", v)) {
             formats = parse_formats(v);

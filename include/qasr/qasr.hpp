@@ -43,7 +43,7 @@ struct Segment {
 };
 
 struct TranscribeOptions {
-    std::string language;      // "" = detect; else a supported name or ISO code ("English", "en")
+    std::string language;      // "" or "auto" = detect; else a supported name or ISO code ("English", "en")
     std::string context;       // system-prompt context (names, terms)
     DecodeOptions decode;
     bool itn = true;           // inverse text normalization of the final text (English, Chinese)

@@ -136,6 +136,7 @@ std::string canonical_language(const std::string& name) {
         {"da", "Danish"},  {"fi", "Finnish"}, {"pl", "Polish"},     {"cs", "Czech"},      {"fil", "Filipino"},
         {"fa", "Persian"}, {"el", "Greek"},   {"ro", "Romanian"},   {"hu", "Hungarian"},  {"mk", "Macedonian"}};
     std::string s = ascii_lower(strip(name));
+    if (s == "auto") return ""; // detect (whisper.cpp's `-l auto`)
     for (const auto& [code, lang] : iso)
         if (s == code) return lang;
     if (!s.empty()) s[0] = char(std::toupper(uint8_t(s[0])));

@@ -19,7 +19,7 @@ struct ParsedOutput {
 ParsedOutput parse_asr_output(const std::string& raw, const std::string& forced_language);
 
 const std::vector<std::string>& supported_languages();
-// "english", "EN", " English " → "English"; throws qasr::Error for an unsupported name.
+// "english", "EN", " English " → "English"; "auto" → "" (detect); throws qasr::Error for an unsupported name.
 std::string canonical_language(const std::string& name);
 
 } // namespace qasr

@@ -196,6 +196,10 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     ASSERT_EQ(vtt_file.status, 0) << vtt_file.err;
     std::ifstream f4(od + "/two.vtt");
     EXPECT_EQ(std::string((std::istreambuf_iterator<char>(f4)), std::istreambuf_iterator<char>()), vtt.out);
+    // whisper.cpp's short options: -l auto (detect), -t N
+    CliRun shortopts = run("transcribe -m " + demo + " --segment-seconds 5 -q -l auto -t 1 " + wav);
+    ASSERT_EQ(shortopts.status, 0) << shortopts.err;
+    EXPECT_EQ(shortopts.out, txt.out);
     // several formats from one transcription: each file what that format alone prints; tsv has the srt's times
     const std::string mf = od + "/multi";
     fs::create_directories(mf);

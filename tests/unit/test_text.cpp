@@ -62,6 +62,8 @@ TEST(Languages, CanonicalNames) {
     EXPECT_EQ(canonical_language(" english "), "English");
     EXPECT_EQ(canonical_language("ZH"), "Chinese");
     EXPECT_EQ(canonical_language("yue"), "Cantonese");
+    EXPECT_EQ(canonical_language("auto"), ""); // detect
+    EXPECT_EQ(canonical_language(" AUTO"), "");
     EXPECT_EQ(supported_languages().size(), 30u);
     EXPECT_THROW(canonical_language("Klingon"), Error);
 }
