@@ -1,4 +1,4 @@
-// `qasr transcribe -m DIR FILE...`: offline transcription of files (or raw s16le 16 kHz from stdin with "-").
+// `qasr transcribe -m DIR FILE...`: offline transcription of files (or of stdin with "-": a file, or raw s16le 16 kHz).
 #include "args.hpp"
 #include "commands.hpp"
 
@@ -26,8 +26,9 @@ namespace fs = std::filesystem;
 
 const char* kHelp = R"(usage: qasr transcribe -m MODEL_DIR [options] FILE...
 
-Transcribes audio files (WAV; mp3/flac/ogg/opus/m4a/webm when built with FFmpeg). FILE "-" reads raw
-signed 16-bit little-endian mono PCM at 16 kHz from standard input.
+Transcribes audio files (WAV; mp3/flac/ogg/opus/m4a/webm when built with FFmpeg). FILE "-" reads standard
+input: an audio file (recognized by its header: WAV, and with FFmpeg FLAC, Ogg, MP3 with an ID3 tag, MP4, WebM),
+else raw signed 16-bit little-endian mono PCM at 16 kHz.
 
 options:
   -m, --model DIR          model directory (config.json, *.safetensors, tokenizer files)
@@ -325,7 +326,9 @@ int cmd_transcribe(int argc, char** argv) {
                 samples = load_audio_file(files[i]);
             } else {
                 std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-                samples = pcm_s16le_to_float(bytes.data(), bytes.size());
+                samples = looks_like_audio_file(bytes.data(), bytes.size())
+                              ? load_audio_bytes(bytes.data(), bytes.size(), "standard input")
+                              : pcm_s16le_to_float(bytes.data(), bytes.size());
             }
             TranscriptionResult r = t.transcribe(samples, oi);
             if (aligner) aligner->add_words(samples, r);

@@ -17,6 +17,10 @@ struct DecodedAudio {
 // RIFF/WAVE: PCM 8/16/24/32-bit, IEEE float 32/64, WAVE_FORMAT_EXTENSIBLE; any channel count (averaged to mono).
 DecodedAudio parse_wav(const uint8_t* data, size_t size, const std::string& what);
 bool looks_like_wav(const uint8_t* data, size_t size);
+// Whether bytes begin like an encoded audio file rather than raw PCM: RIFF/RF64 WAVE, FORM (AIFF), fLaC, OggS, ID3
+// (MP3 with a tag), EBML (WebM/Matroska), an MP4 "ftyp" box. Raw 16-bit PCM could only match by a freak of its
+// first samples' values.
+bool looks_like_audio_file(const uint8_t* data, size_t size);
 
 // Resamples mono audio with libsoxr (high quality). Identity when the rates match (the input is moved through).
 std::vector<float> resample(std::vector<float> in, int from_rate, int to_rate);

@@ -21,6 +21,14 @@ bool looks_like_wav(const uint8_t* d, size_t n) {
            std::memcmp(d + 8, "WAVE", 4) == 0;
 }
 
+bool looks_like_audio_file(const uint8_t* d, size_t n) {
+    if (looks_like_wav(d, n)) return true;
+    if (n < 12) return false;
+    for (const char* magic : {"FORM", "fLaC", "OggS", "ID3", "\x1a\x45\xdf\xa3"})
+        if (std::memcmp(d, magic, std::strlen(magic)) == 0) return true;
+    return std::memcmp(d + 4, "ftyp", 4) == 0;
+}
+
 DecodedAudio parse_wav(const uint8_t* d, size_t n, const std::string& what) {
     const std::string C = "audio";
     if (!looks_like_wav(d, n)) fail(C, what + ": not a RIFF/WAVE file");

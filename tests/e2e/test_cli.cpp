@@ -711,3 +711,26 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
         EXPECT_NE(err.find("error"), std::string::npos) << bad << ": " << r.err;
     }
 }
+
+// FILE "-": standard input holds an audio file (recognized by its header) or raw s16le 16 kHz PCM; the bundled
+// sample gives its transcript as a WAV, as its bare samples and (with FFmpeg and sox) as FLAC.
+TEST(Cli, StdinTakesAFileOrRawPcm) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string wav = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    std::string want;
+    std::getline(std::ifstream(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt"), want);
+    std::vector<std::string> inputs = {"< " + wav, "< <(tail -c +45 " + wav + ")"};
+    const bool ffmpeg = run("version").out.find("FFmpeg decoding yes") != std::string::npos;
+    if (ffmpeg && std::system("command -v sox >/dev/null 2>&1") == 0) inputs.push_back("< <(sox " + wav + " -t flac -)");
+    for (const std::string& in : inputs) {
+        const std::string dir = scratch();
+        const std::string cmd = "bash -c '" + std::string(QASR_BIN) + " transcribe -q -m " + demo + " - " + in + "' >" +
+                                dir + "/i_out 2>" + dir + "/i_err";
+        const int rc = std::system(cmd.c_str());
+        std::ifstream o(dir + "/i_out"), e(dir + "/i_err");
+        const std::string out((std::istreambuf_iterator<char>(o)), {}), err((std::istreambuf_iterator<char>(e)), {});
+        EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0) << in << ": " << err;
+        EXPECT_EQ(out, want + "\n") << in;
+    }
+}

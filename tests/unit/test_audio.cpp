@@ -91,6 +91,26 @@ TEST(Wav, SixteenBitWriterRoundTrips) {
     EXPECT_EQ(wav16_bytes(nullptr, 0).size(), 44u);
 }
 
+// `qasr transcribe -` tells a file on stdin from raw PCM by its first bytes
+TEST(Wav, AudioFileHeadersAreRecognized) {
+    auto bytes = [](std::string s) {
+        s.resize(std::max<size_t>(s.size(), 16), '\0');
+        return std::vector<uint8_t>(s.begin(), s.end());
+    };
+    using namespace std::string_literals; // "..."s: the zero bytes stay
+    for (const std::string& h : {"RIFF\x24\0\0\0WAVEfmt "s, "fLaC"s, "OggS"s, "ID3\x04"s, "\x1a\x45\xdf\xa3"s,
+                                 "\0\0\0\x20"s + "ftypM4A "s, "FORM\0\0\0\0AIFF"s}) {
+        const auto b = bytes(h);
+        EXPECT_TRUE(looks_like_audio_file(b.data(), b.size())) << h;
+    }
+    std::vector<uint8_t> pcm(3200);
+    for (size_t i = 0; i < pcm.size(); ++i) pcm[i] = uint8_t(i * 37 % 251);
+    EXPECT_FALSE(looks_like_audio_file(pcm.data(), pcm.size()));
+    const auto riff_only = bytes("RIFF"); // RIFF without WAVE: not WAV, not another format either
+    EXPECT_FALSE(looks_like_audio_file(riff_only.data(), riff_only.size()));
+    EXPECT_FALSE(looks_like_audio_file(pcm.data(), 3));
+}
+
 TEST(Wav, AllSampleFormats) {
     struct Case { uint16_t fmt, bits; std::vector<uint8_t> bytes; float want; bool ext; };
     float f = 0.5f;
