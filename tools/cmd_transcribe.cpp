@@ -2,10 +2,12 @@
 #include "args.hpp"
 #include "commands.hpp"
 
+#include "api/transcriber_impl.hpp"
 #include "audio/audio.hpp"
 #include "pipeline/in_order.hpp"
 #include "qasr/qasr.hpp"
 #include "text/output.hpp"
+#include "text/utf8.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +75,8 @@ options:
   --raw                    print the unparsed model output
   --live                   show the text on stderr as the model writes it (before ITN; a line per input),
                            while standard output gets the transcripts as usual
+  -pc, --print-colors      text output on a terminal: color each character by the probability of its token
+                           (green: sure, red: unsure); shows the model's text before ITN
   -pp, --print-progress    print each input's progress on stderr in steps of 5 % ("qasr: NAME: progress 35 %";
                            an estimate: TranscribeOptions::on_progress)
   --no-itn                 do not apply inverse text normalization
@@ -106,6 +110,43 @@ nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
             {"timings_ms",
              {{"load", r.timings.load_ms}, {"mel", r.timings.mel_ms}, {"encode", r.timings.encode_ms},
               {"prefill", r.timings.prefill_ms}, {"decode", r.timings.decode_ms}}}};
+}
+
+// --print-colors: the model's text (before the clean-up and ITN) with each character colored by the probability of
+// the token that wrote it (a character of several tokens: the least likely), from red (p < 0.2) to green (p ≥ 0.9).
+// A piece's language header (up to <asr_text>) is left out; pieces are joined with a space.
+std::string colored_text(const Model& m, const TranscriptionResult& r) {
+    static const std::pair<float, const char*> kShades[] = {{0.9f, "\033[38;5;40m"},  {0.75f, "\033[38;5;148m"},
+                                                            {0.5f, "\033[38;5;220m"}, {0.2f, "\033[38;5;208m"},
+                                                            {0.0f, "\033[38;5;160m"}};
+    std::vector<std::pair<size_t, size_t>> pieces; // [first, end) token ranges
+    for (const Segment& s : r.segments) pieces.emplace_back(s.first_token, s.first_token + s.n_tokens);
+    if (pieces.empty()) pieces.emplace_back(0, r.tokens.size());
+    std::string out, pending;
+    float p_min = 1;
+    for (const auto& [b, e] : pieces) {
+        size_t from = b;
+        for (size_t i = b; i < e && i < r.tokens.size(); ++i)
+            if (r.tokens[i].id == m.special.asr_text) from = i + 1;
+        if (!out.empty()) out += ' ';
+        for (size_t i = from; i < e && i < r.tokens.size(); ++i) {
+            pending += m.tokenizer.decode_bytes({r.tokens[i].id});
+            p_min = std::min(p_min, std::exp(r.tokens[i].logprob));
+            if (pending.empty() || utf8::incomplete_tail(pending)) continue;
+            const char* shade = kShades[4].second;
+            for (const auto& [at_least, code] : kShades)
+                if (p_min >= at_least) {
+                    shade = code;
+                    break;
+                }
+            out += shade + utf8::sanitize(pending) + "\033[0m";
+            pending.clear();
+            p_min = 1;
+        }
+        out += utf8::sanitize(pending);
+        pending.clear();
+    }
+    return out + "\n";
 }
 
 // OpenAI whisper's tsv: a header, then start and end in whole milliseconds and the text (tabs and line breaks
@@ -177,7 +218,7 @@ int cmd_transcribe(int argc, char** argv) {
     std::vector<std::string> files;
     TranscribeOptions o;
     LoadOptions lo;
-    bool raw = false, quiet = false, live_text = false, print_progress = false;
+    bool raw = false, quiet = false, live_text = false, print_progress = false, print_colors = false;
     int warm = -1; // -1: warm up when there are several inputs
     while (!a.done()) {
         if (a.flag("-h") || a.flag("--help")) {
@@ -222,6 +263,8 @@ int cmd_transcribe(int argc, char** argv) {
             o.language_only = true;
         } else if (a.flag("--live")) {
             live_text = true;
+        } else if (a.flag("-pc") || a.flag("--print-colors")) {
+            print_colors = true;
         } else if (a.flag("-pp") || a.flag("--print-progress")) {
             print_progress = true;
         } else if (a.flag("--raw")) {
@@ -261,6 +304,10 @@ int cmd_transcribe(int argc, char** argv) {
     o.segment_seconds = segment_seconds >= 0 ? segment_seconds : subtitles || has("tsv") ? 10.0 : 0.0;
     if (subtitles && files.size() > 1 && out_dir.empty())
         throw std::invalid_argument("several inputs with --format " + format + " need --output-dir DIR (one file each)");
+    if (print_colors && (format != "text" || formats.size() > 1 || !out_dir.empty() || raw || segment_seconds > 0 ||
+                         !aligner_dir.empty() || o.language_only))
+        throw std::invalid_argument("--print-colors colors the text on standard output: not with --format other than "
+                                    "text, --output-dir, --raw, --segment-seconds, --aligner or --detect-language");
     if (!out_dir.empty() && !fs::is_directory(out_dir))
         throw std::invalid_argument("--output-dir " + out_dir + ": not a directory");
     std::set<std::string> written;
@@ -343,7 +390,7 @@ int cmd_transcribe(int argc, char** argv) {
                 return render(f, r, fmt, raw, segment_seconds > 0, line_width, o.language_only, aligner != nullptr);
             };
             if (!live && out_dir.empty()) {
-                std::cout << text(format);
+                std::cout << (print_colors ? colored_text(*t.impl().model, r) : text(format));
                 std::cout.flush();
             } else if (!live) {
                 for (const std::string& fmt : formats) {

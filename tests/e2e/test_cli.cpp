@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -732,5 +733,56 @@ TEST(Cli, StdinTakesAFileOrRawPcm) {
         const std::string out((std::istreambuf_iterator<char>(o)), {}), err((std::istreambuf_iterator<char>(e)), {});
         EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0) << in << ": " << err;
         EXPECT_EQ(out, want + "\n") << in;
+    }
+}
+
+// --print-colors: every character of the model's text wrapped in a 256-color code and a reset; without them the
+// line is the transcript (the sample's text needs no ITN); each shade is the one its token's probability picks.
+TEST(Cli, PrintColorsShadesTheTranscriptByProbability) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    const std::string wav = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    std::string want;
+    std::getline(std::ifstream(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt"), want);
+    CliRun c = run("transcribe -q -pc -m " + demo + " " + wav);
+    ASSERT_EQ(c.status, 0) << c.err;
+    CliRun js = run("transcribe -q --format json -m " + demo + " " + wav);
+    ASSERT_EQ(js.status, 0) << js.err;
+    const auto j = nlohmann::json::parse(js.out);
+    const std::regex code("\x1b\\[38;5;(\\d+)m([^\x1b]*)\x1b\\[0m");
+    std::string plain;
+    std::vector<int> shades;
+    for (std::sregex_iterator it(c.out.begin(), c.out.end(), code), end; it != end; ++it) {
+        shades.push_back(std::stoi((*it)[1]));
+        plain += (*it)[2];
+    }
+    EXPECT_EQ(plain, want);
+    EXPECT_EQ(std::regex_replace(c.out, code, "$2"), want + "\n");
+    // the text's tokens: those after <asr_text>, one shade each (the sample's text is ASCII: a token per shade)
+    const auto& toks = j["tokens"];
+    std::vector<double> p;
+    bool text = false;
+    int asr_text = -1;
+    std::set<int> added; // special tokens (the final <|im_end|>) write no text and get no shade
+    const auto tokenizer = nlohmann::json::parse(std::ifstream(demo + "/tokenizer.json"));
+    for (const auto& a : tokenizer["added_tokens"]) {
+        if (a["content"] == "<asr_text>") asr_text = a["id"];
+        added.insert(a["id"].get<int>());
+    }
+    ASSERT_GE(asr_text, 0);
+    for (const auto& t : toks) {
+        if (text && !added.count(t["id"].get<int>())) p.push_back(std::exp(t["logprob"].get<double>()));
+        if (t["id"].get<int>() == asr_text) text = true;
+    }
+    ASSERT_TRUE(text);
+    ASSERT_EQ(shades.size(), p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+        const int want_shade = p[i] >= 0.9 ? 40 : p[i] >= 0.75 ? 148 : p[i] >= 0.5 ? 220 : p[i] >= 0.2 ? 208 : 160;
+        EXPECT_EQ(shades[i], want_shade) << i << " p=" << p[i];
+    }
+    for (const char* bad : {" --format srt", " --segment-seconds 5", " --raw", " -o /tmp"}) {
+        CliRun r = run("transcribe -q -pc -m " + demo + bad + " " + wav);
+        EXPECT_NE(r.status, 0) << bad;
+        EXPECT_EQ(lines(r.err), 1) << bad << ": " << r.err;
     }
 }
