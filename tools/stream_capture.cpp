@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <exception>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -132,18 +133,30 @@ int run_capture(std::shared_ptr<const Model> model, const StreamOptions& so, con
         }
         const int released_at = co.ptt ? presses.load() + 1 : 1; // the press count that ends this utterance
         StreamSession s(model, so, on_event);
-        {
-            std::lock_guard<std::mutex> lk(m);
-            current = &s;
-        }
+        struct Current { // what the control thread interrupts: this utterance, until it ends (also by an exception)
+            std::mutex& m;
+            StreamSession*& p;
+            Current(std::mutex& mu, StreamSession*& ptr, StreamSession* s) : m(mu), p(ptr) { set(s); }
+            ~Current() { set(nullptr); }
+            void set(StreamSession* s) {
+                std::lock_guard<std::mutex> lk(m);
+                p = s;
+            }
+        } guard(m, current, &s);
         std::vector<float> kept; // --save-audio
         size_t total = 0;
         bool more = true;
+        std::exception_ptr lost; // the device stopped: the utterance so far is still finished and saved
         while (more) {
             // once the key is released (or the limit reached), what the device has queued is still taken, then no more
             more = !quit.load() && presses.load() < released_at;
             pcm.clear();
-            cap.read(pcm, std::chrono::milliseconds(more ? 20 : 0));
+            try {
+                cap.read(pcm, std::chrono::milliseconds(more ? 20 : 0));
+            } catch (const std::runtime_error&) {
+                lost = std::current_exception();
+                more = false;
+            }
             if (limit && total + pcm.size() >= limit) pcm.resize(limit - total), more = false;
             total += pcm.size();
             x.resize(pcm.size());
@@ -151,13 +164,11 @@ int run_capture(std::shared_ptr<const Model> model, const StreamOptions& so, con
             if (!co.save_audio.empty()) kept.insert(kept.end(), x.begin(), x.end());
             s.push(x.data(), x.size());
         }
-        {
-            std::lock_guard<std::mutex> lk(m);
-            current = nullptr;
-        }
+        guard.set(nullptr);
         s.interrupt(); // a step still to come would only delay the final
         s.finish();
         if (!co.save_audio.empty()) save_wav16(co.ptt ? numbered(co.save_audio, turn) : co.save_audio, kept);
+        if (lost) std::rethrow_exception(lost);
         if (!co.ptt) break;
         // a --capture-seconds limit ends the utterance as a release would: the next press starts the next one
         if (presses.load() % 2) presses.fetch_add(1);
