@@ -14,13 +14,12 @@ extern "C" void qasr_on_stop_signal(int sig) {
 }
 } // namespace
 
-StopSignals::StopSignals(bool once) {
+StopSignals::StopSignals() {
     if (g_write_fd >= 0) throw std::logic_error("StopSignals: one at a time");
     if (::pipe(pipe_) != 0) throw std::runtime_error("cannot create the signal pipe");
     g_write_fd = pipe_[1];
     struct sigaction sa{};
     sa.sa_handler = qasr_on_stop_signal;
-    sa.sa_flags = once ? SA_RESETHAND : 0;
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, &old_int_);
     ::sigaction(SIGTERM, &sa, &old_term_);

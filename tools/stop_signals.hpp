@@ -9,8 +9,7 @@ namespace qasr::cli {
 
 class StopSignals {
 public:
-    // once: after the first signal the default action is back, so a second Ctrl-C ends the process
-    explicit StopSignals(bool once = false);
+    StopSignals();
     ~StopSignals();
     StopSignals(const StopSignals&) = delete;
     StopSignals& operator=(const StopSignals&) = delete;

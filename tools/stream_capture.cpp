@@ -1,7 +1,7 @@
 // `qasr stream --capture`: live transcription from a microphone (capture.hpp). Enter on standard input ends the
 // utterance (the key release: the step in progress is interrupted, the final comes at once); with --ptt each Enter
 // toggles talking, for a push-to-talk loop of utterances. Ctrl-C or SIGTERM finishes the utterance in progress and
-// quits; a second Ctrl-C kills.
+// quits; another Ctrl-C a second later ends the process at once.
 #include "stream_capture.hpp"
 
 #include "audio/audio.hpp"
@@ -12,11 +12,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -28,7 +31,7 @@ namespace {
 class Controls {
 public:
     enum class Event { Enter, EndOfInput, Signal };
-    explicit Controls(std::function<void(Event)> cb) : cb_(std::move(cb)), signals_(true) {
+    explicit Controls(std::function<void(Event)> cb) : cb_(std::move(cb)) {
         th_ = std::thread([this] { loop(); });
     }
     ~Controls() {
@@ -45,8 +48,19 @@ private:
             pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
             if (::poll(fds, stdin_open ? 2 : 1, -1) < 0) continue; // EINTR
             if (fds[0].revents & POLLIN) {
-                if (signals_.next() <= 0) return; // wake(): the utterance loop is done
-                cb_(Event::Signal);
+                const int sig = signals_.next();
+                if (sig <= 0) return; // wake(): the utterance loop is done
+                // the first signal finishes; another one a second or more later (the final takes long: the user
+                // insists) ends the process at once. One sooner is the same signal twice (`timeout` sends it to the
+                // process and to its group).
+                const auto now = std::chrono::steady_clock::now();
+                if (!first_signal_) {
+                    first_signal_ = now;
+                    cb_(Event::Signal);
+                } else if (now - *first_signal_ >= std::chrono::seconds(1)) {
+                    std::fprintf(stderr, "qasr: stopped\n");
+                    std::_Exit(128 + sig);
+                }
             }
             if (stdin_open && fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
                 char buf[256];
@@ -63,7 +77,8 @@ private:
     }
 
     std::function<void(Event)> cb_;
-    StopSignals signals_; // a second Ctrl-C ends the process
+    StopSignals signals_;
+    std::optional<std::chrono::steady_clock::time_point> first_signal_;
     std::thread th_;
 };
 

@@ -675,8 +675,11 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
     ASSERT_EQ(saved.size(), 64000u);
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(saved[i], x[i]) << i;
 
+    // the keys are pressed once the capture runs (its line on stderr): loading takes long under sanitizers
+    const std::string ready = "for i in $(seq 1200); do grep -q \"listening on\\|push to talk\" " + dir +
+                              "/err && break; sleep 0.05; done; "; // at most a minute
     // Enter ends it
-    CliRun e = sh("(sleep 1.5; echo) | " + stream + " --capture --save-audio " + dir + "/e.wav");
+    CliRun e = sh("(" + ready + "sleep 1.5; echo) | " + stream + " --capture --save-audio " + dir + "/e.wav");
     ASSERT_EQ(e.status, 0) << e.err;
     const std::vector<std::string> fe = finals(e.out);
     ASSERT_EQ(fe.size(), 1u) << e.out;
@@ -686,7 +689,7 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
     EXPECT_EQ(fe[0], offline(dir + "/e.wav"));
 
     // push to talk: two utterances (the second in the silence after the sample), then the end of input quits
-    CliRun p = sh("(sleep 0.3; echo; sleep 1.5; echo; sleep 0.3; echo; sleep 0.8; echo; sleep 0.3) | " + stream +
+    CliRun p = sh("(" + ready + "sleep 0.3; echo; sleep 1.5; echo; sleep 0.3; echo; sleep 0.8; echo; sleep 0.3) | " + stream +
                   " --capture --ptt --save-audio " + dir + "/p.wav");
     ASSERT_EQ(p.status, 0) << p.err;
     const std::vector<std::string> fp = finals(p.out);
@@ -695,10 +698,13 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
     EXPECT_EQ(fp[1], offline(dir + "/p-2.wav"));
     EXPECT_GT(load_audio_file(dir + "/p-1.wav").size(), 4000u);
 
-    // Ctrl-C: the utterance is finished, not lost
-    CliRun c = sh(env + "timeout --preserve-status -s INT 3 " + QASR_BIN + " stream -m " + demo + " --json --capture < /dev/null");
+    // Ctrl-C: the utterance is finished, not lost (also when the signal comes twice at once, as `timeout` sends it)
+    CliRun c = sh(stream + " --capture < /dev/null & pid=$!; " + ready + "sleep 1; kill -INT $pid; wait $pid");
     EXPECT_EQ(c.status, 0) << c.err;
     EXPECT_EQ(finals(c.out).size(), 1u) << c.out;
+    CliRun c2 = sh(env + "timeout --preserve-status -s INT 8 " + QASR_BIN + " stream -m " + demo + " --json --capture < /dev/null");
+    EXPECT_EQ(c2.status, 0) << c2.err;
+    EXPECT_EQ(finals(c2.out).size(), 1u) << c2.out;
 
     for (const std::string& bad : {std::string(" --ptt"), std::string(" --capture-seconds 2"),
                                    " --capture --file " + sample, std::string(" --capture-device \"no such mic\"")}) {
