@@ -146,7 +146,10 @@ int run_capture(std::shared_ptr<const Model> model, const StreamOptions& so, con
             cap.read(pcm, std::chrono::milliseconds(0));
             std::fprintf(stderr, "qasr: recording (Enter stops)\n");
         }
-        const int released_at = co.ptt ? presses.load() + 1 : 1; // the press count that ends this utterance
+        // the press count that ends this utterance: the one after the (odd) press that started it; an Enter pressed
+        // twice before this line ends it at once
+        const int pressed = presses.load();
+        const int released_at = !co.ptt ? 1 : pressed % 2 ? pressed + 1 : pressed;
         StreamSession s(model, so, on_event);
         struct Current { // what the control thread interrupts: this utterance, until it ends (also by an exception)
             std::mutex& m;
