@@ -14,9 +14,11 @@
 #include "pipeline/session.hpp"
 #include "pipeline/stream.hpp"
 #include "text/output.hpp"
+#include "text/utf8.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -292,6 +294,12 @@ int run_bench(const Common& c, const std::vector<std::string>& files, bool realt
     return 0;
 }
 
+// The terminal's width in columns (80 when it does not say)
+int terminal_columns() {
+    winsize w{};
+    return ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col >= 10 ? int(w.ws_col) : 80;
+}
+
 } // namespace
 
 int cmd_stream(int argc, char** argv) {
@@ -359,7 +367,15 @@ int cmd_stream(int argc, char** argv) {
             std::cout << e.text() << std::endl;
             last_len = 0;
         } else if (tty) {
-            std::cout << "\r\033[K" << e.stable << "\033[2m" << e.unstable << "\033[0m" << std::flush;
+            // one terminal line, rewritten in place: a partial wider than the line shows its end after "…" (a
+            // wrapped line could not be rewritten)
+            const std::string all = utf8::sanitize(e.stable + e.unstable);
+            const size_t stable = std::min(e.stable.size(), all.size());
+            const int cols = terminal_columns();
+            size_t from = utf8::fitting_tail(all, cols - 1);
+            if (from > 0) from = utf8::fitting_tail(all, cols - 2);
+            std::cout << "\r\033[K" << (from ? "\u2026" : "") << all.substr(from, stable > from ? stable - from : 0)
+                      << "\033[2m" << all.substr(std::max(from, stable)) << "\033[0m" << std::flush;
             last_len = e.text().size();
         }
     };

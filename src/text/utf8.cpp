@@ -136,4 +136,19 @@ int display_width(char32_t c) {
                : 1;
 }
 
+size_t fitting_tail(std::string_view s, int columns) {
+    size_t at = s.size();
+    int used = 0;
+    while (at > 0) {
+        size_t start = at - 1; // the previous code point's lead byte
+        while (start > 0 && (uint8_t(s[start]) & 0xC0) == 0x80) --start;
+        const auto cps = decode(s.substr(start, at - start));
+        const int w = cps.empty() ? 1 : display_width(cps[0]);
+        if (used + w > columns) break;
+        used += w;
+        at = start;
+    }
+    return at;
+}
+
 } // namespace qasr::utf8

@@ -17,6 +17,9 @@ std::string encode(const std::vector<char32_t>& cps);
 bool written_without_spaces(char32_t c);
 // Columns a character takes in a monospaced line: 2 for CJK and full-width forms, else 1.
 int display_width(char32_t c);
+// The byte offset of the longest suffix of `valid_utf8` that fits in `columns` display columns (display_width per
+// code point; 0 when the whole text fits): a terminal line that shows the end of a long partial transcript.
+size_t fitting_tail(std::string_view valid_utf8, int columns);
 // Number of trailing bytes that form an incomplete (but so far valid) multi-byte sequence: 0..3.
 size_t incomplete_tail(std::string_view bytes);
 

@@ -5,6 +5,7 @@
 #include "core/dtype.hpp"
 #include "io/safetensors.hpp"
 #include "model/random_checkpoint.hpp"
+#include "text/utf8.hpp"
 
 #include <gtest/gtest.h>
 
@@ -791,4 +792,44 @@ TEST(Cli, PrintColorsShadesTheTranscriptByProbability) {
         EXPECT_NE(r.status, 0) << bad;
         EXPECT_EQ(lines(r.err), 1) << bad << ": " << r.err;
     }
+}
+
+// `qasr stream` on a terminal 30 columns wide (a pty from script(1)): each partial rewritten in place fits the line
+// (its end after "…"), and the final is printed whole on its own line.
+TEST(Cli, StreamPartialsFitTheTerminalLine) {
+    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "script(1) not installed";
+    const std::string wav = std::string(QASR_SOURCE_DIR) + "/tests/data/demo_testset/test-de-000001.wav";
+    CliRun off = run("transcribe -q -m " + demo + " " + wav);
+    ASSERT_EQ(off.status, 0) << off.err;
+    ASSERT_GT(off.out.size(), 31u) << "a transcript longer than the line is needed: " << off.out;
+    const std::string out = scratch() + "/tty.out";
+    const std::string cmd = "script -qec \"stty cols 30; " + std::string(QASR_BIN) + " stream -m " + demo +
+                            " --file " + wav + " --chunk-seconds 0.3\" /dev/null > " + out + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream f(out);
+    std::string s((std::istreambuf_iterator<char>(f)), {});
+    s = std::regex_replace(s, std::regex("\x1b\\[[0-9;]*[A-Za-z]"), "");
+    std::vector<std::string> shown; // what each \r (a rewrite) or line break leaves on a line
+    std::string cur;
+    for (char c : s) {
+        if (c == '\r' || c == '\n') {
+            if (!cur.empty()) shown.push_back(cur);
+            cur.clear();
+        } else {
+            cur += c;
+        }
+    }
+    if (!cur.empty()) shown.push_back(cur);
+    ASSERT_FALSE(shown.empty());
+    int partials = 0;
+    for (const std::string& l : shown) {
+        if (l + "\n" == off.out) continue; // the final
+        ++partials;
+        EXPECT_LE(utf8::decode(utf8::sanitize(l)).size(), 29u) << l;
+    }
+    EXPECT_GT(partials, 0) << s;
+    EXPECT_NE(std::find_if(shown.begin(), shown.end(), [&](const std::string& l) { return l + "\n" == off.out; }),
+              shown.end()) << s;
 }

@@ -247,3 +247,15 @@ TEST(Utf8, SanitizeLikePythonReplace) {
     EXPECT_EQ(utf8::incomplete_tail("ab\xE4\xB8\xAD"), 0u);
     EXPECT_EQ(utf8::incomplete_tail("ab\xF0"), 1u);
 }
+
+// `qasr stream` on a terminal shows the end of a partial that is longer than the line: the suffix that fits
+TEST(Utf8, FittingTailCountsDisplayColumns) {
+    EXPECT_EQ(utf8::fitting_tail("hello world", 80), 0u);
+    EXPECT_EQ(utf8::fitting_tail("hello world", 5), 6u);                 // "world"
+    EXPECT_EQ(utf8::fitting_tail("hello world", 0), 11u);
+    EXPECT_EQ(utf8::fitting_tail("", 3), 0u);
+    const std::string cjk = "ab\xE4\xBD\xA0\xE5\xA5\xBD";               // ab你好: 2 + 2×2 columns
+    EXPECT_EQ(utf8::fitting_tail(cjk, 4), 2u);                           // 你好
+    EXPECT_EQ(utf8::fitting_tail(cjk, 3), 5u);                           // 好 (你 would not fit whole)
+    EXPECT_EQ(utf8::fitting_tail("\xC3\xA9t\xC3\xA9", 2), 2u);            // été: "té"
+}
