@@ -51,8 +51,11 @@ options:
   --list-devices           list the capture devices and exit
   --ptt                    with --capture: push to talk, a loop of utterances: Enter starts talking, Enter
                            again stops and prints the final; Ctrl-C or the end of stdin quits
+  --auto-finish S          with --capture, hands-free: an utterance ends after S seconds of quiet following
+                           speech (its final is printed) and the next begins; Enter or Ctrl-C quits
   --capture-seconds S      with --capture: end an utterance after S seconds of audio
-  --save-audio F           write the audio transcribed to F (16-bit WAV; with --ptt F-1.wav, F-2.wav, ...)
+  --save-audio F           write the audio transcribed to F (16-bit WAV; with --ptt or --auto-finish F-1.wav,
+                           F-2.wav, ... per utterance)
   --realtime               with --file: push audio at real speed (100 ms blocks); with --bench: each 100 ms
                            block is pushed when it would have been captured, and the finalization latency runs
                            from the end of the audio (the key release) to the final text, so it includes what
@@ -323,6 +326,8 @@ int cmd_stream(int argc, char** argv) {
             list_devices = true;
         } else if (a.flag("--ptt")) {
             co.ptt = true;
+        } else if (a.option("--auto-finish", v)) {
+            co.auto_finish = to_double("--auto-finish", v, 0.1, 60);
         } else if (a.option("--capture-seconds", v)) {
             co.seconds = to_double("--capture-seconds", v, 0.1, 86400);
         } else if (a.option("--save-audio", co.save_audio)) {
@@ -342,7 +347,9 @@ int cmd_stream(int argc, char** argv) {
     }
     if (list_devices) return list_capture_devices();
     if (c.model.empty()) throw std::invalid_argument("no model directory (-m DIR)");
-    if ((co.ptt || co.seconds > 0) && !capture) throw std::invalid_argument("--ptt and --capture-seconds need --capture");
+    if ((co.ptt || co.seconds > 0 || co.auto_finish > 0) && !capture)
+        throw std::invalid_argument("--ptt, --auto-finish and --capture-seconds need --capture");
+    if (co.ptt && co.auto_finish > 0) throw std::invalid_argument("--ptt and --auto-finish: keys or pauses, choose one");
     if (capture && !file.empty()) throw std::invalid_argument("--capture and --file are two sources: give one");
     if (bench && (capture || !co.save_audio.empty()))
         throw std::invalid_argument("--bench replays files: no --capture or --save-audio");

@@ -1,6 +1,7 @@
 // `qasr stream --capture`: live transcription from a microphone (capture.hpp). Enter on standard input ends the
 // utterance (the key release: the step in progress is interrupted, the final comes at once); with --ptt each Enter
-// toggles talking, for a push-to-talk loop of utterances. Ctrl-C or SIGTERM finishes the utterance in progress and
+// toggles talking, for a push-to-talk loop of utterances; with --auto-finish S (hands-free) an utterance ends after S
+// seconds of quiet following speech and the next begins. Ctrl-C or SIGTERM finishes the utterance in progress and
 // quits; another Ctrl-C a second later ends the process at once.
 #include "stream_capture.hpp"
 
@@ -117,19 +118,27 @@ int run_capture(std::shared_ptr<const Model> model, const StreamOptions& so, con
         std::lock_guard<std::mutex> lk(m);
         if (current) current->interrupt(); // the key release: the step in progress stops at its next boundary
     };
+    const bool hands_free = co.auto_finish > 0;
     Controls controls([&](Controls::Event e) {
-        if (e == Controls::Event::Enter) {
+        if (e == Controls::Event::Enter && !hands_free) {
             presses.fetch_add(1);
             interrupt_current();
-        } else if (e == Controls::Event::Signal || co.ptt) { // without --ptt the end of input is not a key
+        } else if (e != Controls::Event::EndOfInput || co.ptt) { // without --ptt the end of input is not a key
             quit.store(true);
             interrupt_current();
         }
     });
     const size_t limit = size_t(co.seconds * kSampleRate);
+    // hands-free: an utterance without speech (the quiet before the next one, ended by Enter) prints no final
+    const StreamSession::Callback events = !hands_free ? on_event : [&on_event](const StreamEvent& e) {
+        if (e.kind != StreamEvent::Kind::Final || !e.text().empty()) on_event(e);
+    };
     if (co.ptt)
         std::fprintf(stderr, "qasr: push to talk on \"%s\" (%s): Enter starts talking, Enter again stops; Ctrl-C or the "
                      "end of input quits\n", cap.name().c_str(), cap.driver().c_str());
+    else if (hands_free)
+        std::fprintf(stderr, "qasr: listening on \"%s\" (%s): an utterance ends after %.1f s of quiet; Enter or Ctrl-C "
+                     "quits\n", cap.name().c_str(), cap.driver().c_str(), co.auto_finish);
     else
         std::fprintf(stderr, "qasr: listening on \"%s\" (%s): Enter finishes%s\n", cap.name().c_str(),
                      cap.driver().c_str(), limit ? " (or the --capture-seconds limit)" : "");
@@ -150,7 +159,7 @@ int run_capture(std::shared_ptr<const Model> model, const StreamOptions& so, con
         // twice before this line ends it at once
         const int pressed = presses.load();
         const int released_at = !co.ptt ? 1 : pressed % 2 ? pressed + 1 : pressed;
-        StreamSession s(model, so, on_event);
+        StreamSession s(model, so, events);
         struct Current { // what the control thread interrupts: this utterance, until it ends (also by an exception)
             std::mutex& m;
             StreamSession*& p;
@@ -181,13 +190,15 @@ int run_capture(std::shared_ptr<const Model> model, const StreamOptions& so, con
             for (size_t i = 0; i < pcm.size(); ++i) x[i] = float(pcm[i]) / 32768.0f;
             if (!co.save_audio.empty()) kept.insert(kept.end(), x.begin(), x.end());
             s.push(x.data(), x.size());
+            if (hands_free && s.trailing_quiet_seconds() >= co.auto_finish) more = false;
         }
         guard.set(nullptr);
         s.interrupt(); // a step still to come would only delay the final
         s.finish();
-        if (!co.save_audio.empty()) save_wav16(co.ptt ? numbered(co.save_audio, turn) : co.save_audio, kept);
+        if (!co.save_audio.empty())
+            save_wav16(co.ptt || hands_free ? numbered(co.save_audio, turn) : co.save_audio, kept);
         if (lost) std::rethrow_exception(lost);
-        if (!co.ptt) break;
+        if (!co.ptt && !hands_free) break;
         // a --capture-seconds limit ends the utterance as a release would: the next press starts the next one
         if (presses.load() % 2) presses.fetch_add(1);
     }

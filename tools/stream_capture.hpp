@@ -12,7 +12,9 @@ struct CaptureOptions {
     std::string device;     // "" = the system's default capture device
     double seconds = 0;     // > 0: an utterance ends after this much audio
     bool ptt = false;       // push to talk: Enter starts and stops each utterance
-    std::string save_audio; // "": none; else the utterance's audio as a WAV file ("-N" before the extension with --ptt)
+    double auto_finish = 0; // > 0, hands-free: an utterance ends after this many seconds of quiet after speech
+    std::string save_audio; // "": none; else the utterance's audio as a WAV file ("-N" before the extension with --ptt
+                            // or --auto-finish)
 };
 
 // Transcribes from the microphone until Enter (or the limit, or Ctrl-C); events go to on_event.

@@ -136,6 +136,7 @@ def _load_library() -> ctypes.CDLL:
         "qasr_stream_push_s16le": (c.c_int, [P, c.c_char_p, c.c_size_t]),
         "qasr_stream_next_event": (c.c_int, [P, c.POINTER(_StreamEvent)]),
         "qasr_stream_interrupt": (None, [P]),
+        "qasr_stream_trailing_quiet_seconds": (c.c_double, [P]),
         "qasr_stream_finish": (c.c_int, [P, c.POINTER(P)]),
         "qasr_stream_free": (None, [P]),
     }
@@ -429,6 +430,11 @@ class Stream(_Owned):
 
     def interrupt(self) -> None:
         _lib.qasr_stream_interrupt(self._handle())
+
+    def trailing_quiet_seconds(self) -> float:
+        """Seconds of quiet since the last speech pushed (0 before any and while it lasts): hands-free dictation
+        finishes once it passes a threshold."""
+        return _lib.qasr_stream_trailing_quiet_seconds(self._handle())
 
     def finish(self) -> Result:
         out = ctypes.c_void_p()

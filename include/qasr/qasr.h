@@ -167,6 +167,9 @@ int qasr_stream_next_event(qasr_stream* s, qasr_stream_event* event);
  * boundary and no further steps run, so qasr_stream_finish starts its final at once (push-to-talk: call it when the
  * key is released). The final transcript does not change. */
 void qasr_stream_interrupt(qasr_stream* s);
+/* Seconds of quiet since the last speech pushed (Stream::trailing_quiet_seconds); 0 before any speech and while it
+ * lasts, and for NULL. Hands-free dictation: finish once it passes a threshold, then open the next stream. */
+double qasr_stream_trailing_quiet_seconds(const qasr_stream* s);
 qasr_status qasr_stream_finish(qasr_stream* s, qasr_result** out);
 void qasr_stream_free(qasr_stream* s);
 

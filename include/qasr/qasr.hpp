@@ -264,6 +264,10 @@ public:
     // boundary and no further steps run, so a following finish() starts its final at once (push-to-talk: call it
     // when the key is released, then finish() once push() has returned). The final transcript does not change.
     void interrupt();
+    // Seconds of quiet since the last speech in the pushed audio (100 ms blocks at least 30 dB under the loudest so
+    // far, or under −70 dBFS); 0 before any speech and while it lasts. Hands-free dictation: finish() once it
+    // passes a threshold (e.g. 1 s), then open the next stream.
+    double trailing_quiet_seconds() const;
     Stream(Stream&&) noexcept;
     Stream& operator=(Stream&&) noexcept;
     ~Stream();

@@ -309,6 +309,8 @@ void qasr_stream_interrupt(qasr_stream* s) {
     if (s) s->s->interrupt();
 }
 
+double qasr_stream_trailing_quiet_seconds(const qasr_stream* s) { return s ? s->s->trailing_quiet_seconds() : 0.0; }
+
 int qasr_stream_next_event(qasr_stream* s, qasr_stream_event* ev) {
     if (!s || !ev || s->queue.empty()) return 0;
     s->current = std::move(s->queue.front());

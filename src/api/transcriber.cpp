@@ -302,6 +302,7 @@ void Stream::push_s16le(const uint8_t* bytes, size_t n) { s_->push_s16le(bytes, 
 std::vector<StreamEvent> Stream::poll() { return s_->poll(); }
 TranscriptionResult Stream::finish() { return s_->finish(); }
 void Stream::interrupt() { s_->interrupt(); }
+double Stream::trailing_quiet_seconds() const { return s_->trailing_quiet_seconds(); }
 
 Stream Transcriber::open_stream(const StreamOptions& opts, Stream::Callback cb) const {
     return Stream(std::make_unique<StreamSession>(impl_->model, opts, std::move(cb)));

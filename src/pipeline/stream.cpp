@@ -179,8 +179,11 @@ bool StreamSession::check_pause() {
         quiet_blocks_ = 0;
         speech_since_pause_ = true;
         endpoint_ok_ = false;
+        heard_speech_ = true;
+        quiet_run_ = 0;
         return false;
     }
+    if (heard_speech_) ++quiet_run_;
     if (pause_blocks_ == 0 || ++quiet_blocks_ != pause_blocks_ || !speech_since_pause_ || audio_.size() < kMinSamples)
         return false;
     if (interrupted()) return false; // finish() comes next and decodes everything anyway
@@ -535,6 +538,7 @@ void StreamSession::end_segment(size_t boundary) {
     next_step_at_ = chunk_samples_;
     next_check_at_ = kPauseBlock;
     quiet_blocks_ = 0;
+    quiet_run_ = 0; // the rest pushed again below counts its own blocks
     endpoint_ok_ = false;
     plan_early_stem();
     if (!rest.empty()) push(rest.data(), rest.size());
@@ -589,6 +593,10 @@ TranscriptionResult StreamSession::finish() {
     final_.timings.decode_ms = sw.ms();
     emit(StreamEvent::Kind::Final, final_.text, "");
     return final_;
+}
+
+double StreamSession::trailing_quiet_seconds() const {
+    return heard_speech_ ? double(quiet_run_) * double(kPauseBlock) / kSampleRate : 0.0;
 }
 
 } // namespace qasr

@@ -70,6 +70,9 @@ public:
     // instead of waiting for a step of the whole segment. The final is the same (its draft is only the older
     // hypothesis).
     void interrupt() { interrupted_.store(true, std::memory_order_relaxed); }
+    // Seconds of quiet since the last speech (100 ms blocks at least 30 dB under the loudest so far, or under
+    // −70 dBFS); 0 before any speech and while it lasts. Hands-free dictation ends an utterance on it.
+    double trailing_quiet_seconds() const;
     const std::vector<StreamChunkStats>& stats() const { return stats_; }
     bool endpoint_used() const { return endpoint_used_; } // finish() took the pause step's transcript (no step)
 
@@ -123,6 +126,8 @@ private:
     int quiet_blocks_ = 0;
     float peak_rms_ = 0;             // loudest 100 ms block of the stream
     bool speech_since_pause_ = false;
+    bool heard_speech_ = false;      // any block above the quiet level so far
+    int quiet_run_ = 0;              // quiet blocks since the last one above it (trailing_quiet_seconds)
     bool endpoint_ok_ = false;       // only quiet blocks since the last pause step
     std::vector<int> endpoint_hyp_;  // the last pause step's hypothesis
     bool endpoint_used_ = false;

@@ -699,6 +699,29 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
     EXPECT_EQ(fp[1], offline(dir + "/p-2.wav"));
     EXPECT_GT(load_audio_file(dir + "/p-1.wav").size(), 4000u);
 
+    // hands-free (--auto-finish): the sample, a second of silence, the German sample → two utterances, each ended by
+    // the quiet after it, each final the offline transcript of its saved audio; the silent third one (ended by
+    // Enter) prints no final
+    {
+        const std::vector<float> y = load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav");
+        std::vector<float> both = x;
+        both.insert(both.end(), 16000, 0.0f);
+        both.insert(both.end(), y.begin(), y.end());
+        std::ofstream raw(dir + "/in2.raw", std::ios::binary);
+        const std::string w = wav16_bytes(both.data(), both.size());
+        raw.write(w.data() + 44, std::streamsize(w.size() - 44));
+    }
+    const std::string env2 = "SDL_AUDIODRIVER=disk SDL_DISKAUDIOFILEIN=" + dir + "/in2.raw ";
+    CliRun h = sh("(" + ready + "sleep 9.5; echo) | " + env2 + QASR_BIN + " stream -m " + demo +
+                  " --json --capture --auto-finish 0.6 --save-audio " + dir + "/h.wav");
+    ASSERT_EQ(h.status, 0) << h.err;
+    const std::vector<std::string> fh = finals(h.out);
+    ASSERT_EQ(fh.size(), 2u) << h.out;
+    EXPECT_EQ(fh[0], want);
+    EXPECT_EQ(fh[0], offline(dir + "/h-1.wav"));
+    EXPECT_EQ(fh[1], offline(dir + "/h-2.wav"));
+    EXPECT_LT(load_audio_file(dir + "/h-1.wav").size(), x.size() + 16000u); // ended inside the pause
+
     // Ctrl-C: the utterance is finished, not lost (also when the signal comes twice at once, as `timeout` sends it)
     CliRun c = sh(stream + " --capture < /dev/null & pid=$!; " + ready + "sleep 1; kill -INT $pid; wait $pid");
     EXPECT_EQ(c.status, 0) << c.err;
@@ -707,7 +730,8 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
     EXPECT_EQ(c2.status, 0) << c2.err;
     EXPECT_EQ(finals(c2.out).size(), 1u) << c2.out;
 
-    for (const std::string& bad : {std::string(" --ptt"), std::string(" --capture-seconds 2"),
+    for (const std::string& bad : {std::string(" --ptt"), std::string(" --capture-seconds 2"), std::string(" --auto-finish 1"),
+                                   std::string(" --capture --ptt --auto-finish 1"),
                                    " --capture --file " + sample, std::string(" --capture-device \"no such mic\"")}) {
         CliRun r = sh(stream + bad + " < /dev/null");
         EXPECT_NE(r.status, 0) << bad;

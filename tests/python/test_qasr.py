@@ -233,7 +233,10 @@ class Bindings(unittest.TestCase):
         self.assertTrue(partial and not partial[-1].final)
         self.assertEqual(final.text, self.en)
         with self.model.open_stream() as st:
+            self.assertEqual(st.trailing_quiet_seconds(), 0.0)
             st.push(samples)
+            st.push(array.array("f", [0.0]) * 8000)  # half a second of silence after the speech
+            self.assertGreaterEqual(st.trailing_quiet_seconds(), 0.5)
             st.interrupt()
             self.assertEqual(st.finish().text, self.en)
         # closing a model closes its open streams first (no use of a freed model)

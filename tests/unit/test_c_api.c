@@ -281,6 +281,13 @@ int main(void) {
         CHECK(qasr_stream_push_s16le(s, bytes + i, 320) == QASR_OK);
     }
     qasr_stream_interrupt(NULL); /* no stream: nothing happens */
+    CHECK(qasr_stream_trailing_quiet_seconds(NULL) == 0.0);
+    {
+        static const float quiet[1600]; /* 100 ms of silence after the speech */
+        const double before = qasr_stream_trailing_quiet_seconds(s);
+        CHECK(qasr_stream_push(s, quiet, 1600) == QASR_OK);
+        CHECK(fabs(qasr_stream_trailing_quiet_seconds(s) - before - 0.1) < 1e-9);
+    }
     CHECK(qasr_stream_finish(s, &r) == QASR_OK);
     CHECK(r && want && strcmp(qasr_result_text(r), want) == 0);
     qasr_result_free(r);

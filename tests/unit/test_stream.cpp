@@ -602,3 +602,32 @@ TEST(Stream, InterruptedPauseStepIsNoEndpoint) {
     }
     std::printf("pause steps stopped by the interrupt: %d of 6\n", stopped);
 }
+
+// trailing_quiet_seconds (hands-free dictation, `qasr stream --capture --auto-finish`): 0 during leading silence and
+// speech, then the quiet after speech in 100 ms steps; speech again resets it; quiet relative to the loudest block
+// (a block 20 dB under it is still speech, 40 dB under is quiet).
+TEST(Stream, TrailingQuietCountsTheQuietAfterSpeech) {
+    NEED_TOKENIZER();
+    StreamOptions o = small_opts();
+    o.chunk_seconds = 60; // no chunk steps: only the level tracking
+    StreamSession s(tiny(), o);
+    const std::vector<float> silence(16000, 0.0f), speech = speechlike(16000, 5);
+    s.push(silence.data(), silence.size());
+    EXPECT_EQ(s.trailing_quiet_seconds(), 0.0); // no speech yet
+    s.push(speech.data(), speech.size());
+    EXPECT_EQ(s.trailing_quiet_seconds(), 0.0);
+    s.push(silence.data(), 8000);
+    EXPECT_NEAR(s.trailing_quiet_seconds(), 0.5, 1e-9);
+    std::vector<float> soft = speech, faint = speech;
+    for (float& v : soft) v *= 0.1f;   // −20 dB: speech
+    for (float& v : faint) v *= 0.01f; // −40 dB: quiet
+    s.push(soft.data(), 4800);
+    EXPECT_EQ(s.trailing_quiet_seconds(), 0.0);
+    s.push(faint.data(), 16000);
+    EXPECT_NEAR(s.trailing_quiet_seconds(), 1.0, 1e-9);
+    s.push(silence.data(), 800); // half a block: not counted yet
+    EXPECT_NEAR(s.trailing_quiet_seconds(), 1.0, 1e-9);
+    s.push(silence.data(), 800);
+    EXPECT_NEAR(s.trailing_quiet_seconds(), 1.1, 1e-9);
+    s.finish();
+}
