@@ -130,7 +130,8 @@ void StreamRoutes::audio(const httplib::Request& req, httplib::Response& res) {
                          {"unstable", e->unstable},
                          {"text", e->stable + e->unstable},
                          {"language", e->language},
-                         {"audio_seconds", e->audio_seconds}}
+                         {"audio_seconds", e->audio_seconds},
+                         {"quiet_seconds", e->st.trailing_quiet_seconds()}} // hands-free: finish after a pause
                             .dump() + "\n",
                     "application/json");
 }

@@ -650,6 +650,13 @@ TEST_F(Serve, LiveStreamGivesPartialsAndTheOfflineFinal) {
     }
     EXPECT_GE(last_seconds, 2.0);
     EXPECT_FALSE(last_text.empty()) << "no partial text after 3 s of speech";
+    { // half a second of silence after the speech: quiet_seconds (hands-free clients finish on it) counts it
+        auto q = c.Post(("/v1/streams/" + id + "/audio").c_str(), std::string(16000, '\0'), "application/octet-stream");
+        ASSERT_TRUE(q);
+        ASSERT_EQ(q->status, 200) << q->body;
+        EXPECT_GE(json::parse(q->body)["quiet_seconds"].get<double>(), 0.5) << q->body;
+        last_text = json::parse(q->body)["text"];
+    }
     auto r = c.Get(("/v1/streams/" + id).c_str());
     ASSERT_TRUE(r);
     EXPECT_EQ(json::parse(r->body)["text"], last_text);
