@@ -6,6 +6,7 @@
 #include "io/safetensors.hpp"
 #include "model/random_checkpoint.hpp"
 #include "text/utf8.hpp"
+#include "cli_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -26,55 +27,9 @@
 
 namespace fs = std::filesystem;
 using namespace qasr;
+using namespace qasr_e2e;
 
 namespace {
-
-struct CliRun {
-    int status;
-    std::string out, err;
-};
-
-// Per-process scratch folder: ctest runs these tests in parallel processes.
-struct Scratch {
-    std::string path = testing::TempDir() + "/qasr_e2e_" + std::to_string(::getpid());
-    Scratch() { fs::create_directories(path); }
-    ~Scratch() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
-const std::string& scratch() {
-    static const Scratch s;
-    return s.path;
-}
-
-CliRun run(const std::string& args) {
-    const std::string dir = scratch();
-    const std::string cmd = std::string(QASR_BIN) + " " + args + " >" + dir + "/e2e_out 2>" + dir + "/e2e_err";
-    const int rc = std::system(cmd.c_str());
-    auto slurp = [](const std::string& p) {
-        std::ifstream in(p);
-        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    };
-    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(dir + "/e2e_out"), slurp(dir + "/e2e_err")};
-}
-
-int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
-
-const std::string& tiny() {
-    static std::string dir = [] {
-        const std::string d = scratch() + "/tiny";
-        if (!fs::exists(d + "/model.safetensors")) write_random_checkpoint(d, "tiny", "hf", 1, QASR_TOKENIZER_DIR);
-        return d;
-    }();
-    return dir;
-}
-
-const std::string kWav = std::string(QASR_SOURCE_DIR) + "/tests/data/audio/t1p3s.wav";
-
-#define NEED_TOKENIZER()                                                                                               \
-    if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))                                             \
-    GTEST_SKIP() << "tokenizer not set up: run scripts/setup_tokenizer.sh"
 
 // A copy of the tiny checkpoint whose tensors are edited by `edit` (return false to drop a tensor).
 std::string broken_copy(const std::string& name, const std::function<bool(TensorToWrite&)>& edit) {
@@ -208,10 +163,6 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     CliRun multi = run("transcribe -m " + demo + " --format txt,srt,vtt,json,tsv,srt --segment-seconds 5 -q -o " + mf + " " + wav);
     ASSERT_EQ(multi.status, 0) << multi.err;
     EXPECT_EQ(multi.out, "");
-    auto slurp = [](const std::string& p) {
-        std::ifstream f(p);
-        return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    };
     EXPECT_EQ(slurp(mf + "/two.srt"), srt.out);
     EXPECT_EQ(slurp(mf + "/two.vtt"), vtt.out);
     EXPECT_EQ(slurp(mf + "/two.txt"), txt.out);
@@ -588,162 +539,6 @@ TEST(Cli, BadOptions) {
     EXPECT_NE(h.out.find("--ignore-eos"), std::string::npos);
 }
 
-TEST(Cli, StreamFromStdinAndRealtimeFileEqualOffline) {
-    NEED_TOKENIZER();
-    // `qasr stream` reads raw s16le from stdin on a reader thread (its end interrupts a step in progress) or
-    // replays --file at real speed (the release at its end interrupts): either way one final, the offline text.
-    CliRun off = run("transcribe -m " + tiny() + " --format json --no-itn -q " + kWav);
-    ASSERT_EQ(off.status, 0) << off.err;
-    const std::string want = nlohmann::json::parse(off.out)["text"];
-    const std::string stream = "stream -m " + tiny() + " --json --no-itn --chunk-seconds 0.5";
-    // stdin: the WAV's samples after its 44-byte header (the tool's output files are per-process, see run())
-    for (const std::string& args : {stream + " < <(tail -c +45 " + kWav + ")", stream + " --realtime --file " + kWav}) {
-        const std::string dir = scratch();
-        const std::string cmd = "bash -c '" + std::string(QASR_BIN) + " " + args + "' >" + dir + "/s_out 2>" + dir + "/s_err";
-        const int rc = std::system(cmd.c_str());
-        std::ifstream o(dir + "/s_out"), e(dir + "/s_err");
-        const std::string out((std::istreambuf_iterator<char>(o)), {}), err((std::istreambuf_iterator<char>(e)), {});
-        EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0) << args << ": " << err;
-        int finals = 0;
-        std::string text;
-        std::istringstream in(out);
-        for (std::string line; std::getline(in, line);) {
-            const auto j = nlohmann::json::parse(line);
-            if (j["type"] == "final") ++finals, text = j["stable"].get<std::string>();
-        }
-        EXPECT_EQ(finals, 1) << args << ": " << out;
-        EXPECT_EQ(text, want) << args;
-    }
-}
-
-// `qasr stream --capture` (SDL2 builds) through SDL's "disk" audio driver, which captures from a raw file at real
-// speed (then silence): the demo model hears the bundled English sample as from a microphone.
-// - a --capture-seconds limit: one final, the sample's transcript, the same as the offline transcript of the audio
-//   it saved (--save-audio), which begins with the sample's samples;
-// - Enter on standard input ends the utterance; with --ptt each pair of Enters is one utterance (its own saved file
-//   and final, again equal to the offline transcript of that file);
-// - SIGINT finishes the utterance gracefully (exit 0, one final); bad combinations and devices are one-line errors.
-TEST(Cli, StreamCaptureFromAMicrophone) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
-    CliRun ver = run("version");
-    ASSERT_EQ(ver.status, 0);
-    if (ver.out.find("microphone capture (qasr stream --capture, SDL2) yes") == std::string::npos)
-        GTEST_SKIP() << "built without SDL2 (microphone capture): install libsdl2-dev";
-    const std::string dir = scratch() + "/capture";
-    fs::create_directories(dir);
-    const std::string sample = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
-    const std::vector<float> x = load_audio_file(sample);
-    {
-        std::ofstream raw(dir + "/in.raw", std::ios::binary);
-        const std::string w = wav16_bytes(x.data(), x.size());
-        raw.write(w.data() + 44, std::streamsize(w.size() - 44));
-    }
-    std::string want;
-    std::getline(std::ifstream(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt"), want);
-    const std::string env = "SDL_AUDIODRIVER=disk SDL_DISKAUDIOFILEIN=" + dir + "/in.raw ";
-    const std::string stream = env + QASR_BIN + " stream -m " + demo + " --json";
-    auto sh = [&](const std::string& cmd) {
-        const int rc = std::system(("bash -c '" + cmd + "' >" + dir + "/out 2>" + dir + "/err").c_str());
-        std::ifstream o(dir + "/out"), e(dir + "/err");
-        return CliRun{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, std::string((std::istreambuf_iterator<char>(o)), {}),
-                      std::string((std::istreambuf_iterator<char>(e)), {})};
-    };
-    auto finals = [](const std::string& out) {
-        std::vector<std::string> f;
-        std::istringstream in(out);
-        for (std::string line; std::getline(in, line);) {
-            const auto j = nlohmann::json::parse(line);
-            if (j["type"] == "final") f.push_back(j["stable"].get<std::string>());
-        }
-        return f;
-    };
-    auto offline = [&](const std::string& wav) {
-        CliRun r = run("transcribe -m " + demo + " -q " + wav);
-        EXPECT_EQ(r.status, 0) << r.err;
-        return r.out.empty() ? r.out : r.out.substr(0, r.out.size() - 1);
-    };
-
-    // the limit: the whole sample, then silence
-    CliRun a = sh(stream + " --capture --capture-seconds 4 --save-audio " + dir + "/a.wav < /dev/null");
-    ASSERT_EQ(a.status, 0) << a.err;
-    EXPECT_NE(a.err.find("listening on \"default\" (disk)"), std::string::npos) << a.err;
-    const std::vector<std::string> fa = finals(a.out);
-    ASSERT_EQ(fa.size(), 1u) << a.out;
-    EXPECT_EQ(fa[0], want);
-    EXPECT_EQ(fa[0], offline(dir + "/a.wav"));
-    const std::vector<float> saved = load_audio_file(dir + "/a.wav");
-    ASSERT_EQ(saved.size(), 64000u);
-    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(saved[i], x[i]) << i;
-
-    // the keys are pressed once the capture runs (its line on stderr): loading takes long under sanitizers
-    const std::string ready = "for i in $(seq 1200); do grep -q \"listening on\\|push to talk\" " + dir +
-                              "/err && break; sleep 0.05; done; "; // at most a minute
-    // Enter ends it
-    CliRun e = sh("(" + ready + "sleep 1.5; echo) | " + stream + " --capture --save-audio " + dir + "/e.wav");
-    ASSERT_EQ(e.status, 0) << e.err;
-    const std::vector<std::string> fe = finals(e.out);
-    ASSERT_EQ(fe.size(), 1u) << e.out;
-    const std::vector<float> se = load_audio_file(dir + "/e.wav");
-    EXPECT_GT(se.size(), 4000u);
-    EXPECT_LT(se.size(), 64000u); // well before the end of the sample on an idle machine; bounded loosely
-    EXPECT_EQ(fe[0], offline(dir + "/e.wav"));
-
-    // push to talk: two utterances (the second in the silence after the sample), then the end of input quits
-    CliRun p = sh("(" + ready + "sleep 0.3; echo; sleep 1.5; echo; sleep 0.3; echo; sleep 0.8; echo; sleep 0.3) | " + stream +
-                  " --capture --ptt --save-audio " + dir + "/p.wav");
-    ASSERT_EQ(p.status, 0) << p.err;
-    const std::vector<std::string> fp = finals(p.out);
-    ASSERT_EQ(fp.size(), 2u) << p.out << p.err;
-    EXPECT_EQ(fp[0], offline(dir + "/p-1.wav"));
-    EXPECT_EQ(fp[1], offline(dir + "/p-2.wav"));
-    EXPECT_GT(load_audio_file(dir + "/p-1.wav").size(), 4000u);
-
-    // hands-free (--auto-finish): the sample, a second of silence, the German sample → two utterances, each ended by
-    // the quiet after it, each final the offline transcript of its saved audio; the silent third one (ended by
-    // Enter) prints no final
-    {
-        const std::vector<float> y = load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav");
-        std::vector<float> both = x;
-        both.insert(both.end(), 16000, 0.0f);
-        both.insert(both.end(), y.begin(), y.end());
-        std::ofstream raw(dir + "/in2.raw", std::ios::binary);
-        const std::string w = wav16_bytes(both.data(), both.size());
-        raw.write(w.data() + 44, std::streamsize(w.size() - 44));
-    }
-    const std::string env2 = "SDL_AUDIODRIVER=disk SDL_DISKAUDIOFILEIN=" + dir + "/in2.raw ";
-    CliRun h = sh("(" + ready + "sleep 9.5; echo) | " + env2 + QASR_BIN + " stream -m " + demo +
-                  " --json --capture --auto-finish 0.6 --save-audio " + dir + "/h.wav");
-    ASSERT_EQ(h.status, 0) << h.err;
-    const std::vector<std::string> fh = finals(h.out);
-    ASSERT_EQ(fh.size(), 2u) << h.out;
-    EXPECT_EQ(fh[0], want);
-    EXPECT_EQ(fh[0], offline(dir + "/h-1.wav"));
-    EXPECT_EQ(fh[1], offline(dir + "/h-2.wav"));
-    EXPECT_LT(load_audio_file(dir + "/h-1.wav").size(), x.size() + 16000u); // ended inside the pause
-
-    // Ctrl-C: the utterance is finished, not lost (also when the signal comes twice at once, as `timeout` sends it)
-    CliRun c = sh(stream + " --capture < /dev/null & pid=$!; " + ready + "sleep 1; kill -INT $pid; wait $pid");
-    EXPECT_EQ(c.status, 0) << c.err;
-    EXPECT_EQ(finals(c.out).size(), 1u) << c.out;
-    CliRun c2 = sh(env + "timeout --preserve-status -s INT 8 " + QASR_BIN + " stream -m " + demo + " --json --capture < /dev/null");
-    EXPECT_EQ(c2.status, 0) << c2.err;
-    EXPECT_EQ(finals(c2.out).size(), 1u) << c2.out;
-
-    for (const std::string& bad : {std::string(" --ptt"), std::string(" --capture-seconds 2"), std::string(" --auto-finish 1"),
-                                   std::string(" --capture --ptt --auto-finish 1"),
-                                   " --capture --file " + sample, std::string(" --capture-device \"no such mic\"")}) {
-        CliRun r = sh(stream + bad + " < /dev/null");
-        EXPECT_NE(r.status, 0) << bad;
-        std::string err;
-        std::istringstream in(r.err);
-        for (std::string line; std::getline(in, line);)
-            if (line.rfind("qasr:", 0) == 0) err += line + "\n";
-        EXPECT_EQ(lines(err), 1) << bad << ": " << r.err;
-        EXPECT_NE(err.find("error"), std::string::npos) << bad << ": " << r.err;
-    }
-}
-
 // FILE "-": standard input holds an audio file (recognized by its header) or raw s16le 16 kHz PCM; the bundled
 // sample gives its transcript as a WAV, as its bare samples and (with FFmpeg and sox) as FLAC.
 TEST(Cli, StdinTakesAFileOrRawPcm) {
@@ -756,14 +551,9 @@ TEST(Cli, StdinTakesAFileOrRawPcm) {
     const bool ffmpeg = run("version").out.find("FFmpeg decoding yes") != std::string::npos;
     if (ffmpeg && std::system("command -v sox >/dev/null 2>&1") == 0) inputs.push_back("< <(sox " + wav + " -t flac -)");
     for (const std::string& in : inputs) {
-        const std::string dir = scratch();
-        const std::string cmd = "bash -c '" + std::string(QASR_BIN) + " transcribe -q -m " + demo + " - " + in + "' >" +
-                                dir + "/i_out 2>" + dir + "/i_err";
-        const int rc = std::system(cmd.c_str());
-        std::ifstream o(dir + "/i_out"), e(dir + "/i_err");
-        const std::string out((std::istreambuf_iterator<char>(o)), {}), err((std::istreambuf_iterator<char>(e)), {});
-        EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0) << in << ": " << err;
-        EXPECT_EQ(out, want + "\n") << in;
+        const CliRun r = shell(std::string(QASR_BIN) + " transcribe -q -m " + demo + " - " + in);
+        EXPECT_EQ(r.status, 0) << in << ": " << r.err;
+        EXPECT_EQ(r.out, want + "\n") << in;
     }
 }
 
@@ -818,42 +608,3 @@ TEST(Cli, PrintColorsShadesTheTranscriptByProbability) {
     }
 }
 
-// `qasr stream` on a terminal 30 columns wide (a pty from script(1)): each partial rewritten in place fits the line
-// (its end after "…"), and the final is printed whole on its own line.
-TEST(Cli, StreamPartialsFitTheTerminalLine) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
-    if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "script(1) not installed";
-    const std::string wav = std::string(QASR_SOURCE_DIR) + "/tests/data/demo_testset/test-de-000001.wav";
-    CliRun off = run("transcribe -q -m " + demo + " " + wav);
-    ASSERT_EQ(off.status, 0) << off.err;
-    ASSERT_GT(off.out.size(), 31u) << "a transcript longer than the line is needed: " << off.out;
-    const std::string out = scratch() + "/tty.out";
-    const std::string cmd = "script -qec \"stty cols 30; " + std::string(QASR_BIN) + " stream -m " + demo +
-                            " --file " + wav + " --chunk-seconds 0.3\" /dev/null > " + out + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    std::ifstream f(out);
-    std::string s((std::istreambuf_iterator<char>(f)), {});
-    s = std::regex_replace(s, std::regex("\x1b\\[[0-9;]*[A-Za-z]"), "");
-    std::vector<std::string> shown; // what each \r (a rewrite) or line break leaves on a line
-    std::string cur;
-    for (char c : s) {
-        if (c == '\r' || c == '\n') {
-            if (!cur.empty()) shown.push_back(cur);
-            cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    if (!cur.empty()) shown.push_back(cur);
-    ASSERT_FALSE(shown.empty());
-    int partials = 0;
-    for (const std::string& l : shown) {
-        if (l + "\n" == off.out) continue; // the final
-        ++partials;
-        EXPECT_LE(utf8::decode(utf8::sanitize(l)).size(), 29u) << l;
-    }
-    EXPECT_GT(partials, 0) << s;
-    EXPECT_NE(std::find_if(shown.begin(), shown.end(), [&](const std::string& l) { return l + "\n" == off.out; }),
-              shown.end()) << s;
-}
