@@ -66,9 +66,22 @@ inline const std::string& tiny() {
 }
 
 inline const std::string kWav = std::string(QASR_SOURCE_DIR) + "/tests/data/audio/t1p3s.wav";
+inline const std::string kDemo = std::string(QASR_SOURCE_DIR) + "/models/demo";
+
+// a bundled sample's path (samples/NAME.wav) and its expected transcript (the first line of samples/NAME.txt)
+inline std::string sample_wav(const std::string& name) { return std::string(QASR_SOURCE_DIR) + "/samples/" + name + ".wav"; }
+inline std::string sample_text(const std::string& name) {
+    std::string line;
+    std::ifstream in(std::string(QASR_SOURCE_DIR) + "/samples/" + name + ".txt");
+    std::getline(in, line);
+    return line;
+}
 
 } // namespace qasr_e2e
 
 #define NEED_TOKENIZER()                                                                                               \
     if (!std::filesystem::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))                                \
     GTEST_SKIP() << "tokenizer not set up: run scripts/setup_tokenizer.sh"
+#define NEED_DEMO_MODEL()                                                                                              \
+    if (!std::filesystem::exists(qasr_e2e::kDemo + "/tokenizer.json"))                                                 \
+    GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh"

@@ -542,11 +542,9 @@ TEST(Cli, BadOptions) {
 // FILE "-": standard input holds an audio file (recognized by its header) or raw s16le 16 kHz PCM; the bundled
 // sample gives its transcript as a WAV, as its bare samples and (with FFmpeg and sox) as FLAC.
 TEST(Cli, StdinTakesAFileOrRawPcm) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
-    const std::string wav = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
-    std::string want;
-    std::getline(std::ifstream(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt"), want);
+    NEED_DEMO_MODEL();
+    const std::string& demo = kDemo;
+    const std::string wav = sample_wav("demo_en"), want = sample_text("demo_en");
     std::vector<std::string> inputs = {"< " + wav, "< <(tail -c +45 " + wav + ")"};
     const bool ffmpeg = run("version").out.find("FFmpeg decoding yes") != std::string::npos;
     if (ffmpeg && std::system("command -v sox >/dev/null 2>&1") == 0) inputs.push_back("< <(sox " + wav + " -t flac -)");
@@ -560,11 +558,9 @@ TEST(Cli, StdinTakesAFileOrRawPcm) {
 // --print-colors: every character of the model's text wrapped in a 256-color code and a reset; without them the
 // line is the transcript (the sample's text needs no ITN); each shade is the one its token's probability picks.
 TEST(Cli, PrintColorsShadesTheTranscriptByProbability) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
-    const std::string wav = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
-    std::string want;
-    std::getline(std::ifstream(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt"), want);
+    NEED_DEMO_MODEL();
+    const std::string& demo = kDemo;
+    const std::string wav = sample_wav("demo_en"), want = sample_text("demo_en");
     CliRun c = run("transcribe -q -pc -m " + demo + " " + wav);
     ASSERT_EQ(c.status, 0) << c.err;
     CliRun js = run("transcribe -q --format json -m " + demo + " " + wav);

@@ -53,23 +53,22 @@ TEST(Cli, StreamFromStdinAndRealtimeFileEqualOffline) {
 //   and final, again equal to the offline transcript of that file);
 // - SIGINT finishes the utterance gracefully (exit 0, one final); bad combinations and devices are one-line errors.
 TEST(Cli, StreamCaptureFromAMicrophone) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = kDemo;
     CliRun ver = run("version");
     ASSERT_EQ(ver.status, 0);
     if (ver.out.find("microphone capture (qasr stream --capture, SDL2) yes") == std::string::npos)
         GTEST_SKIP() << "built without SDL2 (microphone capture): install libsdl2-dev";
     const std::string dir = scratch() + "/capture";
     fs::create_directories(dir);
-    const std::string sample = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
+    const std::string sample = sample_wav("demo_en"), want = sample_text("demo_en");
     const std::vector<float> x = load_audio_file(sample);
-    {
-        std::ofstream raw(dir + "/in.raw", std::ios::binary);
-        const std::string w = wav16_bytes(x.data(), x.size());
-        raw.write(w.data() + 44, std::streamsize(w.size() - 44));
-    }
-    std::string want;
-    std::getline(std::ifstream(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.txt"), want);
+    auto write_raw = [](const std::string& path, const std::vector<float>& y) { // what the disk driver captures
+        std::ofstream raw(path, std::ios::binary);
+        const std::string w = wav16_bytes(y.data(), y.size());
+        raw.write(w.data() + 44, std::streamsize(w.size() - 44)); // s16le without the WAV header
+    };
+    write_raw(dir + "/in.raw", x);
     const std::string env = "SDL_AUDIODRIVER=disk SDL_DISKAUDIOFILEIN=" + dir + "/in.raw ";
     const std::string stream = env + QASR_BIN + " stream -m " + demo + " --json";
     auto finals = [](const std::string& out) {
@@ -126,13 +125,11 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
     // the quiet after it, each final the offline transcript of its saved audio; the silent third one (ended by
     // Enter) prints no final
     {
-        const std::vector<float> y = load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav");
+        const std::vector<float> y = load_audio_file(sample_wav("demo_de"));
         std::vector<float> both = x;
         both.insert(both.end(), 16000, 0.0f);
         both.insert(both.end(), y.begin(), y.end());
-        std::ofstream raw(dir + "/in2.raw", std::ios::binary);
-        const std::string w = wav16_bytes(both.data(), both.size());
-        raw.write(w.data() + 44, std::streamsize(w.size() - 44));
+        write_raw(dir + "/in2.raw", both);
     }
     const std::string env2 = "SDL_AUDIODRIVER=disk SDL_DISKAUDIOFILEIN=" + dir + "/in2.raw ";
     CliRun h = shell("(" + ready + "sleep 9.5; echo) | " + env2 + QASR_BIN + " stream -m " + demo +
@@ -170,8 +167,8 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
 // `qasr stream` on a terminal 30 columns wide (a pty from script(1)): each partial rewritten in place fits the line
 // (its end after "…"), and the final is printed whole on its own line.
 TEST(Cli, StreamPartialsFitTheTerminalLine) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = kDemo;
     if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "script(1) not installed";
     const std::string wav = std::string(QASR_SOURCE_DIR) + "/tests/data/demo_testset/test-de-000001.wav";
     CliRun off = run("transcribe -q -m " + demo + " " + wav);
