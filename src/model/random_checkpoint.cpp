@@ -157,7 +157,9 @@ void write_random_checkpoint(const std::string& out_dir, const std::string& pres
     std::ofstream(out_dir + "/config.json") << cfg;
     std::vector<TensorToWrite> tensors;
     const std::string scheme = layout == "hf" ? "hf" : "original";
-    for (const auto& [name, shape] : weight_table(hp)) {
+    for (const auto& entry : weight_table(hp)) {
+        const auto& name = entry.first; // not a structured binding: an OpenMP region cannot capture those (clang 14)
+        const auto& shape = entry.second;
         TensorToWrite t{stored_name(name, scheme), DType::BF16, shape, {}};
         const size_t n = Tensor::count(shape);
         t.bytes.resize(n * 2);

@@ -21,13 +21,12 @@ std::string timestamp(double seconds, char sep) {
 // One line of cue text: line breaks become spaces (a blank line would end the cue) and "-->" cannot appear.
 std::string flatten(const std::string& t) {
     std::string o;
-    for (size_t i = 0; i < t.size(); ++i) {
-        const char c = t[i];
+    for (const char c : t) {
         if (c == '\r' || c == '\n') {
             if (!o.empty() && o.back() != ' ') o += ' ';
-        } else if (c == '-' && t.compare(i, 3, "-->") == 0) {
-            o += "->";
-            i += 2;
+        } else if (c == '>') { // "-->" → "->", any run of dashes before '>' to one ("--->" gave "-->"; found by fuzzing)
+            while (o.size() >= 2 && o.compare(o.size() - 2, 2, "--") == 0) o.pop_back();
+            o += '>';
         } else {
             o += c;
         }

@@ -1,9 +1,13 @@
 // Deterministic stand-in for libFuzzer (any compiler): mutates seed inputs of each target (bit flips, byte
 // changes, truncation, splices) for a fixed number of iterations and feeds them to LLVMFuzzerTestOneInput.
-// A crash, a sanitizer report or a trap fails the ctest.
+// A crash, a sanitizer report or a trap fails the ctest. `qasr_fuzz_driver --seeds DIR` writes the seeds as files
+// instead: the corpus a libFuzzer run starts from (`qasr_fuzz DIR`).
+#include "fuzz_model.hpp"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,20 +53,50 @@ std::vector<std::vector<uint8_t>> seeds() {
     // ... and FFmpeg's probes: a FLAC stream header (STREAMINFO, 16 kHz mono 16-bit) and an Ogg page header
     out.push_back(bytes(6, std::string("fLaC\x80\x00\x00\x22\x10\x00\x10\x00\x00\x00\x00\x00\x00\x00\x03\xe8\x00\xf0"
                                        "\x00\x00\x3e\x80", 26) + std::string(16, '\0') + "\xff\xf8\x69\x08\x00\x00"));
+    out.push_back(bytes(8, std::string("\xff\x00\x00\x10\x20\x00\x9a\x01\x00\x41\x42\x00\x43\x00\x00\x20\x01\x00\xbd\x01\x00", 21)));
+    out.push_back(bytes(9, "language English<asr_text>Hello --> world <b>&amp;</b>\n\n2\n00:00:01,000 --> 00:00:02,000\r\n"
+                           "日本語のテキスト、とても長い行です。 done. done. done. \xe2\x80\xa8 \xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x92\xbb"));
     out.push_back(bytes(6, std::string("OggS\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00"
                                        "\x00\x00\x00\x00\x01\x13OpusHead\x01\x01\x38\x01\x80\x3e\x00\x00\x00\x00\x00", 47)));
+    for (auto& m : qasr_fuzz::model_dir_seeds(10)) out.push_back(std::move(m)); // whole checkpoints: slow, run rarely
     return out;
 }
+
+constexpr uint8_t kModelTarget = 10;
 
 } // namespace
 
 int main(int argc, char** argv) {
+    if (argc > 2 && std::string(argv[1]) == "--seeds") {
+        const auto base = seeds();
+        for (size_t i = 0; i < base.size(); ++i)
+            std::ofstream(std::string(argv[2]) + "/seed-" + std::to_string(i), std::ios::binary)
+                .write(reinterpret_cast<const char*>(base[i].data()), std::streamsize(base[i].size()));
+        std::printf("%zu seeds written to %s\n", base.size(), argv[2]);
+        return 0;
+    }
     const long iterations = argc > 1 ? std::atol(argv[1]) : 20000;
     std::mt19937_64 rng(12345);
     const auto base = seeds();
     for (const auto& s : base) LLVMFuzzerTestOneInput(s.data(), s.size());
+    int models = 0;
+    for (const auto& s : base) // the unmutated checkpoints must load, else that target tests nothing
+        if (s[0] == kModelTarget && (++models, !qasr_fuzz::model_dir(s.data() + 1, s.size() - 1))) {
+            std::fprintf(stderr, "the seed checkpoint %d of the model-directory target does not load\n", int(s[1]));
+            return 1;
+        }
+    long model_inputs = 0, model_runs = 0;
+    if (!models) std::printf("no tokenizer (scripts/setup_tokenizer.sh): the tokenizer and model targets are off\n");
     for (long it = 0; it < iterations; ++it) {
+        // a model directory is loaded and run (~10-100 ms): one round in 50 includes those seeds
+        if (base[size_t(it) % base.size()][0] == kModelTarget && (it / long(base.size())) % 50 != 0) continue;
         std::vector<uint8_t> x = base[size_t(it) % base.size()];
+        if (x[0] == kModelTarget && rng() % 4 != 0) { // mostly structural edits (fuzz_model.cpp), else bytes
+            x = qasr_fuzz::mutate_model_input(x, rng);
+            ++model_inputs;
+            model_runs += qasr_fuzz::model_dir(x.data() + 1, x.size() - 1);
+            continue;
+        }
         const int edits = 1 + int(rng() % 8);
         for (int e = 0; e < edits && x.size() > 1; ++e) {
             const size_t at = 1 + rng() % (x.size() - 1);
@@ -79,8 +113,14 @@ int main(int argc, char** argv) {
             }
             }
         }
-        LLVMFuzzerTestOneInput(x.data(), x.size());
+        if (x[0] == kModelTarget) { // counted: how many mutated checkpoints still load and run
+            ++model_inputs;
+            model_runs += qasr_fuzz::model_dir(x.data() + 1, x.size() - 1);
+        } else {
+            LLVMFuzzerTestOneInput(x.data(), x.size());
+        }
     }
-    std::printf("%ld mutated inputs, no crash\n", iterations);
+    std::printf("%ld mutated inputs, no crash (model directories: %ld, of which %ld loaded and transcribed)\n", iterations,
+                model_inputs, model_runs);
     return 0;
 }

@@ -217,6 +217,10 @@ TEST(Segments, SubRipWebVttAndTimestampedLines) {
                          "01:02:05.500 --> 01:02:07.000\na -&gt; b &lt;i&gt;&amp; c\n");
     EXPECT_EQ(to_timestamped_text(s), "[00:00:00.010 --> 00:00:02.690]  The concert starts at 8:30.\n"
                                       "[01:02:05.500 --> 01:02:07.000]  a -> b <i>& c\n");
+    // a longer run of dashes cannot leave an arrow behind either (found by the fuzz driver: "--->" gave "-->")
+    std::vector<Segment> d(1);
+    d[0].end = 1, d[0].text = "a ---> b -----> c --\n> d";
+    EXPECT_EQ(to_srt(d), "1\n00:00:00,000 --> 00:00:01,000\na -> b -> c -- > d\n");
     // one at a time (TranscribeOptions::on_segment): the same text
     EXPECT_EQ(to_srt({s[0]}) + "\n" + to_srt({s[1]}, 2), to_srt(s));
     EXPECT_EQ(to_vtt({s[0]}) + to_vtt({s[1]}, false), to_vtt(s));
