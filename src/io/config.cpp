@@ -206,9 +206,21 @@ HParams parse_config_json(const std::string& json_text, const std::string& what)
     for (const char* qk : {"quantization", "quantization_config"}) {
         if (!root.contains(qk) || !root[qk].is_object()) continue;
         const json& q = root[qk];
-        hp.quant.bits = r.integer(q, std::string(qk) + ".", {"bits"}, 1, 8);
-        hp.quant.group_size = r.integer(q, std::string(qk) + ".", {"group_size"}, 1, 1 << 16);
+        const std::string p = std::string(qk) + ".";
+        hp.quant.bits = r.integer(q, p, {"bits"}, 1, 8);
+        hp.quant.group_size = r.integer(q, p, {"group_size"}, 1, 1 << 16);
         hp.quant.mode = q.contains("mode") && q["mode"].is_string() ? q["mode"].get<std::string>() : "affine";
+        for (const auto& [key, v] : q.items()) { // per-module entries: {"bits", "group_size"[, "mode"]} or false
+            if (v.is_boolean() && !v.get<bool>()) {
+                hp.quant.modules[key] = {};
+            } else if (v.is_object()) {
+                QuantHParams::Module m;
+                m.bits = r.integer(v, p + key + ".", {"bits"}, 1, 8);
+                m.group_size = r.integer(v, p + key + ".", {"group_size"}, 1, 1 << 16);
+                m.mode = v.contains("mode") && v["mode"].is_string() ? v["mode"].get<std::string>() : hp.quant.mode;
+                hp.quant.modules[key] = m;
+            }
+        }
         break;
     }
 

@@ -3,6 +3,7 @@
 // uses is read from the file; missing or absurd values are reported together in one error.
 #pragma once
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@ struct QuantHParams {
     int bits = 0;        // 0: no global quantization block
     int group_size = 0;
     std::string mode;    // "affine"
+    // Per-module entries of the same block (mlx-lm's mixed-precision recipes, formats.md §1.6), by module path
+    // (the stored tensor name without ".weight"): their own bits, group size and mode; bits 0 = `false` (float).
+    struct Module {
+        int bits = 0, group_size = 0;
+        std::string mode;
+    };
+    std::map<std::string, Module> modules;
 };
 
 // Qwen3-ForcedAligner (spec §9): a classifier of `classes` timestamp classes of `segment_ms` each replaces the LM

@@ -49,11 +49,17 @@ AffineLayout describe_affine(const TensorStore& store, const std::string& base, 
     if (b->shape != s->shape) fail(C, base + ".biases: shape differs from .scales");
     if (L.bits != 2 && L.bits != 3 && L.bits != 4 && L.bits != 5 && L.bits != 6 && L.bits != 8)
         fail(C, base + ": " + std::to_string(L.bits) + "-bit codes are not an MLX affine width");
-    if (q.bits && q.group_size && (q.bits != L.bits || q.group_size != L.group_size))
+    // the module's own entry in the quantization block, else the global one
+    int bits = q.bits, group_size = q.group_size;
+    std::string mode = q.mode;
+    if (const auto m = q.modules.find(base); m != q.modules.end()) {
+        if (!m->second.bits) fail(C, base + ": stored quantized, but the config's quantization block keeps it float (false)");
+        bits = m->second.bits, group_size = m->second.group_size, mode = m->second.mode;
+    }
+    if (bits && group_size && (bits != L.bits || group_size != L.group_size))
         fail(C, base + ": stored layout (" + std::to_string(L.bits) + " bits, group " + std::to_string(L.group_size) +
-                    ") differs from config (" + std::to_string(q.bits) + " bits, group " +
-                    std::to_string(q.group_size) + ")");
-    if (!q.mode.empty() && q.mode != "affine") fail(C, "quantization mode '" + q.mode + "' is not supported");
+                    ") differs from config (" + std::to_string(bits) + " bits, group " + std::to_string(group_size) + ")");
+    if (!mode.empty() && mode != "affine") fail(C, base + ": quantization mode '" + mode + "' is not supported");
     return L;
 }
 

@@ -1,7 +1,8 @@
 // Quantizes a checkpoint into the mlx-community layout with MLX's affine algorithm (model/quant.cpp).
 // What is quantized follows mlx-audio's predicate for Qwen3-ASR: every decoder linear and the embedding (which
 // doubles as the tied LM head); with QuantizeOptions::encoder also the audio tower's linears and the projector.
-// A module is quantized only when its input width is a multiple of the group size (as mlx-lm requires).
+// A module is quantized only when its input width is a multiple of the group size (as mlx-lm requires). With a
+// recipe (QuantizeOptions::recipe) the widths vary per module, as mlx-lm's mixed-precision conversions.
 #include "model/quantize_checkpoint.hpp"
 
 #include "core/dtype.hpp"
@@ -44,12 +45,33 @@ std::string read_text(const std::string& path) {
     return ss.str();
 }
 
+// A recipe's widths (low, high); {bits, bits} without one.
+std::pair<int, int> recipe_bits(const QuantizeOptions& o) {
+    if (o.recipe.empty()) return {o.bits, o.bits};
+    if (o.recipe == "mixed_2_6") return {2, 6};
+    if (o.recipe == "mixed_3_4") return {3, 4};
+    if (o.recipe == "mixed_3_6") return {3, 6};
+    if (o.recipe == "mixed_4_6") return {4, 6};
+    fail("quantize", "recipe '" + o.recipe + "': expected mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6");
+}
+
+// mlx-lm's mixed_quant_predicate: v_proj and down_proj of decoder layer i of L get the high width when i is in the
+// first or last eighth of the layers, or every third layer between.
+bool more_bits(const std::string& name, int layers) {
+    const std::string pre = "model.language_model.layers.";
+    if (name.rfind(pre, 0) != 0) return false;
+    if (name.find(".self_attn.v_proj.") == std::string::npos && name.find(".mlp.down_proj.") == std::string::npos)
+        return false;
+    const int i = std::stoi(name.substr(pre.size()));
+    return i < layers / 8 || i >= 7 * layers / 8 || (i - layers / 8) % 3 == 2;
+}
+
 } // namespace
 
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& o) {
     const std::string C = "quantize";
-    if (o.bits != 2 && o.bits != 3 && o.bits != 4 && o.bits != 5 && o.bits != 6 && o.bits != 8)
-        fail(C, "--bits must be 2, 3, 4, 5, 6 or 8");
+    const auto [low, high] = recipe_bits(o);
+    if (low != 2 && low != 3 && low != 4 && low != 5 && low != 6 && low != 8) fail(C, "--bits must be 2, 3, 4, 5, 6 or 8");
     if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
         fail(C, "--group-size must be 32, 64 or 128");
     if (fs::exists(out_dir) && fs::equivalent(in_dir, out_dir)) fail(C, "output directory is the input directory");
@@ -64,6 +86,7 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
 
     QuantizeReport rep;
     std::vector<TensorToWrite> out;
+    nlohmann::json qb = {{"group_size", o.group_size}, {"bits", low}, {"mode", "affine"}};
     for_each_weight(W, hp, [&](const std::string& name, const std::vector<int64_t>& shape, const Tensor* t,
                                const WeightMatrix* m) {
         if (name == "lm_head.weight") return; // mlx-community files have no lm_head (tied)
@@ -87,10 +110,13 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
         const bool decoder = name.rfind("model.language_model.", 0) == 0 || name == "score.weight";
         const int64_t rows = m->rows, cols = m->cols;
         const std::vector<float> v = m->to_f32();
-        if ((decoder || o.encoder) && cols % o.group_size == 0 && (cols * o.bits) % 32 == 0) {
-            const AffineQuantized q = quantize_affine(v.data(), rows, cols, o.bits, o.group_size);
+        const int bits = more_bits(name, hp.text.n_layers) ? high : low;
+        if ((decoder || o.encoder) && cols % o.group_size == 0 && (cols * bits) % 32 == 0) {
+            const AffineQuantized q = quantize_affine(v.data(), rows, cols, bits, o.group_size);
             const std::string base = sn.substr(0, sn.size() - 7);
-            out.push_back({sn, DType::U32, {rows, cols * o.bits / 32}, q.packed});
+            if (!o.recipe.empty()) qb[base] = {{"group_size", o.group_size}, {"bits", bits}, {"mode", "affine"}};
+            rep.high_bits += bits != low;
+            out.push_back({sn, DType::U32, {rows, cols * bits / 32}, q.packed});
             out.push_back({base + ".scales", fdt, {rows, cols / o.group_size}, float_bytes(q.scales.data(), q.scales.size(), fdt)});
             out.push_back({base + ".biases", fdt, {rows, cols / o.group_size}, float_bytes(q.biases.data(), q.biases.size(), fdt)});
             ++rep.quantized;
@@ -105,7 +131,6 @@ QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string&
     rep.bytes_out = size_t(fs::file_size(out_dir + "/model.safetensors"));
 
     nlohmann::json cfg = nlohmann::json::parse(read_text(in_dir + "/config.json"));
-    const nlohmann::json qb = {{"group_size", o.group_size}, {"bits", o.bits}, {"mode", "affine"}};
     cfg["quantization"] = qb;
     cfg["quantization_config"] = qb;
     {

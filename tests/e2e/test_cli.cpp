@@ -529,7 +529,8 @@ TEST(Cli, NonAudioAndEmptyFiles) {
 TEST(Cli, BadOptions) {
     for (const char* args : {"transcribe -m x --threads abc a.wav", "transcribe -m x --format xml a.wav",
                              "transcribe -m x --ignore-eos a.wav", "transcribe a.wav", "transcribe -m x --bogus a.wav",
-                             "transcribe -m x --language Klingon a.wav", "transcribe -m x --compute fast a.wav", "frobnicate"}) {
+                             "transcribe -m x --language Klingon a.wav", "transcribe -m x --compute fast a.wav", "frobnicate",
+                             "quantize a b", "quantize a b --bits 4 --recipe mixed_4_6", "quantize a b --recipe mixed_9_9"}) {
         CliRun r = run(args);
         EXPECT_NE(r.status, 0) << args;
         EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;

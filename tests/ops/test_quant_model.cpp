@@ -66,14 +66,18 @@ TEST(QuantModel, TinyCheckpointQuantizesLoadsAndStaysClose) {
         int bits;
         bool encoder;
         double max_rel_rms, min_agree;
+        const char* recipe = "";
     };
     // Random weights give nearly flat logits, so argmax agreement is a weak signal; rel RMS is the main bound.
+    // mixed_4_6 (mlx-lm's recipe; in 2 layers: layer 1's v_proj and down_proj at 6 bits) lies between 4 and 6 bits.
+    double rms4 = 0;
     for (const Case c : {Case{8, false, 0.02, 0.9}, Case{6, false, 0.08, 0.6}, Case{4, false, 0.3, 0.3},
-                         Case{8, true, 0.03, 0.9}}) {
-        const std::string dir = base + "/q" + std::to_string(c.bits) + (c.encoder ? "e" : "");
+                         Case{8, true, 0.03, 0.9}, Case{4, false, 0.3, 0.3, "mixed_4_6"}}) {
+        const std::string dir = base + "/q" + std::to_string(c.bits) + (c.encoder ? "e" : "") + c.recipe;
         QuantizeOptions o;
         o.bits = c.bits;
         o.encoder = c.encoder;
+        o.recipe = c.recipe;
         const QuantizeReport rep = quantize_checkpoint(base + "/bf16", dir, o);
         EXPECT_GT(rep.quantized, 0);
 
@@ -93,11 +97,23 @@ TEST(QuantModel, TinyCheckpointQuantizesLoadsAndStaysClose) {
         EXPECT_EQ(m->weights.dec.layers[0].q.w.fmt, WFormat::Q);
         EXPECT_EQ(m->weights.dec.layers[0].q.w.bits, c.bits);
         EXPECT_EQ(m->weights.dec.embed.fmt, WFormat::Q);
+        if (*c.recipe) { // per-module widths, from the config's per-module entries
+            EXPECT_EQ(rep.high_bits, 2);
+            EXPECT_EQ(m->hp.quant.modules.size(), size_t(rep.quantized));
+            EXPECT_EQ(m->weights.dec.layers[1].v.w.bits, 6);
+            EXPECT_EQ(m->weights.dec.layers[1].down.w.bits, 6);
+            EXPECT_EQ(m->weights.dec.layers[1].q.w.bits, 4);
+            EXPECT_EQ(m->weights.dec.layers[0].v.w.bits, 4);
+        }
         const LogitStats s = compare(ref, prompt_logits(m, audio));
-        std::printf("[quant-model] %d-bit%s: logits rel RMS %.4f, argmax agreement %.3f over %lld positions\n",
-                    c.bits, c.encoder ? " (+encoder)" : "", s.rel_rms, s.argmax_agree, (long long)ref.rows());
+        std::printf("[quant-model] %d-bit%s%s: logits rel RMS %.4f, argmax agreement %.3f over %lld positions\n",
+                    c.bits, c.encoder ? " (+encoder)" : "", *c.recipe ? (std::string(" ") + c.recipe).c_str() : "", s.rel_rms, s.argmax_agree, (long long)ref.rows());
         EXPECT_LT(s.rel_rms, c.max_rel_rms) << c.bits;
         EXPECT_GE(s.argmax_agree, c.min_agree) << c.bits;
+        if (c.bits == 4 && !*c.recipe) rms4 = s.rel_rms;
+        if (*c.recipe) {
+            EXPECT_LT(s.rel_rms, rms4) << "some modules at 6 bits: closer than all at 4";
+        }
 
         // it transcribes (greedy, token cap) without error
         Session sess(m);

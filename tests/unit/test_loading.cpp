@@ -5,6 +5,7 @@
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
 #include "model/quant.hpp"
+#include "model/quantize_checkpoint.hpp"
 #include "model/random_checkpoint.hpp"
 #include "model/weights.hpp"
 
@@ -321,4 +322,51 @@ TEST(Weights, ShardedF32AndF16CheckpointsLoad) {
     std::ofstream(f16 + "/model.safetensors.index.json") << R"({"weight_map":{"ghost":"model-00001-of-00002.safetensors"}})";
     EXPECT_THROW(TensorStore::open_dir(f16), Error);
     for (const auto& d : {base, f32, f16}) fs::remove_all(d);
+}
+
+// mlx-lm's mixed-precision recipes (formats.md §1.6): a module's own entry in the quantization block gives its bits
+// and group size ({"bits", "group_size"}), or `false` for a float module; the rest follow the global entry.
+TEST(Quant, MixedPrecisionCheckpointLoadsPerModuleEntries) {
+    const std::string base = testing::TempDir() + "/qasr_mixed_base_" + std::to_string(::getpid());
+    write_random_checkpoint(base, "tiny", "hf", 5, "");
+    QuantizeOptions o4, o8;
+    o4.bits = 4, o8.bits = 8;
+    quantize_checkpoint(base, base + "-q4", o4);
+    quantize_checkpoint(base, base + "-q8", o8);
+    // the 4-bit checkpoint with one module of the 8-bit one (as mixed_4_6 bumps down_proj)
+    const std::string mixed = base + "-mixed", m = "model.layers.1.mlp.down_proj";
+    fs::create_directories(mixed);
+    TensorStore s4 = TensorStore::open_dir(base + "-q4"), s8 = TensorStore::open_dir(base + "-q8");
+    std::vector<TensorToWrite> out;
+    for (const auto& [name, ref] : s4.tensors()) {
+        const TensorRef& t = name.rfind(m + ".", 0) == 0 ? *s8.find(name) : ref;
+        out.push_back({name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+    }
+    write_safetensors(mixed + "/model.safetensors", out, {{"format", "mlx"}});
+    const auto with_entry = [&](const nlohmann::json& entry) {
+        std::ifstream in(base + "-q4/config.json");
+        nlohmann::json cfg = nlohmann::json::parse(in);
+        for (const char* k : {"quantization", "quantization_config"}) cfg[k][m] = entry;
+        std::ofstream(mixed + "/config.json") << cfg.dump(2);
+        return load_config(mixed);
+    };
+    const nlohmann::json eight = {{"group_size", 64}, {"bits", 8}};
+    const HParams hp = with_entry(eight);
+    ASSERT_EQ(hp.quant.modules.count(m), 1u);
+    TensorStore sm = TensorStore::open_dir(mixed);
+    const ModelWeights w = load_weights(sm, hp);
+    EXPECT_EQ(w.dec.layers[1].down.w.bits, 8);
+    EXPECT_EQ(w.dec.layers[0].down.w.bits, 4);
+    EXPECT_EQ(w.dec.layers[1].up.w.bits, 4);
+    const ModelWeights w8 = load_weights(s8, load_config(base + "-q8"));
+    EXPECT_EQ(w.dec.layers[1].down.w.to_f32(), w8.dec.layers[1].down.w.to_f32()); // the 8-bit module's own values
+    // the entry must describe what is stored
+    EXPECT_NE(expect_error([&] { load_weights(sm, with_entry({{"group_size", 64}, {"bits", 4}})); }).find("differs from config"),
+              std::string::npos);
+    EXPECT_NE(expect_error([&] { load_weights(sm, with_entry(false)); }).find("keeps it float"), std::string::npos);
+    EXPECT_NE(expect_error([&] { load_weights(sm, with_entry({{"group_size", 64}, {"bits", 8}, {"mode", "mxfp4"}})); })
+                  .find("mxfp4"),
+              std::string::npos);
+    EXPECT_NE(expect_error([&] { with_entry({{"group_size", 64}, {"bits", 99}}); }).find(m), std::string::npos); // config
+    for (const auto& d : {base, base + "-q4", base + "-q8", mixed}) fs::remove_all(d);
 }
