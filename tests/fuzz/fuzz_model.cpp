@@ -1,6 +1,6 @@
 // Fuzz target for model directories (hostile or broken checkpoints): the input gives config.json and the
 // safetensors header of a tiny random checkpoint (bf16 in the -hf layout, bf16 in the original thinker.* layout,
-// or MLX 4-bit), the tensor bytes after the header stay the real ones. What loads is run on 0.6 s of audio. A load
+// MLX 4-bit, or mlx-lm's mixed_4_6), the tensor bytes after the header stay the real ones. What loads is run on 0.6 s of audio. A load
 // or a transcription may fail with qasr::Error; anything else (a crash, a sanitizer report, a trap) is a finding:
 // a mis-shaped tensor that passed the checks would be read out of bounds by the kernels.
 // The tokenizer is the real one cut to its byte alphabet and special tokens (same ids; loads in milliseconds).
@@ -86,7 +86,9 @@ const Setup& setup() {
         qasr::QuantizeOptions q;
         q.bits = 4;
         qasr::quantize_checkpoint((x.root / "hf").string(), (x.root / "q4").string(), q);
-        for (const char* d : {"hf", "original", "q4"}) x.bases.push_back(split_checkpoint(x.root / d));
+        q.recipe = "mixed_4_6"; // per-module entries in the config's quantization block
+        qasr::quantize_checkpoint((x.root / "hf").string(), (x.root / "mixed").string(), q);
+        for (const char* d : {"hf", "original", "q4", "mixed"}) x.bases.push_back(split_checkpoint(x.root / d));
         x.work = x.root / "work";
         fs::create_directories(x.work);
         std::ofstream(x.work / "tokenizer.json", std::ios::binary) << small_tokenizer_json();

@@ -7,7 +7,8 @@
 
 namespace qasr_fuzz {
 
-// Input: [checkpoint: 0 bf16 -hf layout, 1 bf16 original layout, 2 MLX 4-bit] config.json '\0' safetensors header.
+// Input: [checkpoint: 0 bf16 -hf layout, 1 bf16 original layout, 2 MLX 4-bit, 3 mixed_4_6] config.json '\0'
+// safetensors header.
 // Returns whether the checkpoint loaded and transcribed (false: a qasr::Error, or an input of another shape).
 bool model_dir(const uint8_t* data, size_t size);
 // A seed (target byte, checkpoint byte, config, header) with 1-3 structural edits: a dimension, the shape's order,
