@@ -42,7 +42,8 @@ options:
   --format F               text (default; also txt), json (one object per file: segments, tokens, logprobs,
                            timings), srt or vtt (subtitles; segments of at most 10 s unless --segment-seconds
                            says), tsv (start and end in ms, text: per segment, cut as for subtitles, or per
-                           word with --aligner); several at once, comma-separated, with --output-dir (one
+                           word with --aligner), lrc (lyrics: "[mm:ss.xx]text" per segment, or per word with
+                           --aligner); several at once, comma-separated, with --output-dir (one
                            transcription for all: -o out --format txt,srt,json)
   --segment-seconds S      cut the audio at pauses into pieces of at most S seconds (2..1200), each
                            transcribed on its own, for segment timestamps; text output then prints
@@ -162,7 +163,23 @@ std::string to_tsv(const std::vector<Segment>& segs) {
     return out;
 }
 
-// --format: a comma-separated list of text|txt, json, srt, vtt, tsv (each once, in the order given)
+// LRC lyrics (songs: Qwen3-ASR transcribes singing): "[mm:ss.xx]text" per segment (or word), minutes past 59 as
+// they come; line breaks in the text as spaces
+std::string to_lrc(const std::vector<Segment>& segs) {
+    std::string out = "[re:qasr]\n";
+    for (const Segment& s : segs) {
+        const long long cs = std::llround(std::max(0.0, s.start) * 100);
+        char t[40];
+        std::snprintf(t, sizeof t, "[%02lld:%02lld.%02lld]", cs / 6000, cs / 100 % 60, cs % 100);
+        std::string text = s.text;
+        for (char& c : text)
+            if (c == '\n' || c == '\r') c = ' ';
+        out += t + text + "\n";
+    }
+    return out;
+}
+
+// --format: a comma-separated list of text|txt, json, srt, vtt, tsv, lrc (each once, in the order given)
 std::vector<std::string> parse_formats(const std::string& list) {
     std::vector<std::string> out;
     size_t at = 0;
@@ -170,8 +187,9 @@ std::vector<std::string> parse_formats(const std::string& list) {
         const size_t comma = list.find(',', at);
         std::string f = list.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
         if (f == "txt") f = "text";
-        if (f != "text" && f != "json" && f != "srt" && f != "vtt" && f != "tsv")
-            throw std::invalid_argument("--format takes text (txt), json, srt, vtt or tsv, comma-separated; got '" + list + "'");
+        if (f != "text" && f != "json" && f != "srt" && f != "vtt" && f != "tsv" && f != "lrc")
+            throw std::invalid_argument("--format takes text (txt), json, srt, vtt, tsv or lrc, comma-separated; got '" +
+                                        list + "'");
         if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
         if (comma == std::string::npos) return out;
         at = comma + 1;
@@ -187,6 +205,7 @@ std::string render(const std::string& file, const TranscriptionResult& r, const 
         return (r.language.empty() ? std::string("none") : r.language) + " (p = " + p + ")\n";
     }
     if (format == "tsv") return to_tsv(words ? word_segments(r.words) : r.segments);
+    if (format == "lrc") return to_lrc(words ? word_segments(r.words) : r.segments);
     if (format == "srt") return to_srt(r.segments, 1, line_width);
     if (format == "vtt") return to_vtt(r.segments, true, line_width);
     if (raw) return r.raw_text + "\n";
@@ -295,13 +314,14 @@ int cmd_transcribe(int argc, char** argv) {
     const std::string& format = formats.front(); // on standard output: the only one
     if (formats.size() > 1 && out_dir.empty())
         throw std::invalid_argument("several formats need --output-dir DIR (a file of each per input)");
-    if (o.language_only && (subtitles || has("tsv") || !o.language.empty() || segment_seconds > 0))
+    const bool timed = subtitles || has("tsv") || has("lrc"); // formats of timed lines
+    if (o.language_only && (timed || !o.language.empty() || segment_seconds > 0))
         throw std::invalid_argument("--detect-language cannot be combined with --language, --segment-seconds or "
-                                    "--format srt|vtt|tsv");
+                                    "--format srt|vtt|tsv|lrc");
     if (!aligner_dir.empty() && o.language_only)
         throw std::invalid_argument("--aligner times the words of a transcript; --detect-language writes none");
     if (!aligner_dir.empty()) o.max_piece_seconds = Aligner::max_piece_seconds;
-    o.segment_seconds = segment_seconds >= 0 ? segment_seconds : subtitles || has("tsv") ? 10.0 : 0.0;
+    o.segment_seconds = segment_seconds >= 0 ? segment_seconds : timed ? 10.0 : 0.0;
     if (subtitles && files.size() > 1 && out_dir.empty())
         throw std::invalid_argument("several inputs with --format " + format + " need --output-dir DIR (one file each)");
     if (print_colors && (format != "text" || formats.size() > 1 || !out_dir.empty() || raw || segment_seconds > 0 ||

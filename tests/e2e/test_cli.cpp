@@ -160,7 +160,7 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     // several formats from one transcription: each file what that format alone prints; tsv has the srt's times
     const std::string mf = od + "/multi";
     fs::create_directories(mf);
-    CliRun multi = run("transcribe -m " + demo + " --format txt,srt,vtt,json,tsv,srt --segment-seconds 5 -q -o " + mf + " " + wav);
+    CliRun multi = run("transcribe -m " + demo + " --format txt,srt,vtt,json,tsv,lrc,srt --segment-seconds 5 -q -o " + mf + " " + wav);
     ASSERT_EQ(multi.status, 0) << multi.err;
     EXPECT_EQ(multi.out, "");
     EXPECT_EQ(slurp(mf + "/two.srt"), srt.out);
@@ -169,7 +169,7 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     const auto mj = nlohmann::json::parse(slurp(mf + "/two.json"));
     EXPECT_EQ(mj["segments"], j["segments"]);
     EXPECT_EQ(mj["text"], j["text"]);
-    EXPECT_EQ(std::distance(fs::directory_iterator(mf), fs::directory_iterator()), 5);
+    EXPECT_EQ(std::distance(fs::directory_iterator(mf), fs::directory_iterator()), 6);
     std::string tsv_want = "start\tend\ttext\n";
     for (const auto& seg : j["segments"])
         tsv_want += std::to_string(std::llround(seg["start"].get<double>() * 1000)) + "\t" +
@@ -178,6 +178,16 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     CliRun tsv = run("transcribe -m " + demo + " --format tsv --segment-seconds 5 -q " + wav);
     ASSERT_EQ(tsv.status, 0) << tsv.err;
     EXPECT_EQ(tsv.out, tsv_want);
+    // LRC lyrics: [mm:ss.xx] (centiseconds) and the segment's text
+    std::string lrc_want = "[re:qasr]\n";
+    for (const auto& seg : j["segments"]) {
+        const long long cs = std::llround(seg["start"].get<double>() * 100);
+        char t[32];
+        std::snprintf(t, sizeof t, "[%02lld:%02lld.%02lld]", cs / 6000, cs / 100 % 60, cs % 100);
+        lrc_want += t + seg["text"].get<std::string>() + "\n";
+    }
+    EXPECT_EQ(slurp(mf + "/two.lrc"), lrc_want);
+    EXPECT_EQ(run("transcribe -m " + demo + " --format lrc --segment-seconds 5 -q " + wav).out, lrc_want);
     // --offset in the pause before the second sample (HH:MM:SS form): its cue alone, at its time in the file
     const double off = bounds[2] - 0.5;
     char hms[32];
