@@ -169,7 +169,8 @@ struct StreamOptions {
 
 struct StreamEvent {
     enum class Kind { Partial, Final } kind;
-    std::string stable;   // text that will not change (committed segments + fixed prefix)
+    std::string stable;   // text later partials keep (committed segments + fixed prefix); the final decodes the
+                          // utterance afresh, as offline, and can differ from it where the model changes its mind
     std::string unstable; // tail that may still change
     std::string language;
     double audio_seconds = 0;

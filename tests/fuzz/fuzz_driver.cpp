@@ -59,10 +59,11 @@ std::vector<std::vector<uint8_t>> seeds() {
     out.push_back(bytes(6, std::string("OggS\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00"
                                        "\x00\x00\x00\x00\x01\x13OpusHead\x01\x01\x38\x01\x80\x3e\x00\x00\x00\x00\x00", 47)));
     for (auto& m : qasr_fuzz::model_dir_seeds(10)) out.push_back(std::move(m)); // whole checkpoints: slow, run rarely
+    for (auto& m : qasr_fuzz::stream_seeds(11)) out.push_back(std::move(m));    // streams: slower still
     return out;
 }
 
-constexpr uint8_t kModelTarget = 10;
+constexpr uint8_t kModelTarget = 10, kStreamTarget = 11;
 
 } // namespace
 
@@ -80,16 +81,23 @@ int main(int argc, char** argv) {
     const auto base = seeds();
     for (const auto& s : base) LLVMFuzzerTestOneInput(s.data(), s.size());
     int models = 0;
-    for (const auto& s : base) // the unmutated checkpoints must load, else that target tests nothing
+    for (const auto& s : base) { // the unmutated seeds must run, else their target tests nothing
         if (s[0] == kModelTarget && (++models, !qasr_fuzz::model_dir(s.data() + 1, s.size() - 1))) {
             std::fprintf(stderr, "the seed checkpoint %d of the model-directory target does not load\n", int(s[1]));
             return 1;
         }
-    long model_inputs = 0, model_runs = 0;
+        if (s[0] == kStreamTarget && !qasr_fuzz::stream(s.data() + 1, s.size() - 1)) {
+            std::fprintf(stderr, "a seed of the stream target does not run\n");
+            return 1;
+        }
+    }
+    long model_inputs = 0, model_runs = 0, streams = 0;
     if (!models) std::printf("no tokenizer (scripts/setup_tokenizer.sh): the tokenizer and model targets are off\n");
     for (long it = 0; it < iterations; ++it) {
         // a model directory is loaded and run (~10-100 ms): one round in 50 includes those seeds
-        if (base[size_t(it) % base.size()][0] == kModelTarget && (it / long(base.size())) % 50 != 0) continue;
+        const uint8_t t = base[size_t(it) % base.size()][0];
+        if ((t == kModelTarget && (it / long(base.size())) % 50 != 0) || (t == kStreamTarget && (it / long(base.size())) % 500 != 0))
+            continue;
         std::vector<uint8_t> x = base[size_t(it) % base.size()];
         if (x[0] == kModelTarget && rng() % 4 != 0) { // mostly structural edits (fuzz_model.cpp), else bytes
             x = qasr_fuzz::mutate_model_input(x, rng);
@@ -116,11 +124,13 @@ int main(int argc, char** argv) {
         if (x[0] == kModelTarget) { // counted: how many mutated checkpoints still load and run
             ++model_inputs;
             model_runs += qasr_fuzz::model_dir(x.data() + 1, x.size() - 1);
+        } else if (x[0] == kStreamTarget) {
+            streams += qasr_fuzz::stream(x.data() + 1, x.size() - 1);
         } else {
             LLVMFuzzerTestOneInput(x.data(), x.size());
         }
     }
-    std::printf("%ld mutated inputs, no crash (model directories: %ld, of which %ld loaded and transcribed)\n", iterations,
-                model_inputs, model_runs);
+    std::printf("%ld mutated inputs, no crash (model directories: %ld, of which %ld loaded and transcribed; streams "
+                "run: %ld)\n", iterations, model_inputs, model_runs, streams);
     return 0;
 }

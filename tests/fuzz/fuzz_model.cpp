@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <filesystem>
@@ -91,7 +92,10 @@ const Setup& setup() {
         for (const char* d : {"hf", "original", "q4", "mixed"}) x.bases.push_back(split_checkpoint(x.root / d));
         x.work = x.root / "work";
         fs::create_directories(x.work);
-        std::ofstream(x.work / "tokenizer.json", std::ios::binary) << small_tokenizer_json();
+        const std::string tok = small_tokenizer_json();
+        std::ofstream(x.work / "tokenizer.json", std::ios::binary) << tok;
+        // the stream target's model: loaded once, with the real tokenizer (its texts are what is compared)
+        qasr::write_random_checkpoint((x.root / "stream").string(), "tiny", "hf", 7, QASR_TOKENIZER_DIR);
         for (int i = 0; i < 9600; ++i) // 0.6 s: a tone with a little deterministic noise
             x.audio.push_back(0.3f * std::sin(0.12f * float(i)) + 0.01f * float((i * 7919) % 200 - 100) / 100.0f);
         x.ok = true;
@@ -259,6 +263,77 @@ bool model_dir(const uint8_t* data, size_t size) {
     } catch (const qasr::Error&) {
         return false;
     }
+}
+
+std::vector<std::vector<uint8_t>> stream_seeds(uint8_t target) {
+    if (!setup().ok) return {};
+    // options, audio length, then pushes: 2 s chunks over 2.5 s in pushes of 1–4000 samples with a poll and an
+    // interrupt; 0.5 s chunks with pause steps over 3.4 s in many small pushes
+    return {{target, 0x02, 0xb8, 0x10, 0x80, 0xfe, 0x33, 0x01, 0xff, 0x40, 0x22}, {target, 0x05, 0xff, 0x03, 0x07, 0x0b, 0x11, 0x2a,
+                                                                                    0x05, 0xfe, 0x61, 0x09, 0x13}};
+}
+
+[[noreturn]] void stream_fail(const char* what, const std::string& a, const std::string& b) {
+    std::fprintf(stderr, "fuzz check failed in the stream target: %s\n  %s\n  %s\n", what, a.c_str(), b.c_str());
+    __builtin_trap();
+}
+
+bool stream(const uint8_t* data, size_t size) {
+    const Setup& s = setup();
+    if (!s.ok || size < 2) return false;
+    static const qasr::Transcriber t = [&] {
+        qasr::LoadOptions lo;
+        lo.threads = 1;
+        return qasr::Transcriber::load((s.root / "stream").string(), lo);
+    }();
+    qasr::StreamOptions so;
+    so.chunk_seconds = std::vector<double>{2.0, 1.0, 0.5, 3.0}[data[0] & 3];
+    so.pause_seconds = data[0] & 4 ? 0.3 : 0.0;
+    so.speculative = !(data[0] & 8);
+    so.exact_final = data[0] & 16;
+    so.itn = false;
+    // audio: 0.1–3.5 s of bursts (tone and noise) and pauses, from the seed bytes
+    const size_t n = 1600 + size_t(data[1]) * 52800 / 255;
+    std::vector<float> audio(n);
+    for (size_t i = 0; i < n; ++i) {
+        const bool loud = (i / 4000 + data[1]) % 3 != 2;
+        const float noise = float(int((i * 2654435761u) >> 7) % 2001 - 1000) / 1000.0f;
+        audio[i] = loud ? 0.25f * std::sin(0.07f * float(i) * (1.0f + float(i % 7) * 0.05f)) + 0.05f * noise : 0.002f * noise;
+    }
+    std::string stable; // a partial's stable text only grows
+    auto check = [&](const qasr::StreamEvent& e) {
+        if (qasr::utf8::sanitize(e.text()) != e.text()) stream_fail("an event's text is not valid UTF-8", e.text(), "");
+        if (e.kind == qasr::StreamEvent::Kind::Partial) {
+            if (e.stable.compare(0, stable.size(), stable) != 0) stream_fail("the stable text changed", stable, e.stable);
+            stable = e.stable;
+        }
+    };
+    qasr::Stream st = t.open_stream(so, check);
+    size_t at = 0;
+    for (size_t i = 2; i < size && at < n; ++i) {
+        if (data[i] == 0xff) {
+            st.interrupt();
+        } else if (data[i] == 0xfe) {
+            for (const auto& e : st.poll()) check(e);
+        } else {
+            const size_t k = std::min(n - at, size_t(data[i]) * size_t(data[i]) / 16); // 0 … 4000 samples
+            st.push(audio.data() + at, k);
+            at += k;
+        }
+    }
+    if (at < n) st.push(audio.data() + at, n - at);
+    const qasr::TranscriptionResult fin = st.finish();
+    if (qasr::utf8::sanitize(fin.text) != fin.text) stream_fail("the final is not valid UTF-8", fin.text, "");
+    // (the final may drop stable text: it decodes the audio afresh)
+    // the final equals the offline transcript of the same audio, whatever the pushes, steps and interrupts were
+    // (promised where it decodes without a text prefix: speculative or exact_final)
+    if (so.speculative || so.exact_final) {
+        qasr::TranscribeOptions o;
+        o.itn = false;
+        const qasr::TranscriptionResult off = t.transcribe(audio, o);
+        if (fin.text != off.text) stream_fail("the final's text differs from the offline transcript's", fin.text, off.text);
+    }
+    return true;
 }
 
 } // namespace qasr_fuzz

@@ -1,7 +1,7 @@
 // Fuzz targets for the parsers of untrusted bytes: safetensors headers, WAV files, config.json, tokenizer input,
 // tokenizer.json files, encoded audio from memory (the `qasr serve` upload path: WAV or FFmpeg), transcripts for
 // the aligner, generated token ids (the streamed text), model output text (parsing, subtitles, terminal lines) and
-// whole model directories (fuzz_model.cpp).
+// whole model directories and live streams (fuzz_model.cpp).
 // Built as libFuzzer binaries with -DQASR_FUZZ=ON (clang), and in every build as a deterministic mutation
 // driver (fuzz_driver.cpp) that ctest runs.
 #include "fuzz_model.hpp"
@@ -127,7 +127,7 @@ void output_text(const std::string& bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
     g_input = data, g_size = size;
-    const uint8_t which = data[0] % 11;
+    const uint8_t which = data[0] % 12;
     ++data;
     --size;
     try {
@@ -188,6 +188,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             break;
         case 9: output_text(std::string(reinterpret_cast<const char*>(data), size)); break;
         case 10: qasr_fuzz::model_dir(data, size); break;
+        case 11: qasr_fuzz::stream(data, size); break;
         }
     } catch (const qasr::Error&) {
     }
