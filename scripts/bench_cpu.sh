@@ -7,7 +7,7 @@
 #
 #   scripts/bench_cpu.sh [BUILD_DIR] [WORK_DIR]
 #   env: AUDIO (default ../shared/audio/jfk.wav), TOKENS (32), ROUNDS (5), RUNS (1), WARMUP (1), THREADS (2),
-#        VARIANTS ("bf16 q8 q6 q4"; "q8+hp" = q8 with QASR_WEIGHTS=hugepages; "q8+novec" = q8 with
+#        VARIANTS ("bf16 q8 q6 q4"; "m46" = mlx-lm's mixed_4_6 recipe; "q8+hp" = q8 with QASR_WEIGHTS=hugepages; "q8+novec" = q8 with
 #        QASR_BF16_VECTOR=0, i.e. float32 sgemm instead of the AVX512-BF16 products), ANTIREZ_BIN,
 #        EVICT (1: drop the checkpoints from the page cache first, so that qasr's mapping reads them in as huge
 #        folios, as on a first load after boot; 0: keep the page cache as it is)
@@ -30,12 +30,13 @@ mkdir -p "$W"
 for b in 8 6 4; do
   [ -f "$W/q$b/model.safetensors" ] || "$Q" quantize "$W/bf16" "$W/q$b" --bits "$b"
 done
+case " $VARIANTS " in *" m46"*) [ -f "$W/m46/model.safetensors" ] || "$Q" quantize "$W/bf16" "$W/m46" --recipe mixed_4_6 ;; esac
 if [ -n "${ANTIREZ_BIN:-}" ] && [ ! -f "$W/orig/model.safetensors" ]; then
   "$Q" dev make-random --preset 0.6b --layout original --tokenizer "$TOK" "$W/orig"
 fi
 
 if [ "${EVICT:-1}" = 1 ]; then
-  for d in bf16 q8 q6 q4 orig; do
+  for d in bf16 q8 q6 q4 m46 orig; do
     f="$W/$d/model.safetensors"
     [ -f "$f" ] && python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$(readlink -f "$f")"
   done

@@ -260,6 +260,9 @@ public:
     void push(const float* samples, size_t n);
     void push_s16le(const uint8_t* bytes, size_t n);
     std::vector<StreamEvent> poll();
+    // The final result: text, language, segments (one per stream segment), audio_seconds; raw_text is the text
+    // before ITN. A stream collects no tokens or log-probabilities (its steps take argmaxes only): `tokens` is empty
+    // and `finish` is Eos for any non-empty text (Empty otherwise).
     TranscriptionResult finish();
     // Thread-safe, also while push() runs on another thread: the chunk step in progress stops at its next stage
     // boundary and no further steps run, so a following finish() starts its final at once (push-to-talk: call it
