@@ -70,7 +70,8 @@ bool more_bits(const std::string& name, int layers) {
 
 QuantizeReport quantize_checkpoint(const std::string& in_dir, const std::string& out_dir, const QuantizeOptions& o) {
     const std::string C = "quantize";
-    const auto [low, high] = recipe_bits(o);
+    const std::pair<int, int> widths = recipe_bits(o);
+    const int low = widths.first, high = widths.second; // (a lambda below cannot capture structured bindings: clang 14)
     if (low != 2 && low != 3 && low != 4 && low != 5 && low != 6 && low != 8) fail(C, "--bits must be 2, 3, 4, 5, 6 or 8");
     if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
         fail(C, "--group-size must be 32, 64 or 128");
