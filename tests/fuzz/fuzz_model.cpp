@@ -324,7 +324,10 @@ bool stream(const uint8_t* data, size_t size) {
     if (at < n) st.push(audio.data() + at, n - at);
     const qasr::TranscriptionResult fin = st.finish();
     if (qasr::utf8::sanitize(fin.text) != fin.text) stream_fail("the final is not valid UTF-8", fin.text, "");
-    // (the final may drop stable text: it decodes the audio afresh)
+    // a final that decodes after the fixed prefix (speculative and exact_final off) keeps the stable text; one that
+    // decodes afresh (the default) may drop it
+    if (!so.speculative && !so.exact_final && fin.text.compare(0, stable.size(), stable) != 0)
+        stream_fail("the final drops stable text", stable, fin.text);
     // the final equals the offline transcript of the same audio, whatever the pushes, steps and interrupts were
     // (promised where it decodes without a text prefix: speculative or exact_final)
     if (so.speculative || so.exact_final) {

@@ -20,8 +20,8 @@ std::vector<std::vector<uint8_t>> model_dir_seeds(uint8_t target);
 
 // A live stream on the tiny model (fuzz_model.cpp): [options: chunk seconds, pause steps, speculative, exact final]
 // [audio length], then per byte a push of 0–4000 samples, 0xfe a poll, 0xff an interrupt. Its final must equal the
-// offline transcript's text (where it decodes without a text prefix), a partial's stable text only grow and stay
-// in the final. Returns false where it did not run.
+// offline transcript's text where it decodes without a text prefix (speculative or exact_final), else keep the
+// partials' stable text; a partial's stable text only grows. Returns false where it did not run.
 bool stream(const uint8_t* data, size_t size);
 std::vector<std::vector<uint8_t>> stream_seeds(uint8_t target);
 
