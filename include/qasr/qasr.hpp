@@ -169,7 +169,8 @@ struct StreamOptions {
 
 struct StreamEvent {
     enum class Kind { Partial, Final } kind;
-    std::string stable;   // text later partials keep (committed segments + fixed prefix). The final decodes the
+    std::string stable;   // text later partials keep (committed segments + fixed prefix; a pause step, which
+                          // decodes afresh, keeps it where it agrees, else starts over). The final decodes the
                           // utterance afresh, as offline, and can differ from it where the model changes its mind;
                           // with StreamOptions::speculative and exact_final off it continues after the fixed prefix
                           // and keeps it (an app that types stable text at once), and can then differ from offline

@@ -204,6 +204,9 @@ std::vector<int> StreamSession::rollback_prefix(bool final) const {
         return {};
     size_t keep = hyp_.size() > size_t(opts_.rollback_tokens) ? hyp_.size() - size_t(opts_.rollback_tokens) : 0;
     if (final) keep = std::max<size_t>(keep, 1);
+    // never fewer than the last step forced: a step that generated fewer ids than the rollback would otherwise hand
+    // back text the partials called stable (found by the stream fuzz target)
+    keep = std::max(keep, std::min(prefix_len_, hyp_.size()));
     std::vector<int> p(hyp_.begin(), hyp_.begin() + long(keep));
     while (!p.empty() && model_->tokenizer.decode(p).find("\xEF\xBF\xBD") != std::string::npos) p.pop_back();
     return p;
@@ -478,6 +481,7 @@ void StreamSession::step(bool final, bool pause) {
     cached_audio_rows_ = A - tail.rows();
     hyp_ = prefix;
     hyp_.insert(hyp_.end(), gen.begin(), gen.end());
+    prefix_len_ = prefix.size();
     if (!pause) ++chunk_index_; // pause steps do not count towards the unfixed chunks
     // 4. Events.
     const ParsedOutput full = parse_asr_output(model_->tokenizer.decode(hyp_), forced_);
@@ -534,6 +538,7 @@ void StreamSession::end_segment(size_t boundary) {
     cached_ids_.clear();
     cached_audio_rows_ = 0;
     hyp_.clear();
+    prefix_len_ = 0;
     stable_.clear();
     next_step_at_ = chunk_samples_;
     next_check_at_ = kPauseBlock;

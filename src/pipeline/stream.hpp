@@ -119,6 +119,8 @@ private:
     std::vector<int> cached_ids_;    // input ids behind the cache rows (audio rows: pad id)
     size_t cached_audio_rows_ = 0;   // audio rows in the cache that came from completed windows
     std::vector<int> hyp_;           // last generated ids of the segment (without EOS)
+    size_t prefix_len_ = 0;          // hyp_'s first ids that its step forced (the stable text's): later prefixes
+                                     // keep at least these, so stable text does not shrink
     std::string stable_;             // stable text of the last partial (segment part)
     // Pause detection (on segment samples, at fixed 100 ms boundaries).
     size_t next_check_at_ = 1600;

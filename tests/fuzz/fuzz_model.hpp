@@ -18,7 +18,8 @@ std::vector<uint8_t> mutate_model_input(const std::vector<uint8_t>& seed, std::m
 // One seed per checkpoint (the real config and header), each prefixed with `target`; none without the tokenizer.
 std::vector<std::vector<uint8_t>> model_dir_seeds(uint8_t target);
 
-// A live stream on the tiny model (fuzz_model.cpp): [options: chunk seconds, pause steps, speculative, exact final]
+// A live stream on the tiny model (fuzz_model.cpp): [options: chunk seconds, pause steps, speculative, exact final,
+// rollback tokens, unfixed chunks]
 // [audio length], then per byte a push of 0–4000 samples, 0xfe a poll, 0xff an interrupt. Its final must equal the
 // offline transcript's text where it decodes without a text prefix (speculative or exact_final), else keep the
 // partials' stable text; a partial's stable text only grows. Returns false where it did not run.
