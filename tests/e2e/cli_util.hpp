@@ -1,6 +1,7 @@
 // Helpers of the CLI end-to-end tests (test_cli.cpp, test_cli_stream.cpp): run the qasr binary or a bash command
 // line and collect its exit status and output, a per-process scratch folder, the random-weight tiny checkpoint.
 #pragma once
+#include "demo_util.hpp"
 #include "model/random_checkpoint.hpp"
 
 #include <gtest/gtest.h>
@@ -66,7 +67,6 @@ inline const std::string& tiny() {
 }
 
 inline const std::string kWav = std::string(QASR_SOURCE_DIR) + "/tests/data/audio/t1p3s.wav";
-inline const std::string kDemo = std::string(QASR_SOURCE_DIR) + "/models/demo";
 
 // a bundled sample's path (samples/NAME.wav) and its expected transcript (the first line of samples/NAME.txt)
 inline std::string sample_wav(const std::string& name) { return std::string(QASR_SOURCE_DIR) + "/samples/" + name + ".wav"; }
@@ -82,6 +82,3 @@ inline std::string sample_text(const std::string& name) {
 #define NEED_TOKENIZER()                                                                                               \
     if (!std::filesystem::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json"))                                \
     GTEST_SKIP() << "tokenizer not set up: run scripts/setup_tokenizer.sh"
-#define NEED_DEMO_MODEL()                                                                                              \
-    if (!std::filesystem::exists(qasr_e2e::kDemo + "/tokenizer.json"))                                                 \
-    GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh"

@@ -1,12 +1,17 @@
-// The demo model's expected transcripts (models/demo/expected.tsv: transformers' output per clip), shared by the
-// demo-model end-to-end tests.
+// The demo model's directory, the skip where its tokenizer is not installed, and its expected transcripts
+// (models/demo/expected.tsv: transformers' output per clip), shared by the end-to-end tests.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 namespace qasr_e2e {
+
+inline const std::string kDemo = std::string(QASR_SOURCE_DIR) + "/models/demo";
 
 struct Row {
     std::string path, language, text, raw;
@@ -30,3 +35,7 @@ inline std::vector<Row> expected() {
 }
 
 } // namespace qasr_e2e
+
+#define NEED_DEMO_MODEL()                                                                                              \
+    if (!std::filesystem::exists(qasr_e2e::kDemo + "/tokenizer.json"))                                                 \
+    GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh"

@@ -76,8 +76,8 @@ void write_wav16(const std::string& path, const std::vector<float>& x) {
 // samples' times whose texts are the samples' transcripts; srt/vtt/timestamped text/json agree; --output-dir
 // writes one file per input; bad combinations fail with one line.
 TEST(Cli, SubtitlesOfTwoSamples) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = qasr_e2e::kDemo;
     std::vector<float> x;
     std::vector<double> bounds;
     for (const char* name : {"demo_en", "demo_de"}) {
@@ -216,8 +216,8 @@ TEST(Cli, SubtitlesOfTwoSamples) {
 // --batch N with several inputs: N files at once (their decode steps batched), outputs in input order and equal to
 // one at a time; a missing file in the middle stops the run with one error line after the outputs before it.
 TEST(Cli, SeveralInputsAtOnceKeepTheirOrder) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = qasr_e2e::kDemo;
     const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
     const std::string de = std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav";
     const std::string t = std::string(QASR_SOURCE_DIR) + "/tests/data/demo_testset/test-en-000001.wav";
@@ -241,8 +241,8 @@ TEST(Cli, SeveralInputsAtOnceKeepTheirOrder) {
 }
 
 TEST(Cli, DetectLanguagePrintsTheLanguageAndItsProbability) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = qasr_e2e::kDemo;
     const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
     const std::string de = std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav";
     CliRun r = run("transcribe -m " + demo + " -q --detect-language " + en + " " + de);
@@ -264,8 +264,8 @@ TEST(Cli, DetectLanguagePrintsTheLanguageAndItsProbability) {
 }
 
 TEST(Cli, BeamSizeSearchesBeamsAndRefusesSampling) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = qasr_e2e::kDemo;
     const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
     CliRun r = run("transcribe -m " + demo + " -q --beam-size 3 --batch 2 " + en + " " + en); // through a batch engine
     ASSERT_EQ(r.status, 0) << r.err;
@@ -286,8 +286,8 @@ TEST(Cli, BeamSizeSearchesBeamsAndRefusesSampling) {
 
 // --live: the text on stderr as the model writes it, a line per input; standard output as without it.
 TEST(Cli, LiveShowsTheTextAsItIsWritten) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = qasr_e2e::kDemo;
     const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
     const std::string de = std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav";
     CliRun r = run("transcribe -m " + demo + " -q --live " + en + " " + de);
@@ -303,8 +303,8 @@ TEST(Cli, LiveShowsTheTextAsItIsWritten) {
 // -pp / --print-progress: per input, "progress N %" lines on stderr in steps of 5 from 0 to 100, growing; standard
 // output as without it; side by side with --batch; not with --live.
 TEST(Cli, PrintProgressCountsToOneHundredPerInput) {
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = qasr_e2e::kDemo;
     const std::string en = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
     const std::string de = std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav";
     const std::string want = "The concert on Tuesday starts at 8:30.\nDas Treffen ist am 11. Mai um 7:55 Uhr.\n";
@@ -469,8 +469,8 @@ TEST(Cli, AlignTimesEveryWordOfTheText) {
 
 TEST(Cli, TranscribeWithAlignerTimesTheTranscriptsWords) {
     NEED_TOKENIZER();
-    const std::string demo = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(demo + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& demo = qasr_e2e::kDemo;
     const std::string wav = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
     CliRun r = run("transcribe -m " + demo + " --aligner " + tiny_aligner() + " --format json -q " + wav);
     ASSERT_EQ(r.status, 0) << r.err;

@@ -30,8 +30,8 @@ using qasr_e2e::Row;
 
 
 TEST(DemoModel, TranscriptsEqualTransformers) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const auto rows = expected();
     ASSERT_GE(rows.size(), 50u);
     qasr::Transcriber t = qasr::Transcriber::load(dir);
@@ -52,8 +52,8 @@ TEST(DemoModel, TranscriptsEqualTransformers) {
 // on every held-out clip (English and German), with the same probability (the same first tokens), the text is
 // empty and only the tag's few tokens were generated; alone and through a batch engine alike.
 TEST(DemoModel, LanguageOnlyStopsAtTheTag) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const auto rows = expected();
     ASSERT_GE(rows.size(), 50u);
     qasr::LoadOptions lo;
@@ -94,8 +94,8 @@ TEST(DemoModel, LanguageOnlyStopsAtTheTag) {
 // AVX512-BF16 where the CPU has them; the float32 path elsewhere). The trained model's transcripts must survive
 // that rounding; "f32" must be the default's arithmetic bit for bit (a float checkpoint's "auto").
 TEST(DemoModel, Bf16ComputeKeepsTheTranscripts) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const auto rows = expected();
     ASSERT_GE(rows.size(), 50u);
     qasr::LoadOptions lo;
@@ -133,8 +133,8 @@ TEST(DemoModel, Bf16ComputeKeepsTheTranscripts) {
 // transcripts is printed, not asserted: the demo model, trained on tight clips, is thrown by some pause lengths
 // before a clip (8/8 with 200 ms of the pause on each side, 4/8 with the pauses cut in the middle).
 TEST(DemoModel, SegmentsAreTheClipsOfAConcatenation) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     std::vector<float> audio(16000 / 2, 0.0f);
     std::vector<Row> clips;
     std::vector<std::pair<double, double>> at;
@@ -249,8 +249,8 @@ TEST(DemoModel, SegmentsAreTheClipsOfAConcatenation) {
 }
 
 TEST(DemoModel, SamplesPrintTheirTranscript) { // what the README's first command prints
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     qasr::Transcriber t = qasr::Transcriber::load(dir);
     for (const char* name : {"demo_en", "demo_de"}) {
         const std::string base = std::string(QASR_SOURCE_DIR) + "/samples/" + name;
@@ -262,8 +262,8 @@ TEST(DemoModel, SamplesPrintTheirTranscript) { // what the README's first comman
 }
 
 TEST(DemoModel, CompressedAndResampledInput) { // FFmpeg decoding + libsoxr resampling, files made with sox
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     if (std::system("command -v sox >/dev/null 2>&1") != 0) GTEST_SKIP() << "sox not installed";
     qasr::Transcriber t = qasr::Transcriber::load(dir);
     const std::string wav = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
@@ -299,8 +299,8 @@ TEST(DemoModel, CompressedAndResampledInput) { // FFmpeg decoding + libsoxr resa
 // self (its own seed); audio too short, bad options and a missing file fail or finish alone without disturbing the
 // others; the engine really ran batches.
 TEST(DemoModel, ConcurrentRequestsDecodeTogether) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const auto all = expected();
     const std::vector<Row> rows(all.begin(), all.begin() + std::min<size_t>(all.size(), 24));
     qasr::LoadOptions lo;
@@ -364,8 +364,8 @@ TEST(DemoModel, ConcurrentRequestsDecodeTogether) {
 // the same token sequences (the ending EOS included) and the same scores Σ log p / length; alone and through a batch
 // engine (a beam request runs on its caller's thread there) alike. A beam request refuses sampling.
 TEST(DemoModel, BeamSearchEqualsTransformers) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     std::ifstream in(std::string(QASR_SOURCE_DIR) + "/tests/data/ref_beam/demo.json");
     ASSERT_TRUE(in) << "tests/data/ref_beam/demo.json is missing";
     const nlohmann::json ref = nlohmann::json::parse(in);
@@ -417,8 +417,8 @@ TEST(DemoModel, BeamSearchEqualsTransformers) {
 // or step), and the Transcriber goes on giving the same transcripts. A cancelled request of a batch engine leaves
 // the others' transcripts alone; beam search and a file's pieces stop alike.
 TEST(DemoModel, AbortCancelsWithinALayerOrAStep) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const auto rows = expected();
     ASSERT_GE(rows.size(), 3u);
     const std::string clip = std::string(QASR_SOURCE_DIR) + "/" + rows[0].path;
@@ -519,8 +519,8 @@ TEST(DemoModel, AbortCancelsWithinALayerOrAStep) {
 // prompt or a beam search that cannot fit is refused with qasr::OutOfMemory saying what to change, before anything
 // is allocated, instead of the process being killed when the arena is touched; the model goes on serving.
 TEST(DemoModel, KvCacheThatCannotFitIsRefused) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const std::string clip = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
     const qasr::Transcriber t = qasr::Transcriber::load(dir);
     const auto& hp = t.impl().model->hp.text;
@@ -555,8 +555,8 @@ TEST(DemoModel, KvCacheThatCannotFitIsRefused) {
 // of every position, with both arenas held at once) while a transcription decodes, nor during a fixed-length decode
 // of max_new_tokens past the first arena's headroom.
 TEST(DemoModel, KvCacheDoesNotGrowWhileDecoding) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const qasr::Transcriber t = qasr::Transcriber::load(dir);
     const std::vector<float> audio = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
     for (const int fixed : {0, 400}) {

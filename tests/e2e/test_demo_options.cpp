@@ -25,8 +25,8 @@ using qasr_e2e::expected;
 // language, beam search and the pieces of a segmented file (joined as the segments are, live or through a batch
 // engine) alike; language identification gives none.
 TEST(DemoModel, TextDeltasConcatenateToTheTranscript) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const auto rows = expected();
     ASSERT_GE(rows.size(), 8u);
     const qasr::Transcriber t = qasr::Transcriber::load(dir);
@@ -95,8 +95,8 @@ TEST(DemoModel, TextDeltasConcatenateToTheTranscript) {
 // identification, a segmented file (one piece at a time: within pieces too; through a batch engine: as pieces are
 // taken), audio too short to transcribe, and none after a cancellation.
 TEST(DemoModel, ProgressGrowsToOneOnce) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     const auto rows = expected();
     ASSERT_GE(rows.size(), 2u);
     const qasr::Transcriber t = qasr::Transcriber::load(dir);
@@ -171,8 +171,8 @@ TEST(DemoModel, ProgressGrowsToOneOnce) {
 // on_segment); the duration stops at the end of the audio; an offset past the end or a negative, infinite or NaN
 // value is an error.
 TEST(DemoModel, OffsetAndDurationTranscribeAPart) {
-    const std::string dir = std::string(QASR_SOURCE_DIR) + "/models/demo";
-    if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << "demo model tokenizer not installed: run scripts/build.sh";
+    NEED_DEMO_MODEL();
+    const std::string& dir = qasr_e2e::kDemo;
     std::vector<float> audio(8000, 0.0f);
     const auto en = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
     const auto de = qasr::load_audio_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_de.wav");
