@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <unistd.h>
 
 using namespace qasr;
@@ -137,4 +138,60 @@ TEST(QuantModel, TinyCheckpointQuantizesLoadsAndStaysClose) {
     for (int64_t i = 0; i < wa.rows * wa.cols / wa.group_size; ++i)
         max_scale = std::max(max_scale, std::fabs(bf16_to_f32(wa.scales[i])));
     for (size_t i = 0; i < va.size(); ++i) ASSERT_LE(std::fabs(va[i] - vb[i]), 1.05f * max_scale + 1e-6f) << i;
+}
+
+// MLX-quantized weights under the -hf names (packs made from Qwen3-ASR-0.6B-hf: the decoder's linears and embedding
+// quantized as model.language_model.*, the audio tower float as model.audio_tower.* with its OIHW convolutions and
+// the projector as model.multi_modal_projector.*): the loader decides per module by its .scales, whatever the
+// naming, so the checkpoint gives exactly the mlx-layout checkpoint's logits.
+TEST(QuantModel, HfNamedQuantizedCheckpointEqualsMlxLayout) {
+    if (!fs::exists(std::string(QASR_TOKENIZER_DIR) + "/tokenizer.json")) GTEST_SKIP() << "tokenizer not set up";
+    const std::string base = testing::TempDir() + "/qasr_quant_hf_" + std::to_string(::getpid());
+    fs::remove_all(base);
+    write_random_checkpoint(base + "/bf16", "tiny", "hf", 3, QASR_TOKENIZER_DIR);
+    QuantizeOptions o;
+    o.bits = 8;
+    quantize_checkpoint(base + "/bf16", base + "/q8", o);
+    // the float tensors from the -hf checkpoint, the quantized modules' three tensors from the mlx one, renamed
+    const std::string dir = base + "/q8hf";
+    fs::create_directories(dir);
+    for (auto& f : fs::directory_iterator(base + "/q8"))
+        if (f.path().filename() != "model.safetensors") fs::copy_file(f.path(), dir + "/" + f.path().filename().string());
+    auto hf_name = [](const std::string& n) {
+        for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+                 {"audio_tower.proj1.", "model.multi_modal_projector.linear_1."},
+                 {"audio_tower.proj2.", "model.multi_modal_projector.linear_2."},
+                 {"audio_tower.", "model.audio_tower."},
+                 {"model.", "model.language_model."}})
+            if (n.rfind(from, 0) == 0) return to + n.substr(from.size());
+        return n;
+    };
+    TensorStore q = TensorStore::open_dir(base + "/q8"), f = TensorStore::open_dir(base + "/bf16");
+    std::vector<TensorToWrite> out;
+    std::set<std::string> quantized; // -hf names of the quantized modules' .weight
+    for (const auto& kv : q.tensors()) {
+        const std::string& n = kv.first;
+        const size_t dot = n.rfind('.');
+        const std::string mod = n.substr(0, dot);
+        if (!q.find(mod + ".scales")) continue; // a float tensor: from the -hf checkpoint below
+        const TensorRef& t = kv.second;
+        out.push_back({hf_name(n), t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+        if (n.substr(dot) == ".weight") quantized.insert(hf_name(n));
+    }
+    ASSERT_GT(quantized.size(), 10u);
+    for (const auto& kv : f.tensors()) {
+        if (quantized.count(kv.first)) continue;
+        const TensorRef& t = kv.second;
+        out.push_back({kv.first, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+    }
+    write_safetensors(dir + "/model.safetensors", out);
+    const auto hf = Model::load(dir), mlx = Model::load(base + "/q8");
+    EXPECT_EQ(hf->weights.scheme, "hf");
+    EXPECT_EQ(hf->weights.dec.layers[0].q.w.fmt, WFormat::Q);
+    EXPECT_EQ(hf->weights.dec.embed.fmt, WFormat::Q);
+    const std::vector<float> audio = load_audio_file(std::string(QASR_SOURCE_DIR) + "/tests/data/audio/t1p3s.wav");
+    const Tensor a = prompt_logits(hf, audio), b = prompt_logits(mlx, audio);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.data[i], b.data[i]) << i;
+    fs::remove_all(base);
 }
