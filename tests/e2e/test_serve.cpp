@@ -277,6 +277,12 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     cases.push_back({post_file(c, en_, {{"stream", "true", "", ""}, {"response_format", "srt", "", ""}}), 400, "stream=true"});
     cases.push_back({post_file(c, en_, {{"itn", "maybe", "", ""}}), 400, "true or false"});
     cases.push_back({post_file(c, en_, {{"ignore_eos", "true", "", ""}}), 400, "needs 'max_new_tokens'"});
+    // numbers out of their range, not finite, overflowing or with trailing bytes: each names its field and range
+    for (const auto& [field, value] : std::vector<std::pair<const char*, const char*>>{
+             {"temperature", "nan"}, {"temperature", "inf"}, {"max_new_tokens", "1e400"}, {"max_new_tokens", "0"},
+             {"top_p", "0"}, {"seed", "-1"}, {"beam_size", "-3"}, {"length_penalty", "1e9"},
+             {"segment_seconds", "-5"}, {"temperature", "0.5x"}})
+        cases.push_back({post_file(c, en_, {{field, value, "", ""}}), 400, "must be a number in"});
     cases.push_back({c.Post("/v1/audio/transcriptions", "a=b", "application/x-www-form-urlencoded"), 415, "multipart"});
     cases.push_back({c.Get("/v1/audio/translations"), 404, "no route"});
     cases.push_back({post_file(c, std::string(3u << 20, 'x')), 413, "larger than"});
