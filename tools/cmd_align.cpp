@@ -121,7 +121,7 @@ int cmd_align(int argc, char** argv) {
                                     {"mel", r.timings.mel_ms},
                                     {"encode", r.timings.encode_ms},
                                     {"prefill", r.timings.prefill_ms}}}};
-        std::cout << j.dump() << "\n";
+        std::cout << json_text(j) << "\n";
     } else if (format == "srt") {
         std::cout << to_srt(word_segments(r.words), 1, 0);
     } else if (format == "vtt") {

@@ -482,7 +482,7 @@ int cmd_bench(int argc, char** argv) {
                         B.c_str(), ms.get<double>(), ms.get<double>() / std::stod(B), f[0].get<double>(),
                         f[1].get<double>());
         }
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", json_text(j).c_str());
     return 0;
 }
 

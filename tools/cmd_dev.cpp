@@ -94,7 +94,7 @@ int dev_logits(int argc, char** argv) {
     }
     j["forced_ids"] = gid;
     j["forced_margin"] = gm;
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", json_text(j).c_str());
     return 0;
 }
 

@@ -293,7 +293,7 @@ int run_bench(const Common& c, const std::vector<std::string>& files, bool realt
                         {"threads", ops::num_threads()},
                         {"chunk_seconds", c.so.chunk_seconds},
                         {"files", per_file}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", json_text(j).c_str());
     return 0;
 }
 
@@ -368,7 +368,7 @@ int cmd_stream(int argc, char** argv) {
             nlohmann::json j = {{"type", e.kind == StreamEvent::Kind::Final ? "final" : "partial"},
                                 {"stable", e.stable}, {"unstable", e.unstable}, {"language", e.language},
                                 {"t", e.audio_seconds}};
-            std::cout << j.dump() << std::endl;
+            std::cout << json_text(j) << std::endl;
         } else if (e.kind == StreamEvent::Kind::Final) {
             if (tty) std::cout << "\r\033[K";
             std::cout << e.text() << std::endl;

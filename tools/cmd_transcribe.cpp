@@ -198,7 +198,7 @@ std::vector<std::string> parse_formats(const std::string& list) {
 
 std::string render(const std::string& file, const TranscriptionResult& r, const std::string& format, bool raw,
                    bool timestamps, int line_width, bool language_only, bool words) {
-    if (format == "json") return to_json(file, r).dump() + "\n";
+    if (format == "json") return json_text(to_json(file, r)) + "\n";
     if (language_only) {
         char p[32];
         std::snprintf(p, sizeof p, "%.3f", r.language_probability);

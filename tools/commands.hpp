@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
 #include <vector>
 
 namespace qasr::cli {
@@ -20,6 +21,11 @@ int cmd_align(int argc, char** argv);
 // {"word", "start", "end"}.
 std::vector<Segment> word_segments(const std::vector<AlignedWord>& words);
 nlohmann::json words_json(const std::vector<AlignedWord>& words);
+
+// JSON text for output: bytes that are not UTF-8 (a file name, a request's path or field) become U+FFFD instead of
+// an exception (nlohmann's dump() throws on them: `qasr transcribe --format json` lost the transcript of a file with
+// such a name, and one `GET /%FF` request terminated `qasr serve`).
+inline std::string json_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 // -v / --verbose: diagnostics from Info up (load and warm-up stage times) on stderr.
 void log_verbose();

@@ -104,7 +104,7 @@ public:
             j["model"] = o_.model_name;
             j["device"] = o_.device;
             j["version"] = qasr_version();
-            res.set_content(j.dump() + "\n", "application/json");
+            res.set_content(json_text(j) + "\n", "application/json");
         });
         svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
             json g = adm_.state();
@@ -118,14 +118,20 @@ public:
         });
         svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             const json m = {{"id", o_.model_name}, {"object", "model"}, {"owned_by", "qasr"}};
-            res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump() + "\n", "application/json");
+            res.set_content(json_text(json{{"object", "list"}, {"data", json::array({m})}}) + "\n", "application/json");
         });
         svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
             if (!res.body.empty()) return; // the handler's own error body
+            // httplib refuses an application/x-www-form-urlencoded body over 8 KB with 413 before any handler runs:
+            // that is audio sent without a Content-Type (`curl --data-binary @a.wav` sends that type), not a body
+            // over --max-body-mb; the smaller ones get the same answer from read_upload
+            const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+            if (res.status == 413 && form) res.status = 415;
             const int s = res.status;
             const std::string msg = s == 404   ? "no route " + req.method + " " + req.path +
                                                    " (POST /v1/audio/transcriptions, POST /inference, POST /v1/streams, "
                                                    "GET /health, GET /v1/models)"
+                                    : s == 415 ? std::string(kFormEncodedAudio)
                                     : s == 413 ? "request body larger than the server's limit (--max-body-mb)"
                                     : s == 405 ? "method not allowed on " + req.path
                                     : s == 400 ? "malformed HTTP request (a POST needs a Content-Length, 0 for none: "
@@ -219,7 +225,7 @@ private:
         res.set_chunked_content_provider("text/event-stream", [this, &req, feed, audio, opts, slot, t0,
                                                                   decode_ms](size_t, httplib::DataSink& sink) {
             const auto send = [&](const json& e) {
-                const std::string line = "data: " + e.dump() + "\n\n";
+                const std::string line = "data: " + json_text(e) + "\n\n";
                 if (!feed->gone && !sink.write(line.data(), line.size())) feed->gone = true;
             };
             TranscriptionResult tr;

@@ -149,7 +149,7 @@ std::function<bool()> client_gone(const httplib::Request& req) {
 
 void send_error(httplib::Response& res, int status, const std::string& msg, const char* type) {
     res.status = status;
-    res.set_content(json{{"error", {{"message", msg}, {"type", type}, {"code", status}}}}.dump() + "\n",
+    res.set_content(json_text(json{{"error", {{"message", msg}, {"type", type}, {"code", status}}}}) + "\n",
                     "application/json");
 }
 
@@ -164,7 +164,7 @@ Upload read_upload(const httplib::Request& req, bool need_audio) {
     Upload u;
     const std::string ct = req.get_header_value("Content-Type");
     if (need_audio && ct.rfind("application/x-www-form-urlencoded", 0) == 0) // (its fields arrive as params)
-        throw HttpError(415, "send the audio as multipart/form-data (field 'file') or as the raw request body");
+        throw HttpError(415, kFormEncodedAudio);
     if (req.is_multipart_form_data()) {
         for (const auto& [name, part] : req.files) {
             if (name == "file") {
@@ -328,7 +328,7 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f, boo
                {"decode", r.timings.decode_ms}}}};
         if (!r.words.empty()) j["words"] = words_json(r.words); // OpenAI's word objects
     }
-    res.set_content(j.dump() + "\n", "application/json");
+    res.set_content(json_text(j) + "\n", "application/json");
 }
 
 void Metrics::request(const std::string& route, int status, double seconds, double audio_seconds) {

@@ -1,6 +1,7 @@
 // `qasr serve`'s HTTP vocabulary shared by its routes (serve.cpp: transcriptions; serve_streams.cpp: live streams):
 // client errors as exceptions with their status, the admission gate, request fields → options, result → response.
 #pragma once
+#include "commands.hpp"
 #include "qasr/qasr.hpp"
 
 #include <httplib.h>
@@ -51,6 +52,11 @@ private:
 
 // {"error": {"message", "type", "code"}} with the status.
 void send_error(httplib::Response& res, int status, const std::string& msg, const char* type);
+
+// The answer to audio sent as application/x-www-form-urlencoded (what `curl --data-binary` sends by default).
+inline constexpr const char* kFormEncodedAudio =
+    "send the audio as multipart/form-data (field 'file', curl -F file=@a.wav) or as the raw request body with its "
+    "type (curl --data-binary @a.wav -H 'Content-Type: audio/wav'), not as application/x-www-form-urlencoded";
 
 // The request's audio and fields: multipart/form-data (part `file` is the audio, the others are fields), or the raw
 // body with the fields as query parameters (form fields win).

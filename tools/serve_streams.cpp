@@ -104,8 +104,7 @@ void StreamRoutes::create(const httplib::Request& req, httplib::Response& res) {
         streams_.emplace(id, e);
     }
     res.status = 201;
-    res.set_content(json{{"id", id}, {"object", "stream"}, {"sample_rate", 16000}, {"channels", 1}, {"encoding", "s16le"}}
-                            .dump() + "\n",
+    res.set_content(json_text(json{{"id", id}, {"object", "stream"}, {"sample_rate", 16000}, {"channels", 1}, {"encoding", "s16le"}}) + "\n",
                     "application/json");
 }
 
@@ -125,14 +124,13 @@ void StreamRoutes::audio(const httplib::Request& req, httplib::Response& res) {
     }
     e->last = Clock::now();
     res.status = 200;
-    res.set_content(json{{"id", std::string(req.matches[1])},
+    res.set_content(json_text(json{{"id", std::string(req.matches[1])},
                          {"stable", e->stable},
                          {"unstable", e->unstable},
                          {"text", e->stable + e->unstable},
                          {"language", e->language},
                          {"audio_seconds", e->audio_seconds},
-                         {"quiet_seconds", e->st.trailing_quiet_seconds()}} // hands-free: finish after a pause
-                            .dump() + "\n",
+                         {"quiet_seconds", e->st.trailing_quiet_seconds()}}) + "\n", // hands-free: finish after a pause
                     "application/json");
 }
 
@@ -168,9 +166,8 @@ void StreamRoutes::install(httplib::Server& svr) {
         guarded(res, [&] {
             auto e = find(req.matches[1], false);
             std::lock_guard<std::mutex> lk(e->m);
-            res.set_content(json{{"id", std::string(req.matches[1])}, {"stable", e->stable}, {"unstable", e->unstable},
-                                 {"text", e->stable + e->unstable}, {"audio_seconds", e->audio_seconds}}
-                                    .dump() + "\n",
+            res.set_content(json_text(json{{"id", std::string(req.matches[1])}, {"stable", e->stable}, {"unstable", e->unstable},
+                                 {"text", e->stable + e->unstable}, {"audio_seconds", e->audio_seconds}}) + "\n",
                             "application/json");
         });
     });

@@ -240,6 +240,21 @@ TEST(Cli, SeveralInputsAtOnceKeepTheirOrder) {
     EXPECT_NE(loud.err.find("real time, batch 3)"), std::string::npos) << loud.err;
 }
 
+// A file name that is not UTF-8 (Linux allows any bytes): the JSON names it with U+FFFD and keeps the transcript
+// (nlohmann's dump() threw on it: rc 1, "[json.exception.type_error.316]", no output).
+TEST(Cli, JsonOfAFileWhoseNameIsNotUtf8) {
+    NEED_DEMO_MODEL();
+    const std::string odd = scratch() + "/clip\xff\xfe.wav";
+    std::filesystem::copy_file(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav", odd,
+                               std::filesystem::copy_options::overwrite_existing);
+    CliRun r = run("transcribe -m " + qasr_e2e::kDemo + " -q --format json \"" + odd + "\"");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["file"], scratch() + "/clip\xef\xbf\xbd\xef\xbf\xbd.wav");
+    CliRun plain = run("transcribe -m " + qasr_e2e::kDemo + " -q " + std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
+    EXPECT_EQ(j["text"].get<std::string>() + "\n", plain.out);
+}
+
 TEST(Cli, DetectLanguagePrintsTheLanguageAndItsProbability) {
     NEED_DEMO_MODEL();
     const std::string& demo = qasr_e2e::kDemo;

@@ -284,6 +284,14 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
              {"segment_seconds", "-5"}, {"temperature", "0.5x"}})
         cases.push_back({post_file(c, en_, {{field, value, "", ""}}), 400, "must be a number in"});
     cases.push_back({c.Post("/v1/audio/transcriptions", "a=b", "application/x-www-form-urlencoded"), 415, "multipart"});
+    // audio without its type (curl --data-binary sends this one): httplib refuses such bodies over 8 KB with 413
+    // before any handler runs; the answer says what to send instead of blaming --max-body-mb
+    cases.push_back({c.Post("/inference", en_, "application/x-www-form-urlencoded"), 415, "Content-Type: audio/wav"});
+    // bytes that are not UTF-8 in a field or the path: a 400/404 whose JSON message shows them as U+FFFD (one
+    // `GET /%FF` terminated the server: nlohmann's dump() threw inside httplib's error handler)
+    cases.push_back({post_file(c, en_, {{"response_format", "\xff", "", ""}}), 400, "got '\xef\xbf\xbd'"});
+    cases.push_back({post_file(c, en_, {{"language", "\xc3\x28", "", ""}}), 400, "unsupported language"});
+    cases.push_back({c.Get("/%FF%FE"), 404, "no route GET /\xef\xbf\xbd"});
     cases.push_back({c.Get("/v1/audio/translations"), 404, "no route"});
     cases.push_back({post_file(c, std::string(3u << 20, 'x')), 413, "larger than"});
     for (const auto& k : cases) {
