@@ -134,8 +134,10 @@ public:
                                     : s == 415 ? std::string(kFormEncodedAudio)
                                     : s == 413 ? "request body larger than the server's limit (--max-body-mb)"
                                     : s == 405 ? "method not allowed on " + req.path
-                                    : s == 400 ? "malformed HTTP request (a POST needs a Content-Length, 0 for none: "
-                                                 "curl -d '')"
+                                    : s == 400 && req.method == "POST"
+                                        ? "malformed HTTP request (a POST needs a Content-Length, 0 for none: curl -d '')"
+                                    : s == 400 ? "malformed HTTP request" +
+                                                     (req.method.empty() ? std::string() : " (method " + req.method + ")")
                                                : "request failed (HTTP " + std::to_string(s) + ")";
             send_error(res, s, msg, s >= 500 ? "server_error" : "invalid_request_error");
         });
