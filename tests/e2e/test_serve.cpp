@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <poll.h>
+#include <random>
 #include <sstream>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -91,6 +92,12 @@ public:
     }
     int port() const { return port_; }
     std::string log() const { return slurp(log_); }
+    bool alive() {
+        int st = 0;
+        if (pid_ <= 0 || exited_) return false;
+        if (waitpid(pid_, &st, WNOHANG) == pid_) exited_ = true;
+        return !exited_;
+    }
     // SIGTERM, then the exit status (-1: still running after `seconds`).
     int terminate(int seconds = 30) {
         kill(pid_, SIGTERM);
@@ -721,4 +728,146 @@ TEST(ServeLimits, StreamsAreBoundedDeletableAndExpire) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400);
     EXPECT_EQ(s.terminate(), 0) << s.log();
+}
+
+namespace {
+// Sends `req` on a socket of its own and reads the answer until the server closes or `ms` pass.
+std::string exchange(int port, const std::string& req, int ms) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return "";
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string out;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        bool ok = true;
+        for (size_t at = 0; ok && at < req.size();) {
+            const ssize_t n = send(fd, req.data() + at, req.size() - at, MSG_NOSIGNAL);
+            ok = n > 0;
+            at += ok ? size_t(n) : 0;
+        }
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+        char buf[4096];
+        while (std::chrono::steady_clock::now() < until) {
+            pollfd p{fd, POLLIN, 0};
+            if (poll(&p, 1, 50) <= 0) continue;
+            const ssize_t n = recv(fd, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            out.append(buf, size_t(n));
+            // a whole answer (headers and Content-Length bytes, or a chunked body's last chunk) ends the wait: the
+            // server may keep the connection open after one it could not parse
+            const auto at = out.find("\r\n\r\n");
+            if (at == std::string::npos) continue;
+            const auto cl = out.find("Content-Length: ");
+            if (cl != std::string::npos && cl < at && out.size() >= at + 4 + size_t(std::atol(out.c_str() + cl + 16))) break;
+            if (out.find("\r\n0\r\n\r\n", at) != std::string::npos) break;
+        }
+    }
+    close(fd);
+    return out;
+}
+} // namespace
+
+// Requests made of random pieces — methods, routes with raw and percent-encoded bytes (0x00–0xFF), query and
+// multipart fields with random names and values, content types, bodies from a WAV sample to random bytes, headers
+// with odd bytes: every answer that arrives has a status line and, for an error, a JSON error body; the server
+// stays up, and answers /health and a transcription afterwards. (One `GET /%FF` used to terminate it.)
+TEST(ServeLimits, RandomHostileRequestsNeverStopTheServer) {
+    NEED_DEMO();
+    ServerProcess s({"--max-audio-seconds", "20", "--max-body-mb", "1", "--max-streams", "4"});
+    ASSERT_GT(s.port(), 0) << s.log();
+    const std::string wav = slurp(std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav");
+    std::mt19937 rng(20261207);
+    auto pick = [&](std::initializer_list<const char*> l) { return std::string(*(l.begin() + rng() % l.size())); };
+    auto bytes = [&](size_t n, bool any) {
+        std::string b;
+        for (size_t i = 0; i < n; ++i) b.push_back(any ? char(rng() % 256) : char("az09%&=/?._-\xff\xc3"[rng() % 15]));
+        return b;
+    };
+    auto pct = [&](size_t n) { // percent-encoded random bytes
+        std::string b;
+        for (size_t i = 0; i < n; ++i) {
+            char h[4];
+            std::snprintf(h, sizeof h, "%%%02X", unsigned(rng() % 256));
+            b += h;
+        }
+        return b;
+    };
+    const std::vector<std::string> fields = {"language", "prompt", "response_format", "temperature", "itn", "segment_seconds",
+                                             "max_new_tokens", "top_p", "seed", "beam_size", "length_penalty",
+                                             "language_only", "stream", "timestamp_granularities[]", "chunk_seconds",
+                                             "pause_seconds", "ignore_eos", "context"};
+    const std::vector<std::string> values = {"en", "auto", "verbose_json", "srt", "text", "json", "0", "1", "1e400", "nan",
+                                             "-1", "true", "word", "segment", "0.5", "16", "99999999999", ""};
+    int answered = 0, statuses[6] = {0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 160; ++i) {
+        const std::string method = pick({"GET", "POST", "POST", "POST", "DELETE", "PUT", "OPTIONS", "F\x01O"});
+        std::string path = pick({"/v1/audio/transcriptions", "/inference", "/v1/streams", "/v1/streams/", "/health",
+                                 "/metrics", "/v1/models", "/", ""});
+        if (path == "/v1/streams/") path += pick({"0123456789abcdef", "zz", ""}) + pick({"/audio", "/finish", ""});
+        if (rng() % 4 == 0) path += rng() % 2 ? pct(1 + rng() % 4) : bytes(1 + rng() % 4, true);
+        std::string query;
+        for (int k = int(rng() % 4); k > 0; --k) {
+            const std::string key = rng() % 5 ? fields[rng() % fields.size()] : pct(2);
+            const std::string val = rng() % 3 ? values[rng() % values.size()] : (rng() % 2 ? pct(3) : bytes(3, false));
+            query += (query.empty() ? "?" : "&") + key + "=" + val;
+        }
+        std::string body, type;
+        switch (rng() % 6) {
+        case 0: break;
+        case 1: body = wav, type = "audio/wav"; break;
+        case 2: body = wav.substr(0, rng() % wav.size()), type = pick({"audio/wav", "application/octet-stream", ""}); break;
+        case 3: body = bytes(rng() % 20000, true), type = pick({"audio/wav", "application/x-www-form-urlencoded", ""}); break;
+        default: { // multipart with random fields, the audio or random bytes as `file`
+            const std::string b = "qasrB" + std::to_string(rng());
+            for (int k = int(rng() % 4); k > 0; --k) {
+                const std::string name = rng() % 4 ? fields[rng() % fields.size()] : bytes(3, true);
+                const std::string val = rng() % 3 ? values[rng() % values.size()] : bytes(4, true);
+                body += "--" + b + "\r\nContent-Disposition: form-data; name=\"" + name + "\"\r\n\r\n" + val + "\r\n";
+            }
+            if (rng() % 4) {
+                const std::string file = rng() % 2 ? wav : bytes(rng() % 3000, true);
+                body += "--" + b + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" + bytes(5, true) +
+                        ".wav\"\r\nContent-Type: audio/wav\r\n\r\n" + file + "\r\n";
+            }
+            body += "--" + b + (rng() % 5 ? "--\r\n" : "\r\n");
+            type = "multipart/form-data; boundary=" + b;
+        }
+        }
+        std::string req = method + " " + path + query + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+        if (!type.empty()) req += "Content-Type: " + type + "\r\n";
+        if (rng() % 3) req += "X-Odd: " + bytes(8, true) + "\r\n";
+        if (method != "GET" || !body.empty()) req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+        req += "\r\n" + body;
+        const std::string ans = exchange(s.port(), req, 10000);
+        ASSERT_TRUE(s.alive()) << "request " << i << " stopped the server: " << method << " " << path << query << "\n"
+                               << s.log();
+        if (ans.empty()) { // httplib may close a connection it cannot parse
+            if (std::getenv("QASR_TEST_VERBOSE")) std::printf("[hostile] no answer: %s\n", req.substr(0, 160).c_str());
+            continue;
+        }
+        ASSERT_EQ(ans.rfind("HTTP/1.1 ", 0), 0u) << ans.substr(0, 200);
+        const int status = std::atoi(ans.c_str() + 9);
+        ++answered, ++statuses[std::min(status / 100, 5)];
+        EXPECT_LT(status, 500) << method << " " << path << query << ": " << ans.substr(0, 400);
+        if (status >= 400 && ans.find("Transfer-Encoding: chunked") == std::string::npos) {
+            const auto at = ans.find("\r\n\r\n");
+            ASSERT_NE(at, std::string::npos);
+            const auto cl = ans.find("Content-Length: ");
+            const size_t len = cl == std::string::npos || cl > at ? std::string::npos : size_t(std::atol(ans.c_str() + cl + 16));
+            const json j = json::parse(ans.substr(at + 4, len), nullptr, false); // (a pipelined answer may follow)
+            EXPECT_TRUE(j.is_object() && j.contains("error")) << method << " " << path << query << ": " << ans.substr(0, 400);
+        }
+    }
+    std::printf("[hostile] %d of 160 answered: 2xx %d, 4xx %d, 5xx %d\n", answered, statuses[2], statuses[4], statuses[5]);
+    EXPECT_GT(answered, 120);
+    EXPECT_GT(statuses[4], 60);
+    auto c = s.client();
+    auto r = c.Get("/health");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    r = post_file(c, wav, {{"response_format", "text", "", ""}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
 }
