@@ -144,11 +144,19 @@ typedef struct {
     int max_segment_windows; /* default 3 (x 8 s) */
     int exact_final;         /* non-zero: final equals the offline transcript (full decode at finish) */
     int itn;                 /* non-zero: inverse text normalization of finals */
+    /* Appended in 0.1 (StreamOptions): */
+    int speculative;         /* default 1: the previous hypothesis is verified as a draft (greedy-exact) and the final
+                                decodes afresh, as offline, so it may revise `stable`; 0: the final continues after the
+                                stable text and keeps it (an app that types stable text into a document at once) */
+    float pause_seconds;     /* > 0: a quiet stretch this long after speech triggers a step over all audio so far
+                                (0.3 is a good value); default 0: off */
+    int endpoint_final;      /* non-zero (with pause_seconds): when only quiet followed the last pause step, finish
+                                returns that step's transcript without decoding the quiet tail (approximate) */
 } qasr_stream_params;
 
 typedef struct {
     int is_final;
-    const char* stable;      /* text that will not change */
+    const char* stable;      /* text later partials keep (speculative = 0: the final keeps it too) */
     const char* unstable;    /* tail that may change */
     const char* language;
     double audio_seconds;

@@ -239,6 +239,16 @@ class Bindings(unittest.TestCase):
             self.assertGreaterEqual(st.trailing_quiet_seconds(), 0.5)
             st.interrupt()
             self.assertEqual(st.finish().text, self.en)
+        # speculative=False: the final continues after the partials' stable text (finals alone get ITN: off here)
+        with self.model.open_stream(chunk_seconds=0.5, speculative=False, itn=False, pause_seconds=0.3) as st:
+            for i in range(0, len(raw), 3200):
+                st.push_s16le(raw[i:i + 3200])
+            stable = [e.stable for e in st.events() if not e.final][-1]
+            final = st.finish()
+        self.assertTrue(stable)
+        self.assertTrue(final.text.startswith(stable), (stable, final.text))
+        with self.assertRaises(qasr.Error):
+            self.model.open_stream(pause_seconds=-1.0)
         # closing a model closes its open streams first (no use of a freed model)
         m = qasr.Model(DEMO, threads=2, device=DEVICE)
         st = m.open_stream()

@@ -300,6 +300,27 @@ int main(void) {
     CHECK(events >= 1 && finals == 1);
     qasr_stream_free(s);
 
+    /* The StreamOptions appended to the parameters: defaults, a bad pause refused, and with speculative = 0 (no ITN,
+     * which finals alone get) the final continues after the last partial's stable text. */
+    CHECK(sp.speculative == 1 && sp.pause_seconds == 0.0f && sp.endpoint_final == 0);
+    sp = qasr_default_stream_params();
+    sp.pause_seconds = -1.0f;
+    CHECK(qasr_stream_open(m, &sp, NULL, NULL, &s) != QASR_OK && s == NULL);
+    CHECK(strstr(qasr_last_error(), "pause_seconds") != NULL);
+    sp.pause_seconds = 0.3f;
+    sp.speculative = 0;
+    sp.itn = 0;
+    sp.chunk_seconds = 0.5f;
+    CHECK(qasr_stream_open(m, &sp, NULL, NULL, &s) == QASR_OK);
+    for (size_t i = data; i + 3200 <= n; i += 3200) CHECK(qasr_stream_push_s16le(s, bytes + i, 3200) == QASR_OK);
+    char stable[1024] = "";
+    while (qasr_stream_next_event(s, &ev))
+        if (!ev.is_final) snprintf(stable, sizeof stable, "%s", ev.stable);
+    CHECK(qasr_stream_finish(s, &r) == QASR_OK);
+    CHECK(strlen(stable) > 0 && r && strncmp(qasr_result_text(r), stable, strlen(stable)) == 0);
+    qasr_result_free(r);
+    qasr_stream_free(s);
+
     /* Streaming with a callback. */
     CHECK(qasr_stream_open(m, NULL, on_event, NULL, &s) == QASR_OK);
     for (size_t i = data; i + 3200 <= n; i += 3200) qasr_stream_push_s16le(s, bytes + i, 3200);
