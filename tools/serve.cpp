@@ -163,7 +163,7 @@ private:
         bool streamed = false;
         const std::string err = guarded(res, [&] {
             const Upload u = read_upload(req);
-            const Fields r = parse_fields(u.fields, o_.defaults);
+            const Fields r = parse_fields(u.fields, o_.defaults, o_.max_prompt_bytes);
             if (r.words && !o_.aligner)
                 throw HttpError(400, "word timestamps need a forced aligner: start the server with --aligner DIR "
                                      "(Qwen3-ForcedAligner); timestamp_granularities[]=segment works without");

@@ -17,6 +17,8 @@ struct ServeOptions {
     int max_queue = 16;              // requests waiting for a slot beyond those; more are answered 503
     size_t max_body_bytes = 100u << 20; // larger requests are answered 413
     double max_audio_seconds = 3600; // longer audio is answered 413 (checked while decoding)
+    size_t max_prompt_bytes = 4096;  // a longer prompt/context field is answered 400 (a prefill over a huge context
+                                     // would hold a slot for minutes)
     int max_streams = 16;            // live streams open at once (POST /v1/streams); more are answered 503
     double stream_idle_seconds = 60; // a stream without a request for this long is dropped
     std::string cors_origin;         // non-empty: CORS headers for this origin ("*" for any), preflights answered

@@ -199,7 +199,7 @@ double to_number(const std::string& field, const std::string& v, double lo, doub
     return x;
 }
 
-Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults) {
+Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults, size_t max_prompt_bytes) {
     Fields r;
     r.opts = defaults;
     auto get = [&](const char* k) -> const std::string* {
@@ -213,8 +213,15 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
             throw HttpError(400, e.what());
         }
     }
-    if (const auto* v = get("prompt")) r.opts.context = *v;
-    if (const auto* v = get("context")) r.opts.context = *v;
+    for (const char* k : {"prompt", "context"}) {
+        const auto* v = get(k);
+        if (!v) continue;
+        if (v->size() > max_prompt_bytes)
+            throw HttpError(400, "field '" + std::string(k) + "' is " + std::to_string(v->size()) +
+                                     " bytes, more than this server takes (" + std::to_string(max_prompt_bytes) +
+                                     ", --max-prompt-bytes)");
+        r.opts.context = *v;
+    }
     if (const auto* v = get("response_format")) {
         if (*v == "json" || v->empty()) r.format = Format::Json;
         else if (*v == "text") r.format = Format::Text;

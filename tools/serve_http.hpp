@@ -78,7 +78,9 @@ struct Fields {
 // OpenAI's fields (language, prompt, response_format, temperature, stream) and qasr's (itn, max_new_tokens, top_p, seed,
 // ignore_eos, context, segment_seconds, language_only, beam_size, length_penalty); unknown fields are ignored (e.g. `model`). response_format srt and vtt
 // segment the audio (segment_seconds, 10 unless given).
-Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults);
+// A prompt/context field over max_prompt_bytes is a 400.
+Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults,
+                    size_t max_prompt_bytes = std::string::npos);
 bool to_bool(const std::string& field, const std::string& v);
 double to_number(const std::string& field, const std::string& v, double lo, double hi);
 

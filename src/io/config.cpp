@@ -149,6 +149,8 @@ HParams parse_config_json(const std::string& json_text, const std::string& what)
     }
     if (T.rope_theta != 0 && !(T.rope_theta > 1.0 && T.rope_theta < 1e12))
         r.problems.push_back(tp + "rope_theta is out of range");
+    if (t.contains("max_position_embeddings")) // optional: requests whose prompt + token cap exceed it are refused
+        T.max_positions = r.integer(t, tp, {"max_position_embeddings"}, 1, 1 << 24);
     if (t.contains("tie_word_embeddings") && t["tie_word_embeddings"].is_boolean())
         T.tie_word_embeddings = t["tie_word_embeddings"].get<bool>();
     else if (root.contains("tie_word_embeddings") && root["tie_word_embeddings"].is_boolean())

@@ -35,6 +35,7 @@ struct TextHParams {
     float rms_eps = 0;
     double rope_theta = 0;
     std::optional<bool> tie_word_embeddings;
+    int max_positions = 0; // max_position_embeddings: the positions the decoder was trained for (0: not given)
 };
 
 struct QuantHParams {

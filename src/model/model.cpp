@@ -15,6 +15,17 @@
 
 namespace qasr {
 
+void Model::check_positions(int64_t prompt, int64_t cap, const std::string& context, const char* what) const {
+    const int64_t max = hp.text.max_positions;
+    if (max <= 0 || prompt + cap <= max) return;
+    fail("options", std::string(what) + " needs " + std::to_string(prompt + cap) + " positions (a prompt of " +
+                        std::to_string(prompt) + " tokens, " + std::to_string(tokenizer.encode(context).size()) +
+                        " of them the context's, and up to " + std::to_string(cap) +
+                        " generated), more than the model's " + std::to_string(max) +
+                        " (max_position_embeddings): shorten the context or the audio (segment_seconds), or lower "
+                        "max_new_tokens");
+}
+
 const ops::HeadScreen* Model::head_screen() const {
     std::call_once(caches->head_once, [&] {
         const DecoderW& d = weights.dec;

@@ -42,6 +42,10 @@ struct Model {
     static std::shared_ptr<const Model> load(const std::string& dir, const std::string& device = "cpu",
                                              const std::string& compute = "auto");
     bool is_eos(int id) const { return std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end(); }
+    // A prompt of `prompt` tokens decoding up to `cap` more must fit the positions the decoder was trained for
+    // (text_config.max_position_embeddings, 65536 for Qwen3-ASR; RoPE beyond it is untrained): else an Error naming
+    // the parts (the context's tokens among them) and what to shorten. `what`: "the request", "the stream" …
+    void check_positions(int64_t prompt, int64_t cap, const std::string& context, const char* what) const;
     // Row norms of the LM head for the screened greedy choice over several rows (ops::head_screen; null where it
     // does not apply), computed on the first call (one pass over the head).
     const ops::HeadScreen* head_screen() const;

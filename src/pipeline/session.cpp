@@ -264,6 +264,7 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     // the CPU peaked at 3.9 GB RSS with it, 2.5 GB without). A transcript takes fewer tokens than half the audio's
     // rows; a device's greedy loop needs room for the token cap (its captured step cannot move the cache).
     const int64_t cap = int64_t(st_.cap) + 1;
+    model_->check_positions(int64_t(p.ids.size()), cap, opts.context, "the request");
     const int64_t ahead = d.ignore_eos || device_greedy ? cap : std::min<int64_t>(cap, opts.language_only ? 16 : p.n_audio / 2 + 64);
     const int64_t positions = int64_t(p.ids.size()) + ahead;
     if (accel_) {

@@ -78,6 +78,15 @@ StreamSession::StreamSession(std::shared_ptr<const Model> model, StreamOptions o
     forced_ = opts_.language.empty() ? "" : canonical_language(opts_.language);
     if (!(opts_.pause_seconds == 0 || (opts_.pause_seconds >= 0.1 && opts_.pause_seconds <= 60)))
         fail("options", "pause_seconds must be 0 (off) or in [0.1, 60]");
+    { // the longest segment's prompt and final token cap must fit the decoder's positions (a huge context would not)
+        const AudioHParams& ahp = model_->hp.audio;
+        const int64_t frames = int64_t(opts_.max_segment_windows) * ahp.n_window_infer;
+        const Prompt p = build_prompt(model_->tokenizer, model_->special, encoder_window_rows(frames, ahp), opts_.context,
+                                      forced_);
+        const double seconds = double(frames) * double(kHop) / double(kSampleRate);
+        model_->check_positions(int64_t(p.ids.size()), int64_t(std::ceil(seconds * 20.0)) + 65, opts_.context,
+                                "the stream (segments of up to max_segment_windows × 8 s)");
+    }
     chunk_samples_ = size_t(std::lround(opts_.chunk_seconds * kSampleRate));
     pause_blocks_ = int(std::lround(opts_.pause_seconds * kSampleRate / double(kPauseBlock)));
     next_step_at_ = chunk_samples_;

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <new>
@@ -35,6 +36,13 @@ struct Tokenizer::Impl {
     std::unordered_map<std::string, int> vocab;  // byte-mapped token string → id
     std::vector<std::string> id_bytes;           // id → raw bytes (vocab tokens)
     std::unordered_map<std::string, int> ranks;  // "left right" → merge rank
+    // The merges by id pair (left id << 32 | right id) → {rank, merged id}, made by finish(); used when every merge
+    // joins two vocabulary pieces into one (real tokenizers), else `ranks` drives the string merging below.
+    struct Merge {
+        int rank, id;
+    };
+    std::unordered_map<uint64_t, Merge> merges;
+    bool id_merges = false;
     std::vector<AddedToken> added;               // sorted by content length, longest first
     std::unordered_map<int, size_t> added_by_id; // id → index in added
     std::string byte_to_cp[256];                 // byte → UTF-8 of its mapped code point
@@ -78,6 +86,22 @@ struct Tokenizer::Impl {
         std::sort(added.begin(), added.end(),
                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
         for (size_t i = 0; i < added.size(); ++i) added_by_id[added[i].id] = i;
+        merges.clear();
+        merges.reserve(ranks.size());
+        id_merges = true;
+        for (const auto& [line, rank] : ranks) {
+            const size_t sp = line.find(' ');
+            const auto a = vocab.find(line.substr(0, sp)), b = vocab.find(line.substr(sp + 1));
+            const auto ab = vocab.find(line.substr(0, sp) + line.substr(sp + 1));
+            if (a == vocab.end() || b == vocab.end() || ab == vocab.end()) {
+                id_merges = false; // a merge through a piece without an id: the string merging handles it
+                break;
+            }
+            const uint64_t key = uint64_t(uint32_t(a->second)) << 32 | uint32_t(b->second);
+            auto [it, fresh] = merges.emplace(key, Merge{rank, ab->second});
+            if (!fresh && rank < it->second.rank) it->second = Merge{rank, ab->second};
+        }
+        if (!id_merges) merges.clear();
     }
 
     void add_merge(const std::string& line, int rank) {
@@ -91,6 +115,61 @@ struct Tokenizer::Impl {
             out.push_back(direct->second);
             return;
         }
+        if (id_merges && bpe_ids(mapped, out)) return;
+        bpe_strings(mapped, out);
+    }
+
+    // BPE over vocabulary ids with a heap of candidate merges (lowest rank first, then leftmost), as the reference
+    // tokenizers library merges: O(k log k) in the piece's length k. The string merging below rescans every pair
+    // after each merge, O(k²) with a string built per pair: a 20 KB word of random letters took 3 s, and a long run of
+    // CJK characters (one pre-tokenizer piece) grows the same way. false: a character without an id (the caller
+    // falls back to the string merging, which reports it).
+    bool bpe_ids(const std::string& mapped, std::vector<int>& out) const {
+        struct Sym {
+            int id, prev, next;
+        };
+        std::vector<Sym> sym;
+        for (char32_t cp : utf8::decode(mapped)) {
+            const auto it = vocab.find(utf8::encode(cp));
+            if (it == vocab.end()) return false;
+            sym.push_back({it->second, int(sym.size()) - 1, int(sym.size()) + 1});
+        }
+        if (sym.empty()) return true;
+        sym.back().next = -1;
+        struct Cand {
+            int rank, pos, left, right; // the pair (left, right) of ids starting at symbol pos
+            bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+        };
+        std::vector<Cand> heap;
+        auto consider = [&](int pos) {
+            if (pos < 0 || sym[size_t(pos)].next < 0) return;
+            const int l = sym[size_t(pos)].id, r = sym[size_t(sym[size_t(pos)].next)].id;
+            const auto it = merges.find(uint64_t(uint32_t(l)) << 32 | uint32_t(r));
+            if (it == merges.end()) return;
+            heap.push_back({it->second.rank, pos, l, r});
+            std::push_heap(heap.begin(), heap.end(), std::greater<>());
+        };
+        for (int i = 0; i + 1 < int(sym.size()); ++i) consider(i);
+        while (!heap.empty()) {
+            std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+            const Cand c = heap.back();
+            heap.pop_back();
+            Sym& s = sym[size_t(c.pos)];
+            // stale: the symbol was merged away (id -1), or it or its right neighbour changed since
+            if (s.id != c.left || s.next < 0 || sym[size_t(s.next)].id != c.right) continue;
+            const int gone = s.next;
+            s.id = merges.at(uint64_t(uint32_t(c.left)) << 32 | uint32_t(c.right)).id;
+            s.next = sym[size_t(gone)].next;
+            if (s.next >= 0) sym[size_t(s.next)].prev = c.pos;
+            sym[size_t(gone)].id = -1;
+            consider(s.prev);
+            consider(c.pos);
+        }
+        for (int i = 0; i >= 0; i = sym[size_t(i)].next) out.push_back(sym[size_t(i)].id);
+        return true;
+    }
+
+    void bpe_strings(const std::string& mapped, std::vector<int>& out) const {
         std::vector<std::string> parts;
         for (char32_t cp : utf8::decode(mapped)) parts.push_back(utf8::encode(cp));
         while (parts.size() > 1) {
@@ -140,8 +219,10 @@ struct Tokenizer::Impl {
         pcre2_match_data* md = owner.get();
         PCRE2_SIZE start = 0;
         const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+        // utf8proc wrote `text` (valid UTF-8): without PCRE2_NO_UTF_CHECK every call re-validates the subject from
+        // its start offset to the end, O(n²) over a long text (100 KB of context took 2.4 s instead of ~0.1 s)
         while (start < text.size()) {
-            const int rc = pcre2_match(re, subject, text.size(), start, 0, md, nullptr);
+            const int rc = pcre2_match(re, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
             if (rc < 0) break; // cannot happen: the last alternatives match any remaining character class
             const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
             if (ov[1] == ov[0]) { // defensive: never loop on an empty match

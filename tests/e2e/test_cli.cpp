@@ -512,6 +512,31 @@ TEST(Cli, BadModelDirectory) {
     EXPECT_NE(r.err.find("not a model directory"), std::string::npos) << r.err;
 }
 
+// A prompt and token cap beyond text_config.max_position_embeddings (RoPE past the trained positions) is refused
+// with what to shorten; within them it runs. Here the tiny checkpoint claims 64 positions: its 1.3 s clip's prompt
+// (32 tokens) with the default cap (⌈1.3·20⌉+64 = 90) does not fit, with 8 new tokens it does; a stream, whose
+// segments run to 24 s, is refused at its start.
+TEST(Cli, PromptAndCapBeyondTheModelsPositionsAreRefused) {
+    NEED_TOKENIZER();
+    const std::string d = broken_copy("positions", [](TensorToWrite&) { return true; });
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(d + "/config.json"));
+    auto& text = cfg.contains("thinker_config") ? cfg["thinker_config"]["text_config"] : cfg["text_config"];
+    text["max_position_embeddings"] = 64;
+    std::ofstream(d + "/config.json") << cfg.dump();
+    CliRun r = run("transcribe -m " + d + " " + kWav);
+    EXPECT_NE(r.status, 0);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("needs 123 positions (a prompt of 32 tokens, 0 of them the context's, and up to 91 generated), "
+                         "more than the model's 64 (max_position_embeddings)"),
+              std::string::npos)
+        << r.err;
+    r = run("transcribe -m " + d + " --max-new-tokens 8 -q " + kWav);
+    EXPECT_EQ(r.status, 0) << r.err;
+    r = run("stream -m " + d + " --file " + kWav);
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find("the stream (segments of up to max_segment_windows"), std::string::npos) << r.err;
+}
+
 TEST(Cli, MissingAndMisshapedTensors) {
     NEED_TOKENIZER();
     const std::string miss = broken_copy("missing", [](TensorToWrite& w) { return w.name != "model.language_model.norm.weight"; });

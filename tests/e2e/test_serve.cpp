@@ -284,6 +284,7 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     cases.push_back({post_file(c, en_, {{"stream", "true", "", ""}, {"response_format", "srt", "", ""}}), 400, "stream=true"});
     cases.push_back({post_file(c, en_, {{"itn", "maybe", "", ""}}), 400, "true or false"});
     cases.push_back({post_file(c, en_, {{"ignore_eos", "true", "", ""}}), 400, "needs 'max_new_tokens'"});
+    cases.push_back({post_file(c, en_, {{"prompt", std::string(5000, 'a'), "", ""}}), 400, "--max-prompt-bytes"});
     // numbers out of their range, not finite, overflowing or with trailing bytes: each names its field and range
     for (const auto& [field, value] : std::vector<std::pair<const char*, const char*>>{
              {"temperature", "nan"}, {"temperature", "inf"}, {"max_new_tokens", "1e400"}, {"max_new_tokens", "0"},
