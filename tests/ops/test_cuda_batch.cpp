@@ -421,8 +421,9 @@ TEST(Cuda, LongRequestsLeaveThePoolAndIdleSessionsYieldToAnAllocation) {
     o.itn = false;
     o.decode.max_new_tokens = 32;
     o.decode.repetition_limit = 0;
-    TranscribeOptions ol = o; // a long request: room for its token cap is reserved on the device (~100 MB of KV
-    ol.decode.max_new_tokens = 100000; // cache here); it is cancelled after 64 tokens (random weights write no EOS)
+    TranscribeOptions ol = o; // a long request: room for its token cap is reserved on the device (~60 MB of KV
+    ol.decode.max_new_tokens = 60000; // cache here; with its 300 s prompt within the model's 65536 positions); it is
+                                      // cancelled after 64 tokens (random weights write no EOS)
     int asked = 0;
     ol.abort = [&asked] { return ++asked > 64; };
     const auto run_long = [&](const Transcriber& t) {
