@@ -137,7 +137,7 @@ struct Tokenizer::Impl {
         if (sym.empty()) return true;
         sym.back().next = -1;
         struct Cand {
-            int rank, pos, left, right; // the pair (left, right) of ids starting at symbol pos
+            int rank, pos, left, right, merged; // the pair (left, right) of ids starting at symbol pos, and its merge
             bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
         };
         std::vector<Cand> heap;
@@ -146,7 +146,7 @@ struct Tokenizer::Impl {
             const int l = sym[size_t(pos)].id, r = sym[size_t(sym[size_t(pos)].next)].id;
             const auto it = merges.find(uint64_t(uint32_t(l)) << 32 | uint32_t(r));
             if (it == merges.end()) return;
-            heap.push_back({it->second.rank, pos, l, r});
+            heap.push_back({it->second.rank, pos, l, r, it->second.id});
             std::push_heap(heap.begin(), heap.end(), std::greater<>());
         };
         for (int i = 0; i + 1 < int(sym.size()); ++i) consider(i);
@@ -158,7 +158,7 @@ struct Tokenizer::Impl {
             // stale: the symbol was merged away (id -1), or it or its right neighbour changed since
             if (s.id != c.left || s.next < 0 || sym[size_t(s.next)].id != c.right) continue;
             const int gone = s.next;
-            s.id = merges.at(uint64_t(uint32_t(c.left)) << 32 | uint32_t(c.right)).id;
+            s.id = c.merged;
             s.next = sym[size_t(gone)].next;
             if (s.next >= 0) sym[size_t(s.next)].prev = c.pos;
             sym[size_t(gone)].id = -1;
