@@ -42,19 +42,6 @@ options:
 
 } // namespace
 
-std::vector<Segment> word_segments(const std::vector<AlignedWord>& words) {
-    std::vector<Segment> s;
-    s.reserve(words.size());
-    for (const AlignedWord& w : words) s.push_back({w.start, w.end, w.text, "", 0, 0});
-    return s;
-}
-
-nlohmann::json words_json(const std::vector<AlignedWord>& words) {
-    nlohmann::json a = nlohmann::json::array();
-    for (const AlignedWord& w : words) a.push_back({{"word", w.text}, {"start", w.start}, {"end", w.end}});
-    return a;
-}
-
 int cmd_align(int argc, char** argv) {
     Args a(argc, argv, 2);
     std::string model, format = "text", text, text_file, file, v;

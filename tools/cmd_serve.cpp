@@ -78,6 +78,8 @@ options:
   --max-body-mb N          largest request body in MiB (default 100); larger is answered 413
   --max-audio-seconds S    longest audio (default 3600); longer is answered 413, checked while decoding
   --max-prompt-bytes N     longest prompt/context field (default 4096 bytes); longer is answered 400
+  --max-new-tokens N       largest max_new_tokens a request may ask (default 0: any the model's positions
+                           allow); more is answered 400 (the automatic cap, ceil(seconds*20)+64, is not limited)
   --max-streams N          live streams open at once (default 16); more are answered 503
   --stream-idle-seconds S  a stream without a request for this long is dropped (default 60)
   --api-key KEY            require "Authorization: Bearer KEY" (default: $QASR_API_KEY if set)
@@ -158,6 +160,8 @@ int cmd_serve(int argc, char** argv) {
             o.max_audio_seconds = to_double("--max-audio-seconds", v, 1, 1e7);
         } else if (a.option("--max-prompt-bytes", v)) {
             o.max_prompt_bytes = size_t(to_long("--max-prompt-bytes", v, 0, 1 << 24));
+        } else if (a.option("--max-new-tokens", v)) {
+            o.max_new_tokens = int(to_long("--max-new-tokens", v, 0, 100000));
         } else if (a.option("--max-streams", v)) {
             o.max_streams = int(to_long("--max-streams", v, 0, 100000));
         } else if (a.option("--stream-idle-seconds", v)) {

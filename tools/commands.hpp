@@ -17,7 +17,7 @@ int cmd_stream(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_align(int argc, char** argv);
 
-// Word timestamps for output (cmd_align.cpp): one Segment per word (subtitle cues, timestamped lines), JSON objects
+// Word timestamps for output (words.cpp): one Segment per word (subtitle cues, timestamped lines), JSON objects
 // {"word", "start", "end"}.
 std::vector<Segment> word_segments(const std::vector<AlignedWord>& words);
 nlohmann::json words_json(const std::vector<AlignedWord>& words);

@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
@@ -45,6 +46,18 @@ bool ServerControl::stopped() const {
 void ServerControl::set_stopper(std::function<void()> f) {
     std::lock_guard<std::mutex> lk(m_);
     stopper_ = std::move(f);
+}
+void ServerControl::set_port(int port) {
+    {
+        std::lock_guard<std::mutex> lk(m_);
+        port_ = port;
+    }
+    cv_.notify_all();
+}
+int ServerControl::wait_port(double seconds) const {
+    std::unique_lock<std::mutex> lk(m_);
+    cv_.wait_for(lk, std::chrono::duration<double>(seconds), [this] { return port_ > 0; });
+    return port_ > 0 ? port_ : -1;
 }
 
 namespace {
@@ -70,7 +83,7 @@ public:
             int yes = 1;
             setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
         });
-        svr.set_read_timeout(60, 0);
+        svr.set_read_timeout(time_t(o_.read_timeout_seconds), long(std::fmod(o_.read_timeout_seconds, 1.0) * 1e6));
         svr.set_write_timeout(60, 0);
         svr.set_keep_alive_timeout(5);
         // Responses go out as a header write and a body write: with Nagle's algorithm the body waits for the client's
@@ -150,6 +163,7 @@ public:
                               " (address in use, or not an address of this machine)");
         std::printf("qasr serve: listening on http://%s:%d\n", o_.host.c_str(), port);
         std::fflush(stdout);
+        ctl.set_port(port); // bound and listening: connections wait in the backlog until the accept loop runs
         ctl.set_stopper([&svr] { svr.stop(); });
         if (!ctl.stopped()) svr.listen_after_bind();
         ctl.set_stopper(nullptr);
@@ -163,7 +177,7 @@ private:
         bool streamed = false;
         const std::string err = guarded(res, [&] {
             const Upload u = read_upload(req);
-            const Fields r = parse_fields(u.fields, o_.defaults, o_.max_prompt_bytes);
+            const Fields r = parse_fields(u.fields, o_);
             if (r.words && !o_.aligner)
                 throw HttpError(400, "word timestamps need a forced aligner: start the server with --aligner DIR "
                                      "(Qwen3-ForcedAligner); timestamp_granularities[]=segment works without");

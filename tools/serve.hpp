@@ -3,6 +3,7 @@
 #pragma once
 #include "qasr/qasr.hpp"
 
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <mutex>
@@ -19,8 +20,12 @@ struct ServeOptions {
     double max_audio_seconds = 3600; // longer audio is answered 413 (checked while decoding)
     size_t max_prompt_bytes = 4096;  // a longer prompt/context field is answered 400 (a prefill over a huge context
                                      // would hold a slot for minutes)
+    int max_new_tokens = 0;          // > 0: a request's max_new_tokens above this is answered 400 (0: up to the
+                                     // model's positions); the automatic cap ⌈seconds·20⌉+64 is not limited by it
     int max_streams = 16;            // live streams open at once (POST /v1/streams); more are answered 503
     double stream_idle_seconds = 60; // a stream without a request for this long is dropped
+    double read_timeout_seconds = 60; // a request whose bytes stop arriving for this long is dropped (the fuzz target
+                                      // shortens it: an input that never completes its request costs that long)
     std::string cors_origin;         // non-empty: CORS headers for this origin ("*" for any), preflights answered
     std::string api_key;             // non-empty: /v1/* and /inference need "Authorization: Bearer KEY"
     TranscribeOptions defaults;      // language, context, ITN for requests that do not set them
@@ -37,9 +42,15 @@ public:
     void stop();
     bool stopped() const;
     void set_stopper(std::function<void()> f); // run_server's: stops the HTTP server
+    // The port run_server listens on (ServeOptions::port 0: the one the system chose); waits up to `seconds` for
+    // it to bind and returns -1 if it has not by then (in-process clients: tests, the server's fuzz target).
+    int wait_port(double seconds) const;
+    void set_port(int port); // run_server's, once bound
 
 private:
     mutable std::mutex m_;
+    mutable std::condition_variable cv_;
+    int port_ = 0;
     bool stop_ = false;
     std::function<void()> stopper_;
 };

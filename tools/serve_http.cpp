@@ -199,9 +199,10 @@ double to_number(const std::string& field, const std::string& v, double lo, doub
     return x;
 }
 
-Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults, size_t max_prompt_bytes) {
+Fields parse_fields(const std::map<std::string, std::string>& f, const ServeOptions& o) {
     Fields r;
-    r.opts = defaults;
+    r.opts = o.defaults;
+    const size_t max_prompt_bytes = o.max_prompt_bytes;
     auto get = [&](const char* k) -> const std::string* {
         const auto it = f.find(k);
         return it == f.end() ? nullptr : &it->second;
@@ -262,8 +263,12 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const Transcrib
         throw HttpError(400, "field 'beam_size' decodes without sampling: it needs temperature 0");
     if (const auto* v = get("top_p")) r.opts.decode.top_p = float(to_number("top_p", *v, 1e-6, 1));
     if (const auto* v = get("seed")) r.opts.decode.seed = uint64_t(to_number("seed", *v, 0, 9007199254740992.0));
-    if (const auto* v = get("max_new_tokens"))
+    if (const auto* v = get("max_new_tokens")) {
         r.opts.decode.max_new_tokens = int(to_number("max_new_tokens", *v, 1, 100000));
+        if (o.max_new_tokens > 0 && r.opts.decode.max_new_tokens > o.max_new_tokens)
+            throw HttpError(400, "field 'max_new_tokens' is " + *v + ", more than this server allows (" +
+                                     std::to_string(o.max_new_tokens) + ", --max-new-tokens)");
+    }
     if (const auto* v = get("itn")) r.opts.itn = to_bool("itn", *v);
     if (const auto* v = get("language_only")) { // language identification: decoding stops at the language tag
         r.opts.language_only = to_bool("language_only", *v);

@@ -2,6 +2,7 @@
 // client errors as exceptions with their status, the admission gate, request fields → options, result → response.
 #pragma once
 #include "commands.hpp"
+#include "serve.hpp"
 #include "qasr/qasr.hpp"
 
 #include <httplib.h>
@@ -78,9 +79,9 @@ struct Fields {
 // OpenAI's fields (language, prompt, response_format, temperature, stream) and qasr's (itn, max_new_tokens, top_p, seed,
 // ignore_eos, context, segment_seconds, language_only, beam_size, length_penalty); unknown fields are ignored (e.g. `model`). response_format srt and vtt
 // segment the audio (segment_seconds, 10 unless given).
-// A prompt/context field over max_prompt_bytes is a 400.
-Fields parse_fields(const std::map<std::string, std::string>& f, const TranscribeOptions& defaults,
-                    size_t max_prompt_bytes = std::string::npos);
+// Starts from the server's defaults (ServeOptions::defaults); a prompt/context field over o.max_prompt_bytes and a
+// max_new_tokens over o.max_new_tokens (when set) are 400s.
+Fields parse_fields(const std::map<std::string, std::string>& f, const ServeOptions& o);
 bool to_bool(const std::string& field, const std::string& v);
 double to_number(const std::string& field, const std::string& v, double lo, double hi);
 

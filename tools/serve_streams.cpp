@@ -81,7 +81,7 @@ void StreamRoutes::sweep() { // streams idle for longer than the limit (and not 
 
 void StreamRoutes::create(const httplib::Request& req, httplib::Response& res) {
     const Upload u = read_upload(req, false);
-    const Fields f = parse_fields(u.fields, o_.defaults, o_.max_prompt_bytes);
+    const Fields f = parse_fields(u.fields, o_);
     StreamOptions so;
     so.language = f.opts.language;
     so.context = f.opts.context;
@@ -136,7 +136,7 @@ void StreamRoutes::audio(const httplib::Request& req, httplib::Response& res) {
 
 void StreamRoutes::finish(const httplib::Request& req, httplib::Response& res) {
     const Upload u = read_upload(req, false);
-    const Fields f = parse_fields(u.fields, o_.defaults, o_.max_prompt_bytes); // response_format
+    const Fields f = parse_fields(u.fields, o_); // response_format
     auto e = find(req.matches[1], true);
     e->st.interrupt(); // push-to-talk: a push still running on another connection stops at its next stage boundary
     std::lock_guard<std::mutex> lk(e->m);

@@ -17,7 +17,7 @@ namespace {
 class Serve : public testing::Test {
 protected:
     static void SetUpTestSuite() {
-        if (fs::exists(kDemo + "/tokenizer.json")) server_ = new ServerProcess({"--max-audio-seconds", "20", "--max-body-mb", "2"});
+        if (fs::exists(kDemo + "/tokenizer.json")) server_ = new ServerProcess({"--max-audio-seconds", "20", "--max-body-mb", "2", "--max-new-tokens", "400"});
     }
     static void TearDownTestSuite() {
         delete server_;
@@ -159,6 +159,9 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
     cases.push_back({post_file(c, en_, {{"itn", "maybe", "", ""}}), 400, "true or false"});
     cases.push_back({post_file(c, en_, {{"ignore_eos", "true", "", ""}}), 400, "needs 'max_new_tokens'"});
     cases.push_back({post_file(c, en_, {{"prompt", std::string(5000, 'a'), "", ""}}), 400, "--max-prompt-bytes"});
+    // a token cap above the operator's --max-new-tokens (here 400; 400 itself is taken: below the loop)
+    cases.push_back({post_file(c, en_, {{"max_new_tokens", "401", "", ""}, {"ignore_eos", "true", "", ""}}), 400,
+                     "more than this server allows (400, --max-new-tokens)"});
     // numbers out of their range, not finite, overflowing or with trailing bytes: each names its field and range
     for (const auto& [field, value] : std::vector<std::pair<const char*, const char*>>{
              {"temperature", "nan"}, {"temperature", "inf"}, {"max_new_tokens", "1e400"}, {"max_new_tokens", "0"},
@@ -181,6 +184,9 @@ TEST_F(Serve, BadRequestsGetTheirStatusAndTheServerKeepsServing) {
         EXPECT_EQ(k.r->status, k.status) << k.says << ": " << k.r->body;
         EXPECT_NE(error_message(k.r).find(k.says), std::string::npos) << error_message(k.r);
     }
+    const auto at_limit = post_file(c, en_, {{"max_new_tokens", "400", "", ""}});
+    ASSERT_TRUE(at_limit);
+    EXPECT_EQ(at_limit->status, 200) << at_limit->body;
     // 25 s of audio (limit 20 s) in a 0.8 MB WAV: refused as too long
     std::string longwav = en_.substr(0, 44);
     const uint32_t data_bytes = 25u * 16000u * 2u;

@@ -2,6 +2,7 @@
 // changes, truncation, splices) for a fixed number of iterations and feeds them to LLVMFuzzerTestOneInput.
 // A crash, a sanitizer report or a trap fails the ctest. `qasr_fuzz_driver --seeds DIR` writes the seeds as files
 // instead: the corpus a libFuzzer run starts from (`qasr_fuzz DIR`).
+#include "fuzz_http.hpp"
 #include "fuzz_model.hpp"
 
 #include <cstdint>
@@ -60,10 +61,11 @@ std::vector<std::vector<uint8_t>> seeds() {
                                        "\x00\x00\x00\x00\x01\x13OpusHead\x01\x01\x38\x01\x80\x3e\x00\x00\x00\x00\x00", 47)));
     for (auto& m : qasr_fuzz::model_dir_seeds(10)) out.push_back(std::move(m)); // whole checkpoints: slow, run rarely
     for (auto& m : qasr_fuzz::stream_seeds(11)) out.push_back(std::move(m));    // streams: slower still
+    for (auto& m : qasr_fuzz::http_seeds(12)) out.push_back(std::move(m));      // requests to a live server
     return out;
 }
 
-constexpr uint8_t kModelTarget = 10, kStreamTarget = 11;
+constexpr uint8_t kModelTarget = 10, kStreamTarget = 11, kHttpTarget = 12;
 
 } // namespace
 
@@ -90,13 +92,19 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "a seed of the stream target does not run\n");
             return 1;
         }
+        if (s[0] == kHttpTarget && !qasr_fuzz::http(s.data() + 1, s.size() - 1)) {
+            std::fprintf(stderr, "a seed of the HTTP target does not run\n");
+            return 1;
+        }
     }
-    long model_inputs = 0, model_runs = 0, streams = 0;
+    long model_inputs = 0, model_runs = 0, streams = 0, requests = 0;
     if (!models) std::printf("no tokenizer (scripts/setup_tokenizer.sh): the tokenizer and model targets are off\n");
     for (long it = 0; it < iterations; ++it) {
         // a model directory is loaded and run (~10-100 ms): one round in 50 includes those seeds
         const uint8_t t = base[size_t(it) % base.size()][0];
-        if ((t == kModelTarget && (it / long(base.size())) % 50 != 0) || (t == kStreamTarget && (it / long(base.size())) % 500 != 0))
+        // (an HTTP input: a few loopback requests, some of them transcriptions — one round in 50)
+        if ((t == kModelTarget && (it / long(base.size())) % 50 != 0) || (t == kStreamTarget && (it / long(base.size())) % 500 != 0) ||
+            (t == kHttpTarget && (it / long(base.size())) % 50 != 0))
             continue;
         std::vector<uint8_t> x = base[size_t(it) % base.size()];
         if (x[0] == kModelTarget && rng() % 4 != 0) { // mostly structural edits (fuzz_model.cpp), else bytes
@@ -126,11 +134,13 @@ int main(int argc, char** argv) {
             model_runs += qasr_fuzz::model_dir(x.data() + 1, x.size() - 1);
         } else if (x[0] == kStreamTarget) {
             streams += qasr_fuzz::stream(x.data() + 1, x.size() - 1);
+        } else if (x[0] == kHttpTarget) {
+            requests += qasr_fuzz::http(x.data() + 1, x.size() - 1);
         } else {
             LLVMFuzzerTestOneInput(x.data(), x.size());
         }
     }
     std::printf("%ld mutated inputs, no crash (model directories: %ld, of which %ld loaded and transcribed; streams "
-                "run: %ld)\n", iterations, model_inputs, model_runs, streams);
+                "run: %ld; HTTP inputs sent: %ld)\n", iterations, model_inputs, model_runs, streams, requests);
     return 0;
 }

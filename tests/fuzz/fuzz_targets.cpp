@@ -1,9 +1,10 @@
 // Fuzz targets for the parsers of untrusted bytes: safetensors headers, WAV files, config.json, tokenizer input,
 // tokenizer.json files, encoded audio from memory (the `qasr serve` upload path: WAV or FFmpeg), transcripts for
 // the aligner, generated token ids (the streamed text), model output text (parsing, subtitles, terminal lines) and
-// whole model directories and live streams (fuzz_model.cpp).
+// whole model directories and live streams (fuzz_model.cpp), and raw HTTP requests to `qasr serve` (fuzz_http.cpp).
 // Built as libFuzzer binaries with -DQASR_FUZZ=ON (clang), and in every build as a deterministic mutation
 // driver (fuzz_driver.cpp) that ctest runs.
+#include "fuzz_http.hpp"
 #include "fuzz_model.hpp"
 
 #include "audio/audio.hpp"
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -127,7 +129,9 @@ void output_text(const std::string& bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
     g_input = data, g_size = size;
-    const uint8_t which = data[0] % 12;
+    // QASR_FUZZ_TARGET=N: every input goes to target N (a campaign on one target; its first byte is still skipped)
+    static const int only = std::getenv("QASR_FUZZ_TARGET") ? std::atoi(std::getenv("QASR_FUZZ_TARGET")) : -1;
+    const uint8_t which = only >= 0 ? uint8_t(only % 13) : data[0] % 13;
     ++data;
     --size;
     try {
@@ -189,6 +193,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 9: output_text(std::string(reinterpret_cast<const char*>(data), size)); break;
         case 10: qasr_fuzz::model_dir(data, size); break;
         case 11: qasr_fuzz::stream(data, size); break;
+        case 12: qasr_fuzz::http(data, size); break;
         }
     } catch (const qasr::Error&) {
     }
