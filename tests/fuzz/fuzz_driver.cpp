@@ -1,7 +1,8 @@
 // Deterministic stand-in for libFuzzer (any compiler): mutates seed inputs of each target (bit flips, byte
 // changes, truncation, splices) for a fixed number of iterations and feeds them to LLVMFuzzerTestOneInput.
 // A crash, a sanitizer report or a trap fails the ctest. `qasr_fuzz_driver --seeds DIR` writes the seeds as files
-// instead: the corpus a libFuzzer run starts from (`qasr_fuzz DIR`).
+// instead: the corpus a libFuzzer run starts from (`qasr_fuzz DIR`); `qasr_fuzz_driver --run FILE...` runs the given
+// inputs (a libFuzzer crash file, reproduced without clang).
 #include "fuzz_http.hpp"
 #include "fuzz_model.hpp"
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -70,6 +72,19 @@ constexpr uint8_t kModelTarget = 10, kStreamTarget = 11, kHttpTarget = 12;
 } // namespace
 
 int main(int argc, char** argv) {
+    if (argc > 2 && std::string(argv[1]) == "--run") { // reproduce: run the given inputs (e.g. a libFuzzer crash file)
+        for (int i = 2; i < argc; ++i) {
+            std::ifstream f(argv[i], std::ios::binary);
+            const std::vector<uint8_t> x((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+            if (!f.good() && !f.eof()) {
+                std::fprintf(stderr, "cannot read %s\n", argv[i]);
+                return 1;
+            }
+            LLVMFuzzerTestOneInput(x.data(), x.size());
+            std::printf("%s: ran, no crash\n", argv[i]);
+        }
+        return 0;
+    }
     if (argc > 2 && std::string(argv[1]) == "--seeds") {
         const auto base = seeds();
         for (size_t i = 0; i < base.size(); ++i)

@@ -196,10 +196,19 @@ bool http(const uint8_t* data, size_t size) {
         for (size_t at; (at = req.find("{ID}")) != std::string::npos;) req.replace(at, 4, last_id);
         if (req.empty()) continue;
         bool timed_out = false;
+        const auto t0 = std::chrono::steady_clock::now();
         const std::string reply = exchange(s->port, req, timed_out);
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         static const bool trace = std::getenv("QASR_FUZZ_HTTP_TRACE") != nullptr; // each exchange on stderr
-        if (trace) std::fprintf(stderr, "--- %zu bytes sent:\n%.300s\n--- %zu bytes back:\n%.600s\n", req.size(), req.c_str(), reply.size(), reply.c_str());
-        if (timed_out) http_fail("no answer within 60 s", req, reply);
+        if (trace) std::fprintf(stderr, "--- %zu bytes sent:\n%.300s\n--- %zu bytes back in %.0f ms:\n%.600s\n", req.size(), req.c_str(),
+                              reply.size(), ms, reply.c_str());
+        if (timed_out) { // with the server's own account of its slots (running, waiting, streams)
+            bool t2 = false;
+            const std::string h = exchange(s->port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", t2);
+            if (std::getenv("QASR_FUZZ_HTTP_GDB")) // every thread's stack, to see where the server waits
+                std::system(("gdb -p " + std::to_string(getpid()) + " -batch -ex 'thread apply all bt' >&2").c_str());
+            http_fail("no answer within 60 s", req, reply + "\n--- GET /health then:\n" + h);
+        }
         if (reply.find("HTTP/1.1 500 ") != std::string::npos) http_fail("a 500 (an unexpected exception)", req, reply);
         std::string body;
         const int status = first_status(reply, body);
