@@ -139,6 +139,7 @@ std::string exchange(int port, const std::string& req, bool& timed_out) {
     }
     for (size_t sent = 0; sent < req.size();) {
         const ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break; // the server answered early (413) and closed: read what it said
         sent += size_t(n);
     }
@@ -150,11 +151,15 @@ std::string exchange(int port, const std::string& req, bool& timed_out) {
         const bool whole = has_whole_response(reply, head_request);
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, whole ? 20 : int(std::max<int64_t>(0, left.count()))) <= 0) {
+        // (EINTR: libFuzzer's -timeout alarm is a SIGALRM to the process, and any thread may take it)
+        const int ready = poll(&p, 1, whole ? 20 : int(std::max<int64_t>(0, left.count())));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready <= 0) {
             timed_out = !whole;
             break;
         }
         const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break; // closed (or reset)
         reply.append(buf, size_t(n));
     }
