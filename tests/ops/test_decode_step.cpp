@@ -265,7 +265,12 @@ TEST(Kernels, LongPassInRowBlocksEqualsOnePass) {
             EXPECT_TRUE(h1.data == h2.data) << "hidden states differ by " << max_diff(h1.data, h2.data);
             EXPECT_TRUE(cache_bytes(one) == cache_bytes(blocks)) << "KV caches differ";
         } else {
-            EXPECT_LT(max_diff(h1.data, h2.data), 1e-5);
+            // float32 rounding carried through the layers: within 64 ulps of the largest hidden value (sgemm's tiles
+            // of W set which sums round where; an error of the blocked path — a wrong KV offset, a skipped row — is
+            // of the values' own size)
+            double peak = 0;
+            for (const float h : h1.data) peak = std::max(peak, double(std::fabs(h)));
+            EXPECT_LT(max_diff(h1.data, h2.data), 64.0 * std::ldexp(peak, -23)) << "largest |h| " << peak;
         }
         const Tensor s1 = dec.forward(dec.embed({5}), one), s2 = dec.forward(dec.embed({5}), blocks);
         if (exact) {

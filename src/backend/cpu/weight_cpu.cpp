@@ -392,7 +392,13 @@ void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
         return;
     }
 #endif
-    const int64_t nb = std::max<int64_t>(16, std::min<int64_t>((N + 15) / 16 * 16, (int64_t(1) << 17) / K / 16 * 16));
+    // Tiles of up to 2 MB of float32 (a multiple of 16 rows), and at least 2 per thread. sgemm packs all of x for
+    // every tile, so small tiles repack x over and over (with 512 KB tiles a K = 3584 matrix had 32-row tiles: x
+    // packed 28 times; sgemm_oncopy was 13 % of the prefill's profile). Zen 2, 2 threads, 0.6B, 11 s: encoder 1130 →
+    // 930 ms, prefill 1185 → 1150 ms against 512 KB tiles (4 MB tiles: slower again). QASR_TILE=floats: A/B.
+    static const int64_t tile_floats = std::getenv("QASR_TILE") ? std::atoll(std::getenv("QASR_TILE")) : (int64_t(1) << 19);
+    const int64_t per_thread = (N + 2 * num_threads() - 1) / (2 * num_threads());
+    const int64_t nb = std::max<int64_t>(16, std::min({(N + 15) / 16 * 16, tile_floats / K / 16 * 16, (per_thread + 15) / 16 * 16}));
     const int64_t tiles = (N + nb - 1) / nb;
     const int nt = int(std::min<int64_t>(num_threads(), tiles));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
