@@ -202,7 +202,6 @@ double to_number(const std::string& field, const std::string& v, double lo, doub
 Fields parse_fields(const std::map<std::string, std::string>& f, const ServeOptions& o) {
     Fields r;
     r.opts = o.defaults;
-    const size_t max_prompt_bytes = o.max_prompt_bytes;
     auto get = [&](const char* k) -> const std::string* {
         const auto it = f.find(k);
         return it == f.end() ? nullptr : &it->second;
@@ -217,9 +216,9 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const ServeOpti
     for (const char* k : {"prompt", "context"}) {
         const auto* v = get(k);
         if (!v) continue;
-        if (v->size() > max_prompt_bytes)
+        if (v->size() > o.max_prompt_bytes)
             throw HttpError(400, "field '" + std::string(k) + "' is " + std::to_string(v->size()) +
-                                     " bytes, more than this server takes (" + std::to_string(max_prompt_bytes) +
+                                     " bytes, more than this server takes (" + std::to_string(o.max_prompt_bytes) +
                                      ", --max-prompt-bytes)");
         r.opts.context = *v;
     }
