@@ -18,17 +18,15 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <cerrno>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <memory>
 #include <regex>
 #include <string>
 #include <thread>
@@ -93,6 +91,7 @@ Running* server() {
 }
 
 const std::string kNext = "\n@@@\n"; // between the requests of an input that go on connections of their own
+const std::string kHealth = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
 
 // Whether `reply` holds at least one whole final response (1xx ones skipped): its head and, by Content-Length or
 // chunked framing, its body (none after a HEAD, a 204 or a 304). A response framed by the connection's close is
@@ -209,7 +208,7 @@ bool http(const uint8_t* data, size_t size) {
                               reply.size(), ms, reply.c_str());
         if (timed_out) { // with the server's own account of its slots (running, waiting, streams)
             bool t2 = false;
-            const std::string h = exchange(s->port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", t2);
+            const std::string h = exchange(s->port, kHealth, t2);
             if (std::getenv("QASR_FUZZ_HTTP_GDB")) // every thread's stack, to see where the server waits
                 std::system(("gdb -p " + std::to_string(getpid()) + " -batch -ex 'thread apply all bt' >&2").c_str());
             http_fail("no answer within 60 s", req, reply + "\n--- GET /health then:\n" + h);
@@ -227,7 +226,7 @@ bool http(const uint8_t* data, size_t size) {
         if (std::regex_search(reply, m, id_re)) last_id = m[1];
     }
     bool timed_out = false;
-    const std::string health = exchange(s->port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timed_out);
+    const std::string health = exchange(s->port, kHealth, timed_out);
     if (health.rfind("HTTP/1.1 200 ", 0) != 0) http_fail("the server no longer answers GET /health", in, health);
     return true;
 }
