@@ -3,6 +3,7 @@
 // under avx512, the others check the fallbacks).
 #include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/tiling.hpp"
 #include "core/dtype.hpp"
 #include "ops/ops.hpp"
 #include "ops/vector_ops.hpp"
@@ -129,9 +130,27 @@ TEST(Kernels, SiluMulFastMatchesSiluMul) {
     }
 }
 
+// The tile height that leaves the busiest thread the fewest rows, ties to the taller tile.
+TEST(Kernels, BalancedTileRows) {
+    using cpu::balanced_tile_rows;
+    EXPECT_EQ(balanced_tile_rows(1024, 16, 128, 32), 64);  // 16 tiles, not 8 (half the team idle)
+    EXPECT_EQ(balanced_tile_rows(1024, 8, 128, 32), 128);  // 8 tiles: one each
+    EXPECT_EQ(balanced_tile_rows(1024, 2, 128, 32), 128);  // every height gives 512 rows: the tallest
+    EXPECT_EQ(balanced_tile_rows(896, 2, 128, 32), 64);    // 14 tiles, 448 rows each (128: 7 tiles, 512)
+    EXPECT_EQ(balanced_tile_rows(896, 16, 128, 32), 64);   // 64 rows each (14 tiles; 32-row tiles tie)
+    EXPECT_EQ(balanced_tile_rows(3584, 16, 128, 32), 32);  // 112 tiles, 7 each: 224 rows (64 and 128: 256)
+    EXPECT_EQ(balanced_tile_rows(3072, 16, 64, 32), 64);   // 48 tiles, 3 each
+    const int64_t qkv[] = {2048, 1024, 1024};
+    EXPECT_EQ(balanced_tile_rows(qkv, 3, 16, 128, 32), 128); // 32 tiles, 2 each
+    EXPECT_EQ(balanced_tile_rows(qkv, 3, 12, 128, 32), 32);  // 352 rows (128: 384)
+    EXPECT_EQ(balanced_tile_rows(20, 4, 128, 32), 32);     // fewer rows than a tile
+    EXPECT_EQ(balanced_tile_rows(1000, 0, 128, 32), 128);  // no team: one thread
+}
+
 // linear_multi_rows gives what ops::linear gives on each matrix, bit for bit (the decoder's bf16 scope; x packed
 // once, one tile list over all matrices): 8- and 4-bit matrices of odd row counts (tiles of 128 rows with a tail),
-// row counts of x on both sides of the 32-row blocking, 1 and 2 threads.
+// row counts of x on both sides of the 32-row blocking, 1, 2, 3 and 16 threads (tiles of 128, 96, 64 and 32 rows:
+// cpu/tiling.hpp).
 TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
     const int64_t K = 256;
@@ -163,7 +182,7 @@ TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
         m.w.biases = m.b.data();
     }
     ops::Bf16GemmScope scope(true);
-    for (const int threads : {1, 2})
+    for (const int threads : {1, 2, 3, 16})
         for (const int64_t M : {2, 17, 33, 70}) {
             ops::set_num_threads(threads);
             const auto x = qasr::test::randn(size_t(M * K), uint32_t(M), 1.0f);
@@ -187,7 +206,7 @@ TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
 // linear_swiglu_rows is linear_multi_rows on gate and up followed by silu_mul_fast, bit for bit (under avx512 with
 // AMX the fused kernel, otherwise that very sequence): 8- and 4-bit pairs, group sizes 64 and 32, K = 256 and 96
 // (a partial column chunk), row counts with a tail of the 64-row tiles and of the 32-row blocks, x row counts on
-// both sides of the 32-row blocking (and 1: the matrix-vector path), 1 and 2 threads.
+// both sides of the 32-row blocking (and 1: the matrix-vector path), 1, 2, 3 and 16 threads.
 TEST(Kernels, LinearSwigluRowsEqualsProductsThenSiluMulFast) {
     if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
     struct Case {
@@ -217,7 +236,7 @@ TEST(Kernels, LinearSwigluRowsEqualsProductsThenSiluMulFast) {
             w[i].biases = b[i].data();
         }
         ops::Bf16GemmScope scope(true);
-        for (const int threads : {1, 2})
+        for (const int threads : {1, 2, 3, 16})
             for (const int64_t M : {1, 2, 17, 33, 70}) {
                 ops::set_num_threads(threads);
                 const auto x = qasr::test::randn(size_t(M * c.K), uint32_t(M * 3 + c.N), 1.0f);

@@ -1,6 +1,7 @@
 // ops::linear_multi_rows (ops/vector_ops.hpp): several quantized matrices of one input in one pass over the thread
-// team. x is packed for the bf16 products (AMX tiles or AVX512-BF16 vectors) once (not once per matrix) and the 128-row tiles of every matrix form one
-// dynamically scheduled list, so the team meets one barrier instead of one per matrix and the last tiles of one
+// team. x is packed for the bf16 products (AMX tiles or AVX512-BF16 vectors) once (not once per matrix) and the
+// tiles (up to 128 rows, their height balanced over the team: cpu/tiling.hpp) of every matrix form one dynamically
+// scheduled list, so the team meets one barrier instead of one per matrix and the last tiles of one
 // matrix overlap the first of the next. Each tile runs cpu::bf16_q_gemm_rows as ops::linear does, whose rows do not
 // depend on the tiling: the same values as one ops::linear per matrix.
 #include "ops/vector_ops.hpp"
@@ -10,6 +11,7 @@
 #include "backend/cpu/kernels.hpp"
 #ifdef QASR_HAVE_AMX
 #include "backend/cpu/bf16_gemm.hpp"
+#include "backend/cpu/tiling.hpp"
 #endif
 
 #include <algorithm>
@@ -31,12 +33,12 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
             size_t m;
             int64_t n0, rows;
         };
+        std::vector<int64_t> rows;
+        for (size_t i = 0; i < count; ++i) rows.push_back(Ws[i]->rows);
+        const int64_t nb = cpu::tile_balance_off() ? 128 : cpu::balanced_tile_rows(rows.data(), rows.size(), num_threads(), 128, 32);
         std::vector<Tile> tiles;
-        for (size_t i = 0; i < count; ++i) {
-            const int64_t N = Ws[i]->rows;
-            for (int64_t n0 = 0; n0 < N; n0 += 128)
-                tiles.push_back({i, n0, std::min<int64_t>(128, N - n0)});
-        }
+        for (size_t i = 0; i < count; ++i)
+            for (int64_t n0 = 0; n0 < rows[i]; n0 += nb) tiles.push_back({i, n0, std::min<int64_t>(nb, rows[i] - n0)});
         thread_local std::vector<uint16_t> xbuf;
         xbuf.resize(cpu::bf16_packed_x_size(M, K));
         cpu::Bf16PackedX px;
@@ -70,13 +72,14 @@ void linear_swiglu_rows(const float* x, int64_t M, const WeightMatrix& gate, con
         const cpu::QMatrixRef g{static_cast<const uint8_t*>(gate.data), gate.scales, gate.biases, gate.bits,
                                 gate.group_size};
         const cpu::QMatrixRef u{static_cast<const uint8_t*>(up.data), up.scales, up.biases, up.bits, up.group_size};
-        // 64-row tiles (each runs both matrices: the work of two 64-row tiles of linear_multi_rows)
-        const int64_t tiles = (N + 63) / 64;
+        // up to 64 rows a tile (each runs both matrices: the work of two such tiles of linear_multi_rows), balanced
+        const int64_t nb = cpu::tile_balance_off() ? 64 : cpu::balanced_tile_rows(N, num_threads(), 64, 32);
+        const int64_t tiles = (N + nb - 1) / nb;
         const int nt = int(std::min<int64_t>(num_threads(), tiles));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (int64_t t = 0; t < tiles; ++t) {
-            const int64_t n0 = t * 64;
-            cpu::bf16_q_swiglu_rows(g, u, K, n0, std::min<int64_t>(64, N - n0), px, h + n0, N);
+            const int64_t n0 = t * nb;
+            cpu::bf16_q_swiglu_rows(g, u, K, n0, std::min<int64_t>(nb, N - n0), px, h + n0, N);
         }
         return;
     }

@@ -4,6 +4,7 @@
 #include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/gemv.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/tiling.hpp"
 #include "core/error.hpp"
 #include "ops/ops.hpp"
 #include "ops/weight.hpp"
@@ -315,8 +316,9 @@ void bf16_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     xbuf.resize(cpu::bf16_packed_x_size(M, K));
     cpu::Bf16PackedX px;
     cpu::bf16_pack_x(x, M, K, xbuf.data(), px);
-    // 128-row tiles, or 64 when that leaves too few tiles to balance the team (e.g. N = 896 → 14 tiles).
-    const int64_t nbt = (N + 127) / 128 >= 4 * int64_t(num_threads()) ? 128 : 64;
+    // up to 128 rows a tile, balanced over the team (cpu/tiling.hpp: N = 896 on 2 threads → 64, 1024 on 16 → 64)
+    const int64_t nbt = cpu::tile_balance_off() ? ((N + 127) / 128 >= 4 * int64_t(num_threads()) ? 128 : 64)
+                                                : cpu::balanced_tile_rows(N, num_threads(), 128, 32);
     const int64_t tiles = (N + nbt - 1) / nbt;
     const int nt = int(std::min<int64_t>(num_threads(), tiles));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
@@ -397,7 +399,9 @@ void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     // packed 28 times; sgemm_oncopy was 13 % of the prefill's profile). Zen 2, 2 threads, 0.6B, 11 s: encoder 1130 →
     // 930 ms, prefill 1185 → 1150 ms against 512 KB tiles (4 MB tiles: slower again). QASR_TILE=floats: A/B.
     static const int64_t tile_floats = std::getenv("QASR_TILE") ? std::atoll(std::getenv("QASR_TILE")) : (int64_t(1) << 19);
-    const int64_t per_thread = (N + 2 * num_threads() - 1) / (2 * num_threads());
+    // QASR_TILES_PER_THREAD=n (A/B only): the least number of tiles per thread (default 2)
+    static const int64_t per = std::getenv("QASR_TILES_PER_THREAD") ? std::max(1, std::atoi(std::getenv("QASR_TILES_PER_THREAD"))) : 2;
+    const int64_t per_thread = (N + per * num_threads() - 1) / (per * num_threads());
     const int64_t nb = std::max<int64_t>(16, std::min({(N + 15) / 16 * 16, tile_floats / K / 16 * 16, (per_thread + 15) / 16 * 16}));
     const int64_t tiles = (N + nb - 1) / nb;
     const int nt = int(std::min<int64_t>(num_threads(), tiles));
