@@ -5,6 +5,7 @@
 #include "commands.hpp"
 
 #include "audio/audio.hpp"
+#include "backend/cpu/blas_core.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/timer.hpp"
 #include "model/model.hpp"
@@ -415,6 +416,7 @@ int cmd_bench(int argc, char** argv) {
                                      : model->weights.dec.bf16_compute && std::string(ops::bf16_gemm_engine()) != "none"
                                          ? std::string("bf16 ") + ops::bf16_gemm_engine()
                                          : std::string("f32")},
+                        {"blas_core", cpu::blas_core()}, // OpenBLAS's kernel family (the float32 products)
                         {"threads", ops::num_threads()},
                         {"audio_seconds", double(audio.size()) / 16000.0},
                         {"runs", runs},

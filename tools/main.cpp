@@ -3,6 +3,7 @@
 #include "cmd_itn.hpp"
 #include "commands.hpp"
 
+#include "backend/cpu/blas_core.hpp"
 #include "core/error.hpp"
 #include "qasr/qasr.hpp"
 
@@ -51,11 +52,22 @@ int main(int argc, char** argv) {
     // libgomp reads its spin-wait budget when it loads, before main: by default an idle worker spins for ~300k
     // iterations (milliseconds) before sleeping, which on a machine shared with other busy processes makes every
     // parallel region of the decode wait for descheduled spinners (2–5× slower decode measured on the 2-core
-    // benchmark machine under load). Unless the user chose a policy, re-run once with a short spin.
+    // benchmark machine under load). Unless the user chose a policy, re-run once with a short spin — 10k on up to 7
+    // cores, 100k from 8: on 16 cores the short spin's sleeps and wake-ups cost 10–15 % of a transcription (16-core
+    // Xeon, 0.6B 8-bit, 11 s: 350 ms against 297–323 ms with 100k or 300k; docs/benchmarks.md, session 33).
+    bool rerun = false;
     if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY")) {
-        ::setenv("GOMP_SPINCOUNT", "10000", 1);
-        ::execv("/proc/self/exe", argv); // on failure, carry on with the default policy
+        ::setenv("GOMP_SPINCOUNT", ::sysconf(_SC_NPROCESSORS_ONLN) >= 8 ? "100000" : "10000", 1);
+        rerun = true;
     }
+    // OpenBLAS chose its kernels when it loaded, from the CPU model: a model newer than the library gets its pre-AVX
+    // (Prescott) kernels, ~3x slower float32 products (backend/cpu/blas_core.hpp). Unless the user chose, re-run
+    // with its AVX-512 or AVX2 family.
+    if (const std::string core = qasr::cpu::blas_core_advice(); !core.empty()) {
+        ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+        rerun = true;
+    }
+    if (rerun) ::execv("/proc/self/exe", argv); // on failure, carry on as loaded
     if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
         std::fputs(kUsage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

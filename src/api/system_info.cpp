@@ -1,11 +1,13 @@
 // qasr::system_info() / qasr_system_info(): the version, what this build has and what it finds on this machine —
 // the lines to paste into a bug report (`qasr version`).
 #include "audio/audio.hpp"
+#include "backend/cpu/blas_core.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/device.hpp"
 #include "ops/ops.hpp"
 #include "qasr/qasr.hpp"
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -38,11 +40,15 @@ std::string system_info() {
     s += "no";
 #endif
     s += std::string(", FFmpeg decoding ") + (ffmpeg_available() ? "yes" : "no") + ", OpenBLAS ";
-#ifdef QASR_HAVE_OPENBLAS
-    s += "yes";
-#else
-    s += "no";
-#endif
+    if (const std::string core = cpu::blas_core(); core.empty()) {
+        s += "no";
+    } else {
+        // its kernel family; OPENBLAS_CORETYPE when set (the qasr command sets it where OpenBLAS does not know the CPU)
+        const char* forced = std::getenv("OPENBLAS_CORETYPE");
+        const std::string advice = cpu::blas_core_advice();
+        s += "yes (" + core + " kernels" + (forced ? std::string(", OPENBLAS_CORETYPE=") + forced : "") +
+             (advice.empty() ? "" : "; a CPU it does not know: OPENBLAS_CORETYPE=" + advice + " is faster") + ")";
+    }
     const char* bf16 = ops::bf16_gemm_engine();
     s += "\ncpu: " + cpu_model() + ", " + std::to_string(ops::num_threads()) + " threads, kernels " +
          cpu::kernels().name + " (QASR_ISA forces one), bf16 products " +

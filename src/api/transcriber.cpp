@@ -1,4 +1,5 @@
 // Transcriber: the public front door over Model (shared, immutable) and Session (one per call).
+#include "backend/cpu/blas_core.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <random>
 
 namespace qasr {
@@ -47,6 +49,13 @@ void check_load_options(const LoadOptions& opts) {
     if (opts.compute != "auto" && opts.compute != "bf16" && opts.compute != "f32")
         fail("options", "compute must be auto, bf16 or f32, got \"" + opts.compute + "\"");
     ops::set_num_threads(opts.threads);
+    static std::once_flag blas_checked; // OpenBLAS on its pre-AVX kernels: a CPU newer than the library
+    std::call_once(blas_checked, [] {
+        if (const std::string a = cpu::blas_core_advice(); !a.empty())
+            log(LogLevel::Warn, "OpenBLAS runs its " + cpu::blas_core() + " kernels on this CPU (a model it does not "
+                                "know): the float32 products are ~3x slower than they can be; start the process with "
+                                "OPENBLAS_CORETYPE=" + a + " in its environment (the qasr command does this itself)");
+    });
 }
 
 std::string model_summary(const Model& m) {

@@ -357,6 +357,15 @@ TEST(Cli, VersionNamesTheBuildAndMachine) {
                                  "bf16 products ", "HTTP server (qasr serve) "})
             EXPECT_NE(r.out.find(want), std::string::npos) << want << " in " << r.out;
     }
+    // OpenBLAS's kernel family; a family the user chose stays chosen (the command re-runs itself with another only
+    // where OpenBLAS does not know the CPU and OPENBLAS_CORETYPE is not set: backend/cpu/blas_core.hpp)
+    CliRun v = run("version");
+    if (v.out.find("OpenBLAS yes") == std::string::npos) GTEST_SKIP() << "a build without OpenBLAS";
+    EXPECT_NE(v.out.find("OpenBLAS yes ("), std::string::npos) << v.out;
+    EXPECT_NE(v.out.find(" kernels"), std::string::npos) << v.out;
+    CliRun p = system_run(std::string("OPENBLAS_CORETYPE=Prescott ") + QASR_BIN + " version");
+    ASSERT_EQ(p.status, 0) << p.err;
+    EXPECT_NE(p.out.find("OpenBLAS yes (Prescott kernels, OPENBLAS_CORETYPE=Prescott)"), std::string::npos) << p.out;
 }
 
 // `qasr bench --clients N`: concurrent requests on one model (a server's load) give the one-client tokens, and the

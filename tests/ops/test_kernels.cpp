@@ -1,6 +1,7 @@
 // Every SIMD kernel table against the portable one on random inputs of awkward sizes (odd lengths, tails,
 // partial row ranges), plus ops::linear on WeightMatrix (M = 1 and M > 1, every format) against a float64
 // reference, and the AMX bf16 GEMM where the CPU has it. The ctest entries run this binary once per forced ISA.
+#include "backend/cpu/blas_core.hpp"
 #include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "core/dtype.hpp"
@@ -661,4 +662,22 @@ TEST(Kernels, ArgmaxLogprobMatchesDefinition) {
         }
     }
     qasr::ops::set_num_threads(0);
+}
+
+// Which OPENBLAS_CORETYPE the qasr command re-runs with: only where OpenBLAS runs kernels from before AVX on a CPU
+// with AVX2 + FMA (a model newer than the library) and the user did not choose.
+TEST(Kernels, OpenBlasCoreAdvice) {
+    using cpu::blas_core_advice_for;
+    EXPECT_EQ(blas_core_advice_for("Prescott", true, true, false), "SkylakeX");
+    EXPECT_EQ(blas_core_advice_for("Prescott", true, false, false), "Haswell");
+    EXPECT_EQ(blas_core_advice_for("PRESCOTT", true, true, false), "SkylakeX"); // OpenBLAS's names, any case
+    EXPECT_EQ(blas_core_advice_for("Nehalem", true, false, false), "Haswell");
+    EXPECT_EQ(blas_core_advice_for("Core2", true, false, false), "Haswell");
+    EXPECT_EQ(blas_core_advice_for("Prescott", true, true, true), "");   // OPENBLAS_CORETYPE set: the user chose
+    EXPECT_EQ(blas_core_advice_for("Prescott", false, false, false), ""); // an old CPU: its kernels are right
+    EXPECT_EQ(blas_core_advice_for("Zen", true, false, false), "");       // OpenBLAS knows the CPU
+    EXPECT_EQ(blas_core_advice_for("Haswell", true, true, false), "");
+    EXPECT_EQ(blas_core_advice_for("SkylakeX", true, true, false), "");
+    EXPECT_EQ(blas_core_advice_for("Sandybridge", true, false, false), ""); // AVX kernels: left as chosen
+    EXPECT_EQ(blas_core_advice_for("", true, true, false), "");           // a build without OpenBLAS
 }
