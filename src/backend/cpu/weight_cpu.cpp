@@ -399,9 +399,7 @@ void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     // packed 28 times; sgemm_oncopy was 13 % of the prefill's profile). Zen 2, 2 threads, 0.6B, 11 s: encoder 1130 →
     // 930 ms, prefill 1185 → 1150 ms against 512 KB tiles (4 MB tiles: slower again). QASR_TILE=floats: A/B.
     static const int64_t tile_floats = std::getenv("QASR_TILE") ? std::atoll(std::getenv("QASR_TILE")) : (int64_t(1) << 19);
-    // QASR_TILES_PER_THREAD=n (A/B only): the least number of tiles per thread (default 2)
-    static const int64_t per = std::getenv("QASR_TILES_PER_THREAD") ? std::max(1, std::atoi(std::getenv("QASR_TILES_PER_THREAD"))) : 2;
-    const int64_t per_thread = (N + per * num_threads() - 1) / (per * num_threads());
+    const int64_t per_thread = (N + 2 * num_threads() - 1) / (2 * num_threads());
     const int64_t nb = std::max<int64_t>(16, std::min({(N + 15) / 16 * 16, tile_floats / K / 16 * 16, (per_thread + 15) / 16 * 16}));
     const int64_t tiles = (N + nb - 1) / nb;
     const int nt = int(std::min<int64_t>(num_threads(), tiles));
