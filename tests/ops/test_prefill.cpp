@@ -130,7 +130,8 @@ TEST(Kernels, SiluMulFastMatchesSiluMul) {
     }
 }
 
-// The tile height that leaves the busiest thread the fewest rows, ties to the taller tile.
+// The tile height that leaves the busiest thread the fewest rows (tiles dealt in order to the least busy thread), ties
+// to the taller tile.
 TEST(Kernels, BalancedTileRows) {
     using cpu::balanced_tile_rows;
     EXPECT_EQ(balanced_tile_rows(1024, 16, 128, 32), 64);  // 16 tiles, not 8 (half the team idle)
@@ -143,7 +144,13 @@ TEST(Kernels, BalancedTileRows) {
     const int64_t qkv[] = {2048, 1024, 1024};
     EXPECT_EQ(balanced_tile_rows(qkv, 3, 16, 128, 32), 128); // 32 tiles, 2 each
     EXPECT_EQ(balanced_tile_rows(qkv, 3, 12, 128, 32), 32);  // 352 rows (128: 384)
-    EXPECT_EQ(balanced_tile_rows(20, 4, 128, 32), 32);     // fewer rows than a tile
+    const int64_t odd[] = {200, 72, 131}; // LinearMultiRowsEqualsOneLinearPerMatrix's matrices
+    EXPECT_EQ(balanced_tile_rows(odd, 3, 1, 128, 32), 128); // one thread: every height is all 403 rows
+    EXPECT_EQ(balanced_tile_rows(odd, 3, 2, 128, 32), 96);  // 203 rows (128: 256)
+    EXPECT_EQ(balanced_tile_rows(odd, 3, 3, 128, 32), 64);
+    EXPECT_EQ(balanced_tile_rows(odd, 3, 16, 128, 32), 32);
+    EXPECT_EQ(balanced_tile_rows(20, 4, 128, 32), 128);    // fewer rows than any tile: one tile
+    EXPECT_EQ(balanced_tile_rows(151936, 16, 128, 32), 128); // an LM head: 1187 tiles, balanced enough as they are
     EXPECT_EQ(balanced_tile_rows(1000, 0, 128, 32), 128);  // no team: one thread
 }
 
