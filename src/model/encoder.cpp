@@ -54,9 +54,9 @@ const float* bias_of(const Linear& l) { return l.b.data.empty() ? nullptr : l.b.
 void encoder_layer(const EncoderLayerW& w, const EncoderLayerW* next, float* h, int64_t n, int64_t d, int64_t heads,
                    int64_t window, LayerBufs& B) {
     const int64_t ffn = w.fc1.w.rows;
-    ops::linear(B.a.data(), n, w.q.w, nullptr, B.q.data());
-    ops::linear(B.a.data(), n, w.k.w, nullptr, B.k.data());
-    ops::linear(B.a.data(), n, w.v.w, nullptr, B.v.data());
+    const WeightMatrix* qkv[3] = {&w.q.w, &w.k.w, &w.v.w}; // one packed x and one tile list on the bf16 engines
+    float* qkv_out[3] = {B.q.data(), B.k.data(), B.v.data()};
+    ops::linear_multi_rows(B.a.data(), n, qkv, qkv_out, 3);
     ops::bias_rows(B.q.data(), bias_of(w.q), n, d, false);
     ops::bias_rows(B.k.data(), bias_of(w.k), n, d, false);
     ops::bias_rows(B.v.data(), bias_of(w.v), n, d, false);

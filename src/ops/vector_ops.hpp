@@ -14,7 +14,8 @@ namespace qasr::ops {
 void silu_mul_fast(float* gate, const float* up, size_t n);
 
 // ys[i] = x·Ws[i]ᵀ (row-major [M, Ws[i]->rows]) for matrices of one input width, as ops::linear on each (same
-// values); quantized matrices in the bf16 scope with AMX or AVX512-BF16 go through one parallel pass with x packed once.
+// values); quantized matrices and bf16 ones of whole 32-row blocks (the encoder's), in the bf16 scope with AMX or
+// AVX512-BF16, go through one parallel pass with x packed once.
 void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws, float* const* ys, size_t count);
 
 // h = silu(x·gateᵀ)·(x·upᵀ) [M, gate.rows] for two matrices of one shape: the values of linear_multi_rows on both

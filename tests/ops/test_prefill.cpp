@@ -210,6 +210,60 @@ TEST(Kernels, LinearMultiRowsEqualsOneLinearPerMatrix) {
     ops::set_num_threads(0);
 }
 
+// bf16 matrices in linear_multi_rows (the encoder's q/k/v): whole 32-row blocks join the one tile list, read in
+// place, beside a quantized matrix; a matrix of a partial block sends the call to one ops::linear per matrix. Either
+// way each output equals ops::linear's, bit for bit.
+TEST(Kernels, LinearMultiRowsTakesBf16MatricesAlike) {
+    if (isa_missing()) GTEST_SKIP() << "forced ISA not supported here";
+    const int64_t K = 256;
+    std::vector<std::vector<uint16_t>> bf(3);
+    std::vector<WeightMatrix> w(4);
+    const int64_t bf_rows[] = {96, 64, 100};
+    for (size_t i = 0; i < 3; ++i) {
+        const auto f = qasr::test::randn(size_t(bf_rows[i] * K), uint32_t(40 + i), 0.05f);
+        for (const float v : f) bf[i].push_back(f32_to_bf16(v));
+        w[i].fmt = WFormat::BF16;
+        w[i].rows = bf_rows[i];
+        w[i].cols = K;
+        w[i].data = bf[i].data();
+    }
+    std::mt19937 r(5);
+    std::vector<uint8_t> codes(size_t(131 * K));
+    for (auto& c : codes) c = uint8_t(r());
+    std::vector<uint16_t> sc, bi;
+    const auto sf = qasr::test::randn(size_t(131 * K / 64), 3, 0.01f), bff = qasr::test::randn(sf.size(), 4, 0.1f);
+    for (size_t j = 0; j < sf.size(); ++j) sc.push_back(f32_to_bf16(sf[j])), bi.push_back(f32_to_bf16(bff[j]));
+    w[3].fmt = WFormat::Q;
+    w[3].rows = 131;
+    w[3].cols = K;
+    w[3].bits = 8;
+    w[3].group_size = 64;
+    w[3].data = codes.data();
+    w[3].scales = sc.data();
+    w[3].biases = bi.data();
+    ops::Bf16GemmScope scope(true);
+    for (const auto& pick : {std::vector<size_t>{0, 3, 1}, std::vector<size_t>{0, 2, 3}})
+        for (const int threads : {1, 2, 16})
+            for (const int64_t M : {2, 33, 70}) {
+                ops::set_num_threads(threads);
+                const auto x = qasr::test::randn(size_t(M * K), uint32_t(M + 7), 1.0f);
+                std::vector<const WeightMatrix*> Ws;
+                std::vector<std::vector<float>> ref, got;
+                std::vector<float*> ys;
+                for (const size_t i : pick) {
+                    Ws.push_back(&w[i]);
+                    ref.emplace_back(size_t(M * w[i].rows));
+                    got.emplace_back(size_t(M * w[i].rows), std::numeric_limits<float>::quiet_NaN());
+                    ops::linear(x.data(), M, w[i], nullptr, ref.back().data());
+                }
+                for (auto& g : got) ys.push_back(g.data());
+                ops::linear_multi_rows(x.data(), M, Ws.data(), ys.data(), Ws.size());
+                for (size_t i = 0; i < pick.size(); ++i)
+                    EXPECT_EQ(got[i], ref[i]) << "matrix " << pick[i] << " M " << M << " threads " << threads;
+            }
+    ops::set_num_threads(0);
+}
+
 // linear_swiglu_rows is linear_multi_rows on gate and up followed by silu_mul_fast, bit for bit (under avx512 with
 // AMX the fused kernel, otherwise that very sequence): 8- and 4-bit pairs, group sizes 64 and 32, K = 256 and 96
 // (a partial column chunk), row counts with a tail of the 64-row tiles and of the 32-row blocks, x row counts on

@@ -1,9 +1,9 @@
-// ops::linear_multi_rows (ops/vector_ops.hpp): several quantized matrices of one input in one pass over the thread
-// team. x is packed for the bf16 products (AMX tiles or AVX512-BF16 vectors) once (not once per matrix) and the
+// ops::linear_multi_rows (ops/vector_ops.hpp): several quantized or bf16 matrices of one input in one pass over the
+// thread team. x is packed for the bf16 products (AMX tiles or AVX512-BF16 vectors) once (not once per matrix) and the
 // tiles (up to 128 rows, their height balanced over the team: cpu/tiling.hpp) of every matrix form one dynamically
 // scheduled list, so the team meets one barrier instead of one per matrix and the last tiles of one
-// matrix overlap the first of the next. Each tile runs cpu::bf16_q_gemm_rows as ops::linear does, whose rows do not
-// depend on the tiling: the same values as one ops::linear per matrix.
+// matrix overlap the first of the next. Each tile runs cpu::bf16_q_gemm_rows or cpu::bf16_gemm_rows as ops::linear
+// does, whose rows do not depend on the tiling: the same values as one ops::linear per matrix.
 #include "ops/vector_ops.hpp"
 
 #include "core/error.hpp"
@@ -25,7 +25,9 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
     bool fused = M > 1;
     for (size_t i = 0; i < count; ++i) {
         if (Ws[i]->cols != K) fail("linear", "linear_multi_rows: matrices differ in input width");
-        fused = fused && Ws[i]->fmt == WFormat::Q && Ws[i]->group_size % 32 == 0;
+        const WeightMatrix& W = *Ws[i]; // bf16 matrices: whole 32-row blocks, read in place (as ops::linear does)
+        fused = fused && ((W.fmt == WFormat::Q && W.group_size % 32 == 0) ||
+                          (W.fmt == WFormat::BF16 && K % 32 == 0 && W.rows % 32 == 0));
     }
 #ifdef QASR_HAVE_AMX
     if (fused && bf16_gemm_enabled() && cpu::bf16_gemm_available()) {
@@ -47,8 +49,13 @@ void linear_multi_rows(const float* x, int64_t M, const WeightMatrix* const* Ws,
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (size_t t = 0; t < tiles.size(); ++t) {
             const WeightMatrix& W = *Ws[tiles[t].m];
-            cpu::bf16_q_gemm_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits, W.group_size,
-                                 tiles[t].n0, tiles[t].rows, px, ys[tiles[t].m] + tiles[t].n0, W.rows);
+            float* y = ys[tiles[t].m] + tiles[t].n0;
+            if (W.fmt == WFormat::BF16)
+                cpu::bf16_gemm_rows(static_cast<const uint16_t*>(W.data) + tiles[t].n0 * K, K, tiles[t].rows,
+                                    tiles[t].rows, px, y, W.rows);
+            else
+                cpu::bf16_q_gemm_rows(static_cast<const uint8_t*>(W.data), W.scales, W.biases, K, W.bits,
+                                     W.group_size, tiles[t].n0, tiles[t].rows, px, y, W.rows);
         }
         return;
     }
