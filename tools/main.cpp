@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
         ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
         rerun = true;
     }
+    // OpenBLAS starts a thread per core when it loads, each spinning (sched_yield) for a while before it sleeps, for
+    // nothing: qasr calls it from its own OpenMP team with one thread each (backend/cpu/linear_cpu.cpp). A re-run
+    // does not start them.
+    if (rerun && !std::getenv("OPENBLAS_NUM_THREADS")) ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
     if (rerun) ::execv("/proc/self/exe", argv); // on failure, carry on as loaded
     if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
         std::fputs(kUsage, argc < 2 ? stderr : stdout);
