@@ -48,7 +48,9 @@ void qasr::cli::log_verbose() {
     });
 }
 
-int main(int argc, char** argv) {
+// The environment the libraries read when they load, before main: unless the user set them, re-run the process once
+// (execv of itself) with settings that suit qasr.
+static void rerun_with_tuned_environment(char** argv) {
     // libgomp reads its spin-wait budget when it loads, before main: by default an idle worker spins for ~300k
     // iterations (milliseconds) before sleeping, which on a machine shared with other busy processes makes every
     // parallel region of the decode wait for descheduled spinners (2–5× slower decode measured on the 2-core
@@ -72,6 +74,10 @@ int main(int argc, char** argv) {
     // does not start them.
     if (rerun && !std::getenv("OPENBLAS_NUM_THREADS")) ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
     if (rerun) ::execv("/proc/self/exe", argv); // on failure, carry on as loaded
+}
+
+int main(int argc, char** argv) {
+    rerun_with_tuned_environment(argv);
     if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
         std::fputs(kUsage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
