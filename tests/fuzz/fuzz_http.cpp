@@ -185,6 +185,8 @@ int first_status(const std::string& reply, std::string& json_body) {
 
 } // namespace
 
+void prepare_http() { (void)server(); }
+
 bool http(const uint8_t* data, size_t size) {
     Running* s = server();
     if (!s) return false;
@@ -299,6 +301,7 @@ std::vector<std::vector<uint8_t>> http_seeds(uint8_t target) {
 
 namespace qasr_fuzz {
 bool http(const uint8_t*, size_t) { return false; }
+void prepare_http() {}
 std::vector<std::vector<uint8_t>> http_seeds(uint8_t) { return {}; }
 } // namespace qasr_fuzz
 

@@ -14,6 +14,9 @@ namespace qasr_fuzz {
 // small limits (3 s of audio, 32 tokens asked at most and 24 by default, 256 KiB bodies, a 0.25 s read timeout),
 // CORS on. Returns false where it did not run (no tokenizer, or a build without the server).
 bool http(const uint8_t* data, size_t size);
+// Starts that server now (it is otherwise started by the first input; libFuzzer calls this before the first input so
+// that no input's time limit includes the start).
+void prepare_http();
 std::vector<std::vector<uint8_t>> http_seeds(uint8_t target);
 
 } // namespace qasr_fuzz

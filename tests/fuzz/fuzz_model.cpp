@@ -107,6 +107,8 @@ const Setup& setup() {
 
 } // namespace
 
+void prepare_models() { (void)setup(); }
+
 std::vector<std::vector<uint8_t>> model_dir_seeds(uint8_t target) {
     std::vector<std::vector<uint8_t>> out;
     const Setup& s = setup();

@@ -11,6 +11,9 @@ namespace qasr_fuzz {
 // safetensors header.
 // Returns whether the checkpoint loaded and transcribed (false: a qasr::Error, or an input of another shape).
 bool model_dir(const uint8_t* data, size_t size);
+// Writes the tiny checkpoints the model-directory and stream targets use (otherwise the first input of either does;
+// libFuzzer calls this before the first input: their set-up took longer than a 60 s -timeout under ASan).
+void prepare_models();
 // A seed (target byte, checkpoint byte, config, header) with 1-3 structural edits: a dimension, the shape's order,
 // the element type, the byte range, a tensor missing or renamed, a config number (the byte mutations of the
 // driver mostly break the JSON; these reach the checks behind the parser).
