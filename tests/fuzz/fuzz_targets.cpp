@@ -124,12 +124,19 @@ void output_text(const std::string& bytes) {
     }
 }
 
+// QASR_FUZZ_TARGET=N: every input goes to target N (a campaign on one target; its first byte is still skipped); -1
+// when unset.
+int only_target() {
+    static const int only = std::getenv("QASR_FUZZ_TARGET") ? std::atoi(std::getenv("QASR_FUZZ_TARGET")) % 13 : -1;
+    return only;
+}
+
 } // namespace
 
 // libFuzzer: before the first input, the set-up of the targets that need one (tiny checkpoints, the HTTP server), so
 // that -timeout measures inputs only. (The driver, qasr_fuzz_driver, does not call it: its set-up runs on first use.)
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-    static const int only = std::getenv("QASR_FUZZ_TARGET") ? std::atoi(std::getenv("QASR_FUZZ_TARGET")) % 13 : -1;
+    const int only = only_target();
     if (only < 0 || only == 10 || only == 11) qasr_fuzz::prepare_models();
     if (only < 0 || only == 12) qasr_fuzz::prepare_http();
     return 0;
@@ -138,9 +145,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
     g_input = data, g_size = size;
-    // QASR_FUZZ_TARGET=N: every input goes to target N (a campaign on one target; its first byte is still skipped)
-    static const int only = std::getenv("QASR_FUZZ_TARGET") ? std::atoi(std::getenv("QASR_FUZZ_TARGET")) : -1;
-    const uint8_t which = only >= 0 ? uint8_t(only % 13) : data[0] % 13;
+    const int only = only_target();
+    const uint8_t which = only >= 0 ? uint8_t(only) : data[0] % 13;
     ++data;
     --size;
     try {
