@@ -415,7 +415,7 @@ int cmd_bench(int argc, char** argv) {
                         {"products", model->device ? std::string("device")
                                      : model->weights.dec.bf16_compute && std::string(ops::bf16_gemm_engine()) != "none"
                                          ? std::string("bf16 ") + ops::bf16_gemm_engine()
-                                         : std::string("f32")},
+                                         : std::string("f32/") + ops::f32_gemm_engine()},
                         {"blas_core", cpu::blas_core()}, // OpenBLAS's kernel family (the float32 products)
                         {"threads", ops::num_threads()},
                         {"audio_seconds", double(audio.size()) / 16000.0},

@@ -52,7 +52,8 @@ std::string system_info() {
     const char* bf16 = ops::bf16_gemm_engine();
     s += "\ncpu: " + cpu_model() + ", " + std::to_string(ops::num_threads()) + " threads, kernels " +
          cpu::kernels().name + " (QASR_ISA forces one), bf16 products " +
-         (std::string(bf16) == "none" ? "none (float32 only)" : bf16);
+         (std::string(bf16) == "none" ? "none (float32 only)" : bf16) + ", float32 products " +
+         ops::f32_gemm_engine();
     if (built_with_cuda()) {
         const int n = cuda_device_count();
         s += "\ncuda: " + (n ? std::to_string(n) + " device" + (n > 1 ? "s" : "") : "no device or driver");

@@ -36,6 +36,9 @@ void linear_portable_serial(const float* x, int64_t M, int64_t K, const float* W
 bool bf16_gemm_enabled();
 // Where bf16 products run on this CPU: "amx", "avx512-bf16", or "none" (the float32 path takes them).
 const char* bf16_gemm_engine();
+// What runs the float32 matrix-matrix products: "avx2" (the kernel table's own, backend/cpu/gemm_avx2.cpp),
+// "sgemm" (OpenBLAS, W expanded to float32 tiles) or "portable" (no BLAS). QASR_PACKED_GEMM=0 takes the first away.
+const char* f32_gemm_engine();
 class Bf16GemmScope {
 public:
     explicit Bf16GemmScope(bool on);

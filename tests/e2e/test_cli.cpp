@@ -354,8 +354,17 @@ TEST(Cli, VersionNamesTheBuildAndMachine) {
         ASSERT_EQ(r.status, 0) << r.err;
         EXPECT_EQ(r.out.rfind("qasr 0.", 0), 0u) << r.out;
         for (const char* want : {"\nbuild: CUDA backend ", ", FFmpeg decoding ", "\ncpu: ", " threads, kernels ",
-                                 "bf16 products ", "HTTP server (qasr serve) "})
+                                 "bf16 products ", ", float32 products ", "HTTP server (qasr serve) "})
             EXPECT_NE(r.out.find(want), std::string::npos) << want << " in " << r.out;
+    }
+    // the float32 products' engine: the AVX2 table's own kernel, unless QASR_PACKED_GEMM=0 takes it away
+    CliRun a = system_run(std::string("QASR_ISA=avx2 ") + QASR_BIN + " version");
+    if (a.status == 0 && a.out.find("kernels avx2") != std::string::npos) {
+        EXPECT_NE(a.out.find(", float32 products avx2"), std::string::npos) << a.out;
+        CliRun b = system_run(std::string("QASR_ISA=avx2 QASR_PACKED_GEMM=0 ") + QASR_BIN + " version");
+        ASSERT_EQ(b.status, 0) << b.err;
+        EXPECT_TRUE(b.out.find(", float32 products sgemm") != std::string::npos ||
+                    b.out.find(", float32 products portable") != std::string::npos) << b.out;
     }
     // OpenBLAS's kernel family; a family the user chose stays chosen (the command re-runs itself with another only
     // where OpenBLAS does not know the CPU and OPENBLAS_CORETYPE is not set: backend/cpu/blas_core.hpp)

@@ -592,6 +592,83 @@ TEST(Kernels, LinearOnWeightMatrixMatchesReference) {
         }
 }
 
+// KernelTable::gemm_rows (AVX2: gemm_avx2.cpp) for every format and awkward sizes (rows of x past a multiple of 6,
+// rows of W past a multiple of 16, k past a multiple of 8 and over several 256-column blocks): close to the
+// double-precision product, and every element the same bits whether its row of x came alone or with others and
+// whatever range of W's rows the call covered.
+TEST(Kernels, GemmRowsMatchesReferenceAndDependsOnNoTiling) {
+    int tested = 0;
+    for (const cpu::KernelTable* t : simd_tables()) {
+        if (!t->gemm_rows) continue;
+        ++tested;
+        struct Case {
+            std::string fmt;
+            int bits, gs;
+            std::vector<int64_t> Ks;
+        };
+        const std::vector<Case> cases = {{"f32", 0, 0, {9, 200, 520}},   {"bf16", 0, 0, {9, 200, 520}},
+                                         {"q8", 8, 64, {320}},           {"q6", 6, 32, {160, 544}},
+                                         {"q4", 4, 128, {640}},          {"q3", 3, 64, {320}},
+                                         {"q8 gs 32", 8, 32, {96}}};
+        const int64_t N = 37;
+        for (const Case& c : cases)
+            for (int64_t K : c.Ks) {
+                WeightMatrix W;
+                std::vector<float> wf;
+                std::vector<uint16_t> wb;
+                std::unique_ptr<QMat> q;
+                cpu::MatrixRef ref;
+                ref.K = K;
+                if (c.fmt == "f32") {
+                    wf = randn(size_t(N * K), 11);
+                    W = WeightMatrix::from_f32(wf, N, K);
+                    ref.fmt = cpu::MatrixRef::F32, ref.data = wf.data();
+                } else if (c.fmt == "bf16") {
+                    wb = rand_bf16(size_t(N * K), 12, 1.0f);
+                    W.fmt = WFormat::BF16, W.rows = N, W.cols = K, W.data = wb.data();
+                    ref.fmt = cpu::MatrixRef::BF16, ref.data = wb.data();
+                } else {
+                    q = std::make_unique<QMat>(N, K, c.bits, c.gs, 13);
+                    W = q->view();
+                    ref.fmt = cpu::MatrixRef::Q, ref.data = q->codes.data(), ref.scales = q->s.data();
+                    ref.biases = q->b.data(), ref.bits = c.bits, ref.gs = c.gs;
+                }
+                const std::vector<float> w = W.to_f32();
+                for (int64_t M : {1, 5, 6, 7, 13}) {
+                    const std::string what = std::string(t->name) + " " + c.fmt + " M" + std::to_string(M) + " K" +
+                                             std::to_string(K);
+                    const auto x = randn(size_t(M * K), 14);
+                    std::vector<float> y(size_t(M * N), -1.0f);
+                    t->gemm_rows(x.data(), M, ref, 0, N, y.data(), N);
+                    for (int64_t m = 0; m < M; ++m)
+                        for (int64_t n = 0; n < N; ++n) {
+                            double acc = 0, sc = 0;
+                            for (int64_t k = 0; k < K; ++k) {
+                                const double p = double(x[size_t(m * K + k)]) * w[size_t(n * K + k)];
+                                acc += p, sc += std::fabs(p);
+                            }
+                            expect_close(y[size_t(m * N + n)], float(acc), sc, 1e-5, what);
+                        }
+                    // W's rows in three calls (a partial panel in the middle), into a wider y
+                    const int64_t ld = N + 3;
+                    std::vector<float> y3(size_t(M * ld), -1.0f);
+                    for (auto [a, b] : {std::pair<int64_t, int64_t>{0, 16}, {16, 21}, {21, N}})
+                        t->gemm_rows(x.data(), M, ref, a, b, y3.data(), ld);
+                    // each row of x alone
+                    std::vector<float> y1(size_t(M * N), -1.0f);
+                    for (int64_t m = 0; m < M; ++m)
+                        t->gemm_rows(x.data() + m * K, 1, ref, 0, N, y1.data() + m * N, N);
+                    for (int64_t m = 0; m < M; ++m) {
+                        EXPECT_EQ(0, std::memcmp(&y[size_t(m * N)], &y3[size_t(m * ld)], size_t(N) * 4)) << what << " row " << m;
+                        EXPECT_EQ(0, std::memcmp(&y[size_t(m * N)], &y1[size_t(m * N)], size_t(N) * 4)) << what << " row " << m;
+                        EXPECT_EQ(y3[size_t(m * ld + N)], -1.0f) << what << ": wrote past its rows";
+                    }
+                }
+            }
+    }
+    if (!tested) GTEST_SKIP() << "no kernel table here has a gemm_rows kernel (AVX2)";
+}
+
 #ifdef QASR_TEST_BF16_ENGINES // x86-64 only (bf16_gemm.cpp)
 TEST(Kernels, Bf16GemmAwkwardSizes) {
     SKIP_IF_FORCED_ISA_MISSING();

@@ -10,6 +10,16 @@ namespace qasr::cpu {
 
 enum class Isa { Portable = 0, Avx2 = 1, Avx512 = 2 };
 
+// A matrix W [N, K] in its stored format (ops::WeightMatrix without the ownership), for the matrix-matrix kernels.
+struct MatrixRef {
+    enum Fmt { F32, BF16, Q } fmt = F32;
+    const void* data = nullptr;        // F32: float; BF16: uint16 (bf16); Q: MLX codes, K·bits/8 bytes a row
+    const uint16_t* scales = nullptr;  // Q: bf16 [N, K/gs]
+    const uint16_t* biases = nullptr;  // Q: bf16 [N, K/gs]
+    int64_t K = 0;
+    int bits = 0, gs = 0;
+};
+
 struct KernelTable {
     Isa isa;
     const char* name;
@@ -65,11 +75,18 @@ struct KernelTable {
     bool (*q_gemv_multi)(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                          const float* const* xp, const float* const* xs, int nb, float* const* y, int64_t r0,
                          int64_t r1) = nullptr;
+    // Matrix-matrix product on the calling thread, W's rows [n0, n1): y[m·ldy + n] = Σ_k x[m·K + k] · W[n, k] for
+    // m < M. Each y element one float32 chain over k in order (independent of M, n0, n1). nullptr: ops::gemm
+    // converts tiles of W to float32 for sgemm instead (gemm_avx2.cpp says why the kernel is better where it exists).
+    void (*gemm_rows)(const float* x, int64_t M, const MatrixRef& W, int64_t n0, int64_t n1, float* y,
+                      int64_t ldy) = nullptr;
 };
 constexpr int kMaxMulti = 4;
 
 const KernelTable& portable_kernels();
 const KernelTable* avx2_kernels();   // nullptr when not compiled in
+void avx2_gemm_rows(const float* x, int64_t M, const MatrixRef& W, int64_t n0, int64_t n1, float* y,
+                    int64_t ldy); // the AVX2 table's gemm_rows (gemm_avx2.cpp)
 const KernelTable* avx512_kernels(); // nullptr when not compiled in
 
 bool isa_supported(Isa isa);        // compiled in and supported by this CPU

@@ -400,7 +400,7 @@ const KernelTable kAvx2{Isa::Avx2,  "avx2",            a2_q_prep,           a2_q
                         a2_f32_gemv, generic_q_dequant, generic_bf16_to_f32, a2_dot,    a2_axpy,
                         generic_attn_scores<a2_dot>, generic_attn_wsum<a2_axpy>, a2_sum,
                         generic_attn_scores_bf16<a2_dot>, generic_attn_wsum_bf16<a2_axpy>, a2_sum_exp,
-                        a2_softmax, a2_gelu_erf, a2_bf16_gemv_multi, a2_q_gemv_multi};
+                        a2_softmax, a2_gelu_erf, a2_bf16_gemv_multi, a2_q_gemv_multi, avx2_gemm_rows};
 
 } // namespace
 

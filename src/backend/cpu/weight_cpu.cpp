@@ -1,6 +1,7 @@
 // WeightMatrix helpers and ops::linear on WeightMatrix: matrix-vector products (decode, M = 1) run the fused
-// per-ISA kernels over row blocks on all threads; matrix-matrix products (prefill, encoder) expand tiles of W to
-// float32 in a scratch buffer and hand them to sgemm (OpenBLAS) or the portable kernel.
+// per-ISA kernels over row blocks on all threads; matrix-matrix products (prefill, encoder) run the bf16 engines
+// where enabled, else the table's own kernel (AVX2: gemm_avx2.cpp), else expand tiles of W to float32 in a scratch
+// buffer and hand them to sgemm (OpenBLAS) or the portable kernel.
 #include "backend/cpu/bf16_gemm.hpp"
 #include "backend/cpu/gemv.hpp"
 #include "backend/cpu/kernels.hpp"
@@ -309,6 +310,11 @@ int env_gemm_mode() { // -1: QASR_GEMM=f32, 1: QASR_GEMM=bf16, 0: as the model a
 }
 thread_local bool t_bf16 = false;
 
+bool packed_gemm_off() { // QASR_PACKED_GEMM=0: tiles of W as float32 through sgemm even where the table has gemm_rows (A/B)
+    static const bool off = std::getenv("QASR_PACKED_GEMM") && !std::strcmp(std::getenv("QASR_PACKED_GEMM"), "0");
+    return off;
+}
+
 #ifdef QASR_HAVE_AMX
 void bf16_gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
     const int64_t N = W.rows, K = W.cols, Kp = (K + 31) / 32 * 32;
@@ -369,6 +375,15 @@ const char* bf16_gemm_engine() {
     return "none";
 }
 
+const char* f32_gemm_engine() {
+    if (cpu::kernels().gemm_rows && !packed_gemm_off()) return cpu::kernels().name;
+#ifdef QASR_HAVE_OPENBLAS
+    return "sgemm";
+#else
+    return "portable";
+#endif
+}
+
 Bf16GemmScope::Bf16GemmScope(bool on) : prev_(t_bf16) { t_bf16 = on; }
 Bf16GemmScope::~Bf16GemmScope() { t_bf16 = prev_; }
 
@@ -394,6 +409,19 @@ void gemm(const float* x, int64_t M, const WeightMatrix& W, float* y) {
         return;
     }
 #endif
+    // The table's own matrix-matrix kernel (AVX2: gemm_avx2.cpp), W converted straight into its panels: tiles of up
+    // to 128 rows (multiples of 16), balanced over the team; a row's values do not depend on the tiling.
+    if (k.gemm_rows && !packed_gemm_off()) {
+        cpu::MatrixRef ref;
+        ref.fmt = W.fmt == WFormat::F32 ? cpu::MatrixRef::F32 : W.fmt == WFormat::BF16 ? cpu::MatrixRef::BF16 : cpu::MatrixRef::Q;
+        ref.data = W.data, ref.scales = W.scales, ref.biases = W.biases, ref.K = K, ref.bits = W.bits, ref.gs = W.group_size;
+        const int64_t nb = cpu::balanced_tile_rows(N, num_threads(), 128, 16);
+        const int64_t tiles = (N + nb - 1) / nb;
+        const int nt = int(std::min<int64_t>(num_threads(), tiles));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int64_t t = 0; t < tiles; ++t) k.gemm_rows(x, M, ref, t * nb, std::min(N, (t + 1) * nb), y, N);
+        return;
+    }
     // Tiles of up to 2 MB of float32 (a multiple of 16 rows), and at least 2 per thread. sgemm packs all of x for
     // every tile, so small tiles repack x over and over (with 512 KB tiles a K = 3584 matrix had 32-row tiles: x
     // packed 28 times; sgemm_oncopy was 13 % of the prefill's profile). Zen 2, 2 threads, 0.6B, 11 s: encoder 1130 →
