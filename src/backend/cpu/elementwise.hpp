@@ -19,9 +19,12 @@ void gelu_erf_serial(float* x, size_t n);
 // float. Truncation < 3e-10 relative on every interval (far under float's 6e-8); Horner in float32 FMA adds
 // ≈1 ulp. erf = 1 from |x| ≥ 4 (erf(4) rounds to 1 in float). c[j][i]: coefficient of t^j on interval i,
 // t = |x| − centre_i (centre: ctr[i]).
+// rec[i][j] = c[j][i]: interval i's coefficients as one 32-byte record (the AVX2 erf loads a record per lane and
+// transposes, instead of gathering each coefficient).
 struct ErfTable {
     alignas(64) float c[8][32];
     alignas(64) float ctr[32];
+    alignas(64) float rec[32][8];
 };
 const ErfTable& erf_table();
 

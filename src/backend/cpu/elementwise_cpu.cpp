@@ -63,6 +63,7 @@ ErfTable make_erf_table() {
             fact *= n;
             t.c[n][i] = float(g * ((n - 1) % 2 ? -1.0L : 1.0L) * H[n - 1] / fact);
         }
+        for (int n = 0; n < 8; ++n) t.rec[i][n] = t.c[n][i];
     }
     return t;
 }

@@ -14,6 +14,7 @@
 // kKC-blocks, through y itself, exactly), so a row's result does not depend on M, on the tiling or on the thread
 // count — the same property as the bf16 engines (bf16_gemm.hpp), which sgemm does not promise.
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/transpose8.hpp"
 
 #include <immintrin.h>
 
@@ -68,22 +69,6 @@ inline float q_value(const MatrixRef& W, int64_t n, int64_t k) {
     return std::fma(bf16_value(W.scales[g]), float(code_at(row, k, W.bits)), bf16_value(W.biases[g]));
 }
 
-// In-register transpose of 8 vectors (rows) into 8 vectors (columns).
-inline void transpose8(__m256 r[8]) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
 // bp[k·16 + c] = load(c, k) for c < nv (zero for the others), k < kc; load(c, k) gives 8 values of row c from
 // column k (k a multiple of 8), scalar(c, k) one value (the columns past the last multiple of 8).
 template <class Load8, class Load1>
@@ -94,7 +79,7 @@ inline void transpose_into(int nv, int kc, float* bp, Load8 load, Load1 scalar) 
             __m256 r[8];
 #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) r[i] = 8 * h + i < nv ? load(8 * h + i, k) : _mm256_setzero_ps();
-            transpose8(r);
+            transpose8x8(r);
 #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) _mm256_store_ps(bp + (k + i) * kNR + 8 * h, r[i]);
         }

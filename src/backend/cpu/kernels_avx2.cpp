@@ -6,6 +6,7 @@
 // and multiplied with x permuted into the order the codes come out of the unpacking. Scale applied per group, bias
 // via the group sums of x.
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/transpose8.hpp"
 #include "backend/cpu/elementwise.hpp"
 
 #include <immintrin.h>
@@ -369,19 +370,30 @@ float a2_sum(const float* x, int64_t n) {
 double a2_sum_exp(const float* x, int64_t n, float m) { return portable_kernels().sum_exp(x, n, m); }
 void a2_softmax(float* x, int64_t n) { portable_kernels().softmax(x, n); }
 
-// The erf of a5_gelu_erf on 8 lanes; the coefficients are gathered (the index is clamped to 31 first, NaN too).
+// The erf of a5_gelu_erf on 8 lanes (the index is clamped to 31 first, NaN too). Each lane's interval record (8
+// coefficients, 32 bytes) is loaded whole and the 8 records transposed into one vector per coefficient: 8 loads and
+// 24 shuffles where 9 gathers took ~18 cycles an element on Zen 2. The centre, (i + ½)/8 (0 for interval 0), is
+// exact in float and computed; the same values and operations as before, so the same results bit for bit.
 void a2_gelu_erf(float* x, size_t n) {
     const ErfTable& T = erf_table();
     const __m256 rs2 = _mm256_set1_ps(float(M_SQRT1_2)), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     const __m256 eight = _mm256_set1_ps(8.0f), last = _mm256_set1_ps(31.0f), four = _mm256_set1_ps(4.0f);
-    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 sign = _mm256_set1_ps(-0.0f), eighth = _mm256_set1_ps(0.125f);
     auto gelu = [&](__m256 v) {
         const __m256 z = _mm256_mul_ps(v, rs2);
         const __m256 az = _mm256_andnot_ps(sign, z);
         const __m256i idx = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_mul_ps(az, eight), last));
-        const __m256 t = _mm256_sub_ps(az, _mm256_i32gather_ps(T.ctr, idx, 4));
-        __m256 p = _mm256_i32gather_ps(T.c[7], idx, 4);
-        for (int j = 6; j >= 0; --j) p = _mm256_fmadd_ps(p, t, _mm256_i32gather_ps(T.c[j], idx, 4));
+        alignas(32) int id[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(id), idx);
+        __m256 c[8];
+        for (int l = 0; l < 8; ++l) c[l] = _mm256_load_ps(T.rec[id[l]]);
+        transpose8x8(c); // c[j]: coefficient j of every lane
+        const __m256 fi = _mm256_cvtepi32_ps(idx);
+        const __m256 ctr = _mm256_and_ps(_mm256_mul_ps(_mm256_add_ps(fi, half), eighth),
+                                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_setzero_si256())));
+        const __m256 t = _mm256_sub_ps(az, ctr);
+        __m256 p = c[7];
+        for (int j = 6; j >= 0; --j) p = _mm256_fmadd_ps(p, t, c[j]);
         p = _mm256_blendv_ps(p, one, _mm256_cmp_ps(az, four, _CMP_GE_OQ));
         const __m256 e = _mm256_or_ps(p, _mm256_and_ps(z, sign));
         return _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e));
