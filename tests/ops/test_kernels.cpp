@@ -641,7 +641,7 @@ TEST(Kernels, GemmRowsMatchesReferenceAndDependsOnNoTiling) {
                     ref.biases = q->b.data(), ref.bits = c.bits, ref.gs = c.gs;
                 }
                 const std::vector<float> w = W.to_f32();
-                for (int64_t M : {1, 5, 6, 7, 13}) {
+                for (int64_t M : {1, 5, 6, 7, 8, 13, 17}) {
                     const std::string what = std::string(t->name) + " " + c.fmt + " M" + std::to_string(M) + " K" +
                                              std::to_string(K);
                     const auto x = randn(size_t(M * K), 14);

@@ -231,8 +231,16 @@ void avx2_gemm_rows(const float* x, int64_t M, const MatrixRef& W, int64_t n0, i
                 prefetch_panel(W, n0, int(std::min<int64_t>(kNR, n1 - n0)), k0 + kKC, int(std::min<int64_t>(kKC, K - k0 - kKC)));
             float* c = nv == kNR ? y + p0 : tail.data();
             const int64_t ldc = nv == kNR ? ldy : kNR;
-            for (int64_t m = 0; m < M; m += kMR)
-                micro_rows(int(std::min<int64_t>(kMR, M - m)), x + m * K + k0, K, bp, kc, c + m * ldc, ldc, k0 == 0);
+            // blocks of 6 rows; a remainder of 1 or 2 is merged with the last block into two of 4 and 3 or 4 (a 1- or
+            // 2-row call runs at half the FMA rate: as many loads as FMAs)
+            const int64_t tail_rows = M > kMR && M % kMR != 0 && M % kMR <= 2 ? kMR + M % kMR : 0;
+            const int64_t body = M - tail_rows;
+            for (int64_t m = 0; m < body; m += kMR)
+                micro_rows(int(std::min<int64_t>(kMR, body - m)), x + m * K + k0, K, bp, kc, c + m * ldc, ldc, k0 == 0);
+            if (tail_rows) {
+                micro_rows(4, x + body * K + k0, K, bp, kc, c + body * ldc, ldc, k0 == 0);
+                micro_rows(int(tail_rows - 4), x + (body + 4) * K + k0, K, bp, kc, c + (body + 4) * ldc, ldc, k0 == 0);
+            }
         }
     }
     if (full_end < n1)
