@@ -32,10 +32,18 @@ struct AddedToken {
     bool special;
 };
 
+// Hash of std::string and std::string_view alike (heterogeneous lookup: finding a piece needs no string made).
+struct PieceHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using PieceMap = std::unordered_map<std::string, int, PieceHash, std::equal_to<>>;
+
 struct Tokenizer::Impl {
-    std::unordered_map<std::string, int> vocab;  // byte-mapped token string → id
+    PieceMap vocab;                              // byte-mapped token string → id
     std::vector<std::string> id_bytes;           // id → raw bytes (vocab tokens)
-    std::unordered_map<std::string, int> ranks;  // "left right" → merge rank
+    std::vector<std::string> merge_lines;        // "left right" in rank order, as read (finish() turns them into merges)
+    PieceMap ranks;                              // "left right" → merge rank: only when id merges do not apply
     // The merges by id pair (left id << 32 | right id) → {rank, merged id}, made by finish(); used when every merge
     // joins two vocabulary pieces into one (real tokenizers), else `ranks` drives the string merging below.
     struct Merge {
@@ -76,9 +84,21 @@ struct Tokenizer::Impl {
         n_ids = size_t(max_id) + 1;
         id_bytes.assign(n_ids, {});
         for (const auto& [tok, id] : vocab) {
+            // byte-level pieces are code points below 512: one byte, or a two-byte sequence led by 0xC2–0xC7
             std::string bytes;
-            for (char32_t cp : utf8::decode(utf8::sanitize(tok))) {
-                if (cp >= 512 || cp_to_byte[cp] < 0) fail("tokenizer", what + ": vocab entry is not byte-level encoded");
+            bytes.reserve(tok.size());
+            for (size_t i = 0; i < tok.size();) {
+                const unsigned char b = static_cast<unsigned char>(tok[i]);
+                char32_t cp = b;
+                if (b >= 0x80) {
+                    const unsigned char n = i + 1 < tok.size() ? static_cast<unsigned char>(tok[i + 1]) : 0;
+                    if (b < 0xC2 || b > 0xC7 || (n & 0xC0) != 0x80)
+                        fail("tokenizer", what + ": vocab entry is not byte-level encoded");
+                    cp = char32_t(b & 0x1F) << 6 | char32_t(n & 0x3F);
+                    ++i;
+                }
+                ++i;
+                if (cp_to_byte[cp] < 0) fail("tokenizer", what + ": vocab entry is not byte-level encoded");
                 bytes += char(cp_to_byte[cp]);
             }
             id_bytes[size_t(id)] = std::move(bytes);
@@ -87,26 +107,33 @@ struct Tokenizer::Impl {
                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
         for (size_t i = 0; i < added.size(); ++i) added_by_id[added[i].id] = i;
         merges.clear();
-        merges.reserve(ranks.size());
+        merges.reserve(merge_lines.size());
         id_merges = true;
-        for (const auto& [line, rank] : ranks) {
+        std::string joined;
+        for (size_t rank = 0; rank < merge_lines.size(); ++rank) { // a repeated line keeps its first (lowest) rank
+            const std::string_view line = merge_lines[rank];
             const size_t sp = line.find(' ');
-            const auto a = vocab.find(line.substr(0, sp)), b = vocab.find(line.substr(sp + 1));
-            const auto ab = vocab.find(line.substr(0, sp) + line.substr(sp + 1));
+            joined.assign(line.substr(0, sp)).append(line.substr(sp + 1));
+            const auto a = vocab.find(line.substr(0, sp)), b = vocab.find(line.substr(sp + 1)), ab = vocab.find(joined);
             if (a == vocab.end() || b == vocab.end() || ab == vocab.end()) {
                 id_merges = false; // a merge through a piece without an id: the string merging handles it
                 break;
             }
             const uint64_t key = uint64_t(uint32_t(a->second)) << 32 | uint32_t(b->second);
-            auto [it, fresh] = merges.emplace(key, Merge{rank, ab->second});
-            if (!fresh && rank < it->second.rank) it->second = Merge{rank, ab->second};
+            merges.try_emplace(key, Merge{int(rank), ab->second});
         }
-        if (!id_merges) merges.clear();
+        ranks.clear();
+        if (!id_merges) {
+            merges.clear();
+            ranks.reserve(merge_lines.size());
+            for (size_t rank = 0; rank < merge_lines.size(); ++rank) ranks.emplace(merge_lines[rank], int(rank));
+        }
+        merge_lines = {};
     }
 
-    void add_merge(const std::string& line, int rank) {
+    void add_merge(std::string line) {
         if (line.find(' ') == std::string::npos) return;
-        ranks.emplace(line, rank);
+        merge_lines.push_back(std::move(line));
     }
 
     void bpe(const std::string& mapped, std::vector<int>& out) const {

@@ -23,6 +23,7 @@ std::string read_file(const std::string& path) {
 bool file_exists(const std::string& path) { return bool(std::ifstream(path)); }
 
 using json = nlohmann::json;
+using namespace std::string_view_literals; // key == "model"sv: no strlen per comparison (6 % of the load)
 
 // Picks the vocabulary, the merges and the added tokens out of tokenizer.json ("model": {"vocab": {...},
 // "merges": [...]}, "added_tokens": [...]) or a flat vocab.json ({token: id, ...}); everything else is skipped.
@@ -38,7 +39,7 @@ public:
 
     bool null() override { return scalar(); }
     bool boolean(bool v) override {
-        if (in_added_entry() && field() == "special") added_.special = v;
+        if (in_added_entry() && field() == "special"sv) added_.special = v;
         return scalar();
     }
     bool number_integer(number_integer_t v) override { return integer(v); }
@@ -50,12 +51,12 @@ public:
     bool string(string_t& v) override {
         if (is_vocab_value()) bad_vocab();
         if (in_merges()) {
-            t_.add_merge(v, rank_++);
+            t_.add_merge(std::move(v));
         } else if (in_merge_pair()) {
             if (pair_n_ == 0) pair_ = v;
             else if (pair_n_ == 1) pair_ += " " + v;
             ++pair_n_;
-        } else if (in_added_entry() && field() == "content") {
+        } else if (in_added_entry() && field() == "content"sv) {
             added_.content = std::move(v);
             has_content_ = true;
         }
@@ -64,7 +65,7 @@ public:
     bool start_object(std::size_t) override {
         if (is_vocab_value()) bad_vocab();
         if (in_merges() || in_merge_pair()) bad_merge();
-        if ((kind_ == Kind::TokenizerJson && st_.size() == 2 && st_[0].key == "model" && st_[1].key == "vocab") ||
+        if ((kind_ == Kind::TokenizerJson && st_.size() == 2 && st_[0].key == "model"sv && st_[1].key == "vocab"sv) ||
             (kind_ == Kind::VocabJson && st_.empty())) {
             saw_vocab_ = true;
             t_.vocab.reserve(1 << 17); // Qwen's 151k entries without rehashing
@@ -92,9 +93,9 @@ public:
         if (is_vocab_value()) bad_vocab();
         if (in_merge_pair()) bad_merge();
         const bool pair = in_merges();
-        if (kind_ == Kind::TokenizerJson && st_.size() == 2 && st_[0].key == "model" && st_[1].key == "merges") {
+        if (kind_ == Kind::TokenizerJson && st_.size() == 2 && st_[0].key == "model"sv && st_[1].key == "merges"sv) {
             saw_merges_ = true;
-            t_.ranks.reserve(1 << 17);
+            t_.merge_lines.reserve(1 << 17);
         }
         st_.push_back({true, {}});
         if (pair) {
@@ -107,7 +108,7 @@ public:
         st_.pop_back();
         if (in_merges()) { // the end of a ["left", "right"] pair
             if (pair_n_ != 2) bad_merge();
-            t_.add_merge(pair_, rank_++);
+            t_.add_merge(pair_);
         }
         return true;
     }
@@ -124,23 +125,23 @@ private:
     // Where the value being read sits.
     bool is_vocab_value() const {
         if (kind_ == Kind::VocabJson) return st_.size() == 1 && !st_[0].array;
-        return st_.size() == 3 && !st_[0].array && st_[0].key == "model" && !st_[1].array && st_[1].key == "vocab" &&
+        return st_.size() == 3 && !st_[0].array && st_[0].key == "model"sv && !st_[1].array && st_[1].key == "vocab"sv &&
                !st_[2].array;
     }
     bool in_merges() const { // directly in model.merges
-        return kind_ == Kind::TokenizerJson && st_.size() == 3 && !st_[0].array && st_[0].key == "model" &&
-               !st_[1].array && st_[1].key == "merges" && st_[2].array;
+        return kind_ == Kind::TokenizerJson && st_.size() == 3 && !st_[0].array && st_[0].key == "model"sv &&
+               !st_[1].array && st_[1].key == "merges"sv && st_[2].array;
     }
     bool in_merge_pair() const {
-        return kind_ == Kind::TokenizerJson && st_.size() == 4 && !st_[0].array && st_[0].key == "model" &&
-               !st_[1].array && st_[1].key == "merges" && st_[2].array && st_[3].array;
+        return kind_ == Kind::TokenizerJson && st_.size() == 4 && !st_[0].array && st_[0].key == "model"sv &&
+               !st_[1].array && st_[1].key == "merges"sv && st_[2].array && st_[3].array;
     }
     bool in_added_list() const { // directly in added_tokens
-        return kind_ == Kind::TokenizerJson && st_.size() == 2 && !st_[0].array && st_[0].key == "added_tokens" &&
+        return kind_ == Kind::TokenizerJson && st_.size() == 2 && !st_[0].array && st_[0].key == "added_tokens"sv &&
                st_[1].array;
     }
     bool in_added_entry() const {
-        return kind_ == Kind::TokenizerJson && st_.size() == 3 && !st_[0].array && st_[0].key == "added_tokens" &&
+        return kind_ == Kind::TokenizerJson && st_.size() == 3 && !st_[0].array && st_[0].key == "added_tokens"sv &&
                st_[1].array && !st_[2].array;
     }
     const std::string& field() const { return st_.back().key; }
@@ -151,7 +152,7 @@ private:
             t_.vocab.insert_or_assign(std::move(st_.back().key), int(v));
             return true;
         }
-        if (in_added_entry() && field() == "id") {
+        if (in_added_entry() && field() == "id"sv) {
             if (v < 0 || v > (1 << 24)) fail("tokenizer", what_ + ": bad added_tokens entry");
             added_.id = int(v);
             has_id_ = true;
@@ -171,7 +172,6 @@ private:
     std::string what_;
     std::vector<Frame> st_;
     bool saw_vocab_ = false, saw_merges_ = false;
-    int rank_ = 0;
     std::string pair_;
     int pair_n_ = 0;
     AddedToken added_{-1, {}, false};
@@ -220,11 +220,11 @@ Tokenizer Tokenizer::from_vocab_merges(const std::string& vocab_json, const std:
     }
     std::istringstream ms(merges_txt);
     std::string line;
-    int rank = 0;
+
     while (std::getline(ms, line)) {
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.empty() || line.rfind("#version", 0) == 0) continue;
-        I.add_merge(line, rank++);
+        I.add_merge(line);
     }
     I.finish(what);
     return t;
