@@ -646,7 +646,7 @@ TEST(Kernels, GemmRowsMatchesReferenceAndDependsOnNoTiling) {
                                              std::to_string(K);
                     const auto x = randn(size_t(M * K), 14);
                     std::vector<float> y(size_t(M * N), -1.0f);
-                    t->gemm_rows(x.data(), M, ref, 0, N, y.data(), N);
+                    t->gemm_rows(x.data(), K, M, ref, 0, N, y.data(), N);
                     for (int64_t m = 0; m < M; ++m)
                         for (int64_t n = 0; n < N; ++n) {
                             double acc = 0, sc = 0;
@@ -660,11 +660,16 @@ TEST(Kernels, GemmRowsMatchesReferenceAndDependsOnNoTiling) {
                     const int64_t ld = N + 3;
                     std::vector<float> y3(size_t(M * ld), -1.0f);
                     for (auto [a, b] : {std::pair<int64_t, int64_t>{0, 16}, {16, 21}, {21, N}})
-                        t->gemm_rows(x.data(), M, ref, a, b, y3.data(), ld);
-                    // each row of x alone
-                    std::vector<float> y1(size_t(M * N), -1.0f);
+                        t->gemm_rows(x.data(), K, M, ref, a, b, y3.data(), ld);
+                    // each row of x alone, from a copy of x with another row stride
+                    const int64_t ldx = K + 5;
+                    std::vector<float> xs(size_t(M * ldx), 7.0f);
+                    for (int64_t m = 0; m < M; ++m) std::copy_n(&x[size_t(m * K)], K, &xs[size_t(m * ldx)]);
+                    std::vector<float> y1(size_t(M * N), -1.0f), y2(size_t(M * N), -1.0f);
                     for (int64_t m = 0; m < M; ++m)
-                        t->gemm_rows(x.data() + m * K, 1, ref, 0, N, y1.data() + m * N, N);
+                        t->gemm_rows(xs.data() + m * ldx, ldx, 1, ref, 0, N, y1.data() + m * N, N);
+                    t->gemm_rows(xs.data(), ldx, M, ref, 0, N, y2.data(), N);
+                    EXPECT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * 4)) << what << ": another row stride of x";
                     for (int64_t m = 0; m < M; ++m) {
                         EXPECT_EQ(0, std::memcmp(&y[size_t(m * N)], &y3[size_t(m * ld)], size_t(N) * 4)) << what << " row " << m;
                         EXPECT_EQ(0, std::memcmp(&y[size_t(m * N)], &y1[size_t(m * N)], size_t(N) * 4)) << what << " row " << m;

@@ -211,7 +211,8 @@ void micro_rows(int mr, const float* x, int64_t ldx, const float* bp, int kc, fl
 
 } // namespace
 
-void avx2_gemm_rows(const float* x, int64_t M, const MatrixRef& W, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+void avx2_gemm_rows(const float* x, int64_t ldx, int64_t M, const MatrixRef& W, int64_t n0, int64_t n1, float* y,
+                    int64_t ldy) {
     if (M <= 0 || n1 <= n0) return;
     alignas(64) thread_local float bp[kKC * kNR];
     alignas(64) thread_local float rows[kNR * kKC]; // quantized rows widened before the transpose
@@ -236,10 +237,12 @@ void avx2_gemm_rows(const float* x, int64_t M, const MatrixRef& W, int64_t n0, i
             const int64_t tail_rows = M > kMR && M % kMR != 0 && M % kMR <= 2 ? kMR + M % kMR : 0;
             const int64_t body = M - tail_rows;
             for (int64_t m = 0; m < body; m += kMR)
-                micro_rows(int(std::min<int64_t>(kMR, body - m)), x + m * K + k0, K, bp, kc, c + m * ldc, ldc, k0 == 0);
+                micro_rows(int(std::min<int64_t>(kMR, body - m)), x + m * ldx + k0, ldx, bp, kc, c + m * ldc, ldc,
+                           k0 == 0);
             if (tail_rows) {
-                micro_rows(4, x + body * K + k0, K, bp, kc, c + body * ldc, ldc, k0 == 0);
-                micro_rows(int(tail_rows - 4), x + (body + 4) * K + k0, K, bp, kc, c + (body + 4) * ldc, ldc, k0 == 0);
+                micro_rows(4, x + body * ldx + k0, ldx, bp, kc, c + body * ldc, ldc, k0 == 0);
+                micro_rows(int(tail_rows - 4), x + (body + 4) * ldx + k0, ldx, bp, kc, c + (body + 4) * ldc, ldc,
+                           k0 == 0);
             }
         }
     }

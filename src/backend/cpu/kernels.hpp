@@ -75,17 +75,17 @@ struct KernelTable {
     bool (*q_gemv_multi)(const uint8_t* W, const uint16_t* scales, const uint16_t* biases, int64_t K, int bits, int gs,
                          const float* const* xp, const float* const* xs, int nb, float* const* y, int64_t r0,
                          int64_t r1) = nullptr;
-    // Matrix-matrix product on the calling thread, W's rows [n0, n1): y[m·ldy + n] = Σ_k x[m·K + k] · W[n, k] for
-    // m < M. Each y element one float32 chain over k in order (independent of M, n0, n1). nullptr: ops::gemm
+    // Matrix-matrix product on the calling thread, W's rows [n0, n1): y[m·ldy + n] = Σ_k x[m·ldx + k] · W[n, k] for
+    // m < M. Each y element one float32 chain over k in order (independent of M, n0, n1, ldx). nullptr: ops::gemm
     // converts tiles of W to float32 for sgemm instead (gemm_avx2.cpp says why the kernel is better where it exists).
-    void (*gemm_rows)(const float* x, int64_t M, const MatrixRef& W, int64_t n0, int64_t n1, float* y,
+    void (*gemm_rows)(const float* x, int64_t ldx, int64_t M, const MatrixRef& W, int64_t n0, int64_t n1, float* y,
                       int64_t ldy) = nullptr;
 };
 constexpr int kMaxMulti = 4;
 
 const KernelTable& portable_kernels();
 const KernelTable* avx2_kernels();   // nullptr when not compiled in
-void avx2_gemm_rows(const float* x, int64_t M, const MatrixRef& W, int64_t n0, int64_t n1, float* y,
+void avx2_gemm_rows(const float* x, int64_t ldx, int64_t M, const MatrixRef& W, int64_t n0, int64_t n1, float* y,
                     int64_t ldy); // the AVX2 table's gemm_rows (gemm_avx2.cpp)
 const KernelTable* avx512_kernels(); // nullptr when not compiled in
 
