@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace qasr::cpu {
@@ -30,19 +31,7 @@ constexpr int kNR = 16;  // output columns (rows of W) per panel: two ymm
 constexpr int kMR = 6;   // rows of x per micro-kernel call: 12 accumulators + 2 panel vectors + 1 broadcast
 constexpr int kKC = 256; // k per panel: 16 KB
 
-inline float bf16_value(uint16_t h) {
-    const uint32_t b = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-}
-
-inline uint32_t code_at(const uint8_t* row, int64_t j, int bits) { // any width (2, 3, 5: the scalar path)
-    const uint64_t o = uint64_t(j) * uint64_t(bits);
-    const uint32_t lo = row[o >> 3];
-    const uint32_t hi = ((o & 7) + unsigned(bits) > 8) ? uint32_t(row[(o >> 3) + 1]) << 8 : 0u;
-    return ((lo | hi) >> (o & 7)) & ((1u << bits) - 1u);
-}
+#include "backend/cpu/kernels_generic.inc" // bf16f, code_at (compiled here with the AVX2 flags)
 
 // Codes k .. k+7 of a row (k a multiple of 8) as int32 lanes: MLX packs element 0 into the lowest bits.
 inline __m256i codes8(const uint8_t* row, int64_t k, int bits) {
@@ -66,7 +55,7 @@ inline __m256i codes8(const uint8_t* row, int64_t k, int bits) {
 inline float q_value(const MatrixRef& W, int64_t n, int64_t k) {
     const int64_t ng = W.K / W.gs, g = n * ng + k / W.gs;
     const uint8_t* row = static_cast<const uint8_t*>(W.data) + n * (W.K * W.bits / 8);
-    return std::fma(bf16_value(W.scales[g]), float(code_at(row, k, W.bits)), bf16_value(W.biases[g]));
+    return std::fma(bf16f(W.scales[g]), float(code_at(row, k, W.bits)), bf16f(W.biases[g]));
 }
 
 // bp[k·16 + c] = load(c, k) for c < nv (zero for the others), k < kc; load(c, k) gives 8 values of row c from
@@ -105,7 +94,7 @@ void pack_panel(const MatrixRef& W, int64_t p0, int nv, int64_t k0, int kc, floa
                 const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c * K + k));
                 return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
             },
-            [&](int c, int k) { return bf16_value(w[c * K + k]); });
+            [&](int c, int k) { return bf16f(w[c * K + k]); });
     }
     const bool vec = W.gs % 8 == 0 && k0 % W.gs == 0 && (W.bits == 4 || W.bits == 6 || W.bits == 8);
     const int64_t ng = K / W.gs, row_bytes = K * W.bits / 8;
@@ -119,18 +108,17 @@ void pack_panel(const MatrixRef& W, int64_t p0, int nv, int64_t k0, int kc, floa
         const uint8_t* row = static_cast<const uint8_t*>(W.data) + n * row_bytes;
         for (int g0 = 0; g0 < kc; g0 += W.gs) {
             const int64_t g = n * ng + (k0 + g0) / W.gs;
-            const __m256 sv = _mm256_set1_ps(bf16_value(W.scales[g])), bv = _mm256_set1_ps(bf16_value(W.biases[g]));
+            const __m256 sv = _mm256_set1_ps(bf16f(W.scales[g])), bv = _mm256_set1_ps(bf16f(W.biases[g]));
             const int ge = std::min(kc, g0 + W.gs);
-            // s·q + b as one fused multiply-add: the value the tables' q_dequant gives (compiled with contraction)
-            if (W.bits == 8)
+            // s·q + b as one fused multiply-add: the value the tables' q_dequant gives (compiled with contraction);
+            // the width as a constant, so codes8 is unrolled for it
+            const auto widen = [&](auto bits) {
                 for (int k = g0; k < ge; k += 8)
-                    _mm256_store_ps(o + k, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(codes8(row, k0 + k, 8)), bv));
-            else if (W.bits == 4)
-                for (int k = g0; k < ge; k += 8)
-                    _mm256_store_ps(o + k, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(codes8(row, k0 + k, 4)), bv));
-            else
-                for (int k = g0; k < ge; k += 8)
-                    _mm256_store_ps(o + k, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(codes8(row, k0 + k, 6)), bv));
+                    _mm256_store_ps(o + k, _mm256_fmadd_ps(sv, _mm256_cvtepi32_ps(codes8(row, k0 + k, bits)), bv));
+            };
+            if (W.bits == 8) widen(std::integral_constant<int, 8>{});
+            else if (W.bits == 4) widen(std::integral_constant<int, 4>{});
+            else widen(std::integral_constant<int, 6>{});
         }
     }
     transpose_into(nv, kc, bp, [&](int c, int k) { return _mm256_load_ps(rows + c * kKC + k); },
