@@ -40,10 +40,17 @@ void CudaSession::queue_front(const std::vector<float>& audio, size_t min_sample
     } else {
         QASR_CUDA(cudaMemcpyAsync(maudio_.get(), audio.data(), audio.size() * 4, cudaMemcpyHostToDevice, s_));
     }
+    const double t_copy = sw.ms();
     mwork_.ensure(log_mel_work_bytes(T, n_mels));
     emel_.ensure(size_t(T) * n_mels * 4);
     log_mel(blas_, maudio_.as<float>(), int64_t(audio.size()), int64_t(N), T, n_mels, w_.mel_window, w_.mel_dft,
             w_.mel_filters, mwork_.as<double>(), emel_.as<float>(), s_);
+    if (hosttime_) {
+        const double t_queued = sw.ms();
+        QASR_CUDA(cudaStreamSynchronize(s_));
+        std::fprintf(stderr, "qasr cuda hosttime: front end %zu samples: audio copy %.3f ms, queued %.3f ms, done %.3f ms\n",
+                     audio.size(), t_copy, t_queued, sw.ms());
+    }
     if (mel_ms) {
         if (wait) QASR_CUDA(cudaStreamSynchronize(s_));
         *mel_ms = sw.ms();
