@@ -3,6 +3,9 @@
 include(CMakePackageConfigHelpers)
 
 install(TARGETS qasr RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET qasr_ffmpeg) # where the CLI and libqasr.so look for it (audio/ffmpeg_plugin.cpp)
+  install(TARGETS qasr_ffmpeg LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/qasr)
+endif()
 if(NOT QASR_SHARED)
   message(STATUS "qasr: QASR_SHARED=OFF — `cmake --install` installs the CLI only (no library, headers or packages)")
   return()

@@ -39,7 +39,7 @@ std::string system_info() {
 #else
     s += "no";
 #endif
-    s += std::string(", FFmpeg decoding ") + (ffmpeg_available() ? "yes" : "no") + ", OpenBLAS ";
+    s += std::string(", FFmpeg decoding ") + (ffmpeg_available() ? "yes (" + ffmpeg_module_path() + ")" : "no") + ", OpenBLAS ";
     if (const std::string core = cpu::blas_core(); core.empty()) {
         s += "no";
     } else {

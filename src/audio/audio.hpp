@@ -41,11 +41,14 @@ std::vector<float> pcm_s16le_to_float(const uint8_t* data, size_t size);
 // 16-bit audio read back gives the same samples).
 std::string wav16_bytes(const float* x, size_t n);
 
+// Whether compressed formats can be decoded: FFmpeg's module loads (the first call loads it; ffmpeg_plugin.cpp).
 bool ffmpeg_available();
+// The module's path once loaded, else empty.
+std::string ffmpeg_module_path();
 // "12.5 s": a duration for messages.
 std::string seconds_text(double s);
-// Implemented in ffmpeg_decode.cpp (or the stub without FFmpeg): decodes from memory (custom I/O, seekable), so
-// files and uploads take one path. max_seconds > 0: stops with an error once more audio than that is decoded.
+// Through FFmpeg's module (ffmpeg_plugin.cpp, or the stub without FFmpeg): decodes from memory (custom I/O,
+// seekable), so files and uploads take one path. max_seconds > 0: stops with an error once more audio than that is decoded.
 DecodedAudio decode_with_ffmpeg(const uint8_t* data, size_t size, const std::string& what, double max_seconds = 0);
 
 } // namespace qasr

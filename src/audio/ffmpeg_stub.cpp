@@ -6,8 +6,10 @@ namespace qasr {
 
 bool ffmpeg_available() { return false; }
 
+std::string ffmpeg_module_path() { return {}; }
+
 DecodedAudio decode_with_ffmpeg(const uint8_t*, size_t, const std::string& what, double) {
-    fail("audio", what + ": this build has no FFmpeg support (rebuild with -DQASR_FFMPEG=ON)");
+    fail("audio", what + ": not a WAV file (this build has no FFmpeg support for other formats; rebuild with -DQASR_FFMPEG=ON)");
 }
 
 } // namespace qasr

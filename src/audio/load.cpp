@@ -53,10 +53,8 @@ std::vector<float> load_audio_bytes(const uint8_t* data, size_t size, const std:
     DecodedAudio a;
     if (looks_like_wav(data, size)) {
         a = parse_wav(data, size, what);
-    } else if (ffmpeg_available()) {
+    } else { // FFmpeg's module (or, in a build without FFmpeg, the error that says so)
         a = decode_with_ffmpeg(data, size, what, max_seconds);
-    } else {
-        fail("audio", what + ": not a WAV file (this build has no FFmpeg support for other formats)");
     }
     if (max_seconds > 0 && a.sample_rate > 0 && double(a.samples.size()) > max_seconds * double(a.sample_rate))
         throw TooLong("audio", what + ": longer than the limit of " + seconds_text(max_seconds));

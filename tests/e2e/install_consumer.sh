@@ -41,6 +41,20 @@ usage=$("$tmp/transcribe" 2>&1 || true)
 grep -qF "(qasr $ver)" <<< "$usage" || { echo "FAIL: qasr_version() is not the .pc's $ver"; exit 1; }
 "$p/bin/qasr" version | head -1 | grep -qF "qasr $ver" || { echo "FAIL: the installed CLI is not qasr $ver"; exit 1; }
 check "C program (pkg-config)" "$("$tmp/transcribe" "$demo" "$src/samples/demo_en.wav" 2> "$tmp/err")"
+# FFmpeg's module (a build with FFmpeg): installed in LIBDIR/qasr, where the installed CLI and libqasr.so find it —
+# not in the build tree, which they would also look in
+if [ -e "$b/lib/qasr/libqasr_ffmpeg.so" ]; then
+    mod=$(find "$p" -path '*/qasr/libqasr_ffmpeg.so' | head -1)
+    [ -n "$mod" ] || { echo "FAIL: FFmpeg's module not installed"; exit 1; }
+    mod=$(cd "$(dirname "$mod")" && pwd -P)/libqasr_ffmpeg.so
+    "$p/bin/qasr" version | grep -qF "FFmpeg decoding yes ($mod)" ||
+        { echo "FAIL: the installed CLI does not load $mod: $("$p/bin/qasr" version | head -2 | tail -1)"; exit 1; }
+    printf '#include <qasr/qasr.h>\n#include <stdio.h>\nint main(void) { puts(qasr_system_info()); return 0; }\n' > "$tmp/info.c"
+    cc -std=c11 -o "$tmp/info" "$tmp/info.c" $(pkg-config --cflags --libs qasr)
+    "$tmp/info" | grep -qF "FFmpeg decoding yes ($mod)" ||
+        { echo "FAIL: libqasr.so does not load $mod: $("$tmp/info" | head -2 | tail -1)"; exit 1; }
+    echo "ok: FFmpeg's module $mod loaded by the installed CLI and libqasr.so"
+fi
 grep -q "^language English" "$tmp/err" || { echo "FAIL: no language line"; cat "$tmp/err"; exit 1; }
 set +e
 "$tmp/transcribe" "$tmp/no-such-model" "$src/samples/demo_en.wav" 2> "$tmp/err"; rc=$?

@@ -608,6 +608,39 @@ TEST(Cli, BadOptions) {
     EXPECT_NE(h.out.find("--ignore-eos"), std::string::npos);
 }
 
+// Compressed audio goes through FFmpeg's module, which the CLI finds beside itself (the build tree's lib/qasr, an
+// install's ../lib/qasr): built with FFmpeg, `version` says so and a FLAC file transcribes; a module path that holds
+// none (QASR_FFMPEG_MODULE) gives an error naming the file and where it looked; WAV input never needs the module.
+TEST(Cli, FfmpegModuleIsFoundOrNamedInTheError) {
+    NEED_DEMO_MODEL();
+    const std::string wav = sample_wav("demo_en"), want = sample_text("demo_en");
+    const bool ffmpeg = run("version").out.find("FFmpeg decoding yes") != std::string::npos;
+#ifdef QASR_EXPECT_FFMPEG_MODULE
+    ASSERT_TRUE(ffmpeg) << "built with FFmpeg, but the CLI did not find its module";
+#else
+    ASSERT_FALSE(ffmpeg);
+#endif
+    if (std::system("command -v sox >/dev/null 2>&1") != 0) GTEST_SKIP() << "sox not installed";
+    const std::string flac = scratch() + "/module_test.flac";
+    ASSERT_EQ(std::system(("sox " + wav + " " + flac).c_str()), 0);
+    if (ffmpeg) {
+        const CliRun ok = run("transcribe -q -m " + kDemo + " " + flac);
+        EXPECT_EQ(ok.status, 0) << ok.err;
+        EXPECT_EQ(ok.out, want + "\n");
+    }
+    const CliRun bad = system_run("QASR_FFMPEG_MODULE=/nonexistent/libqasr_ffmpeg.so " + std::string(QASR_BIN) +
+                                  " transcribe -q -m " + kDemo + " " + flac);
+    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.err.find(flac + ": not a WAV file"), std::string::npos) << bad.err;
+    if (ffmpeg) {
+        EXPECT_NE(bad.err.find("/nonexistent/libqasr_ffmpeg.so"), std::string::npos) << bad.err;
+    }
+    const CliRun plain = system_run("QASR_FFMPEG_MODULE=/nonexistent/libqasr_ffmpeg.so " + std::string(QASR_BIN) +
+                                    " transcribe -q -m " + kDemo + " " + wav);
+    EXPECT_EQ(plain.status, 0) << plain.err;
+    EXPECT_EQ(plain.out, want + "\n");
+}
+
 // FILE "-": standard input holds an audio file (recognized by its header) or raw s16le 16 kHz PCM; the bundled
 // sample gives its transcript as a WAV, as its bare samples and (with FFmpeg and sox) as FLAC.
 TEST(Cli, StdinTakesAFileOrRawPcm) {

@@ -204,6 +204,19 @@ TEST(AudioBytes, LengthLimitAndHostileBytes) { // the upload path of `qasr serve
     }
 }
 
+// FFmpeg's decoding is a module loaded on the first compressed file (audio/ffmpeg_plugin.cpp): in a build with FFmpeg
+// it must be found from the build tree, so that the tests of compressed audio run instead of skipping (the CLI's
+// own search and the error without a module: Cli.FfmpegModuleIsFoundOrNamedInTheError).
+TEST(AudioBytes, FfmpegModuleLoadsWhereTheBuildHasIt) {
+#ifdef QASR_EXPECT_FFMPEG_MODULE
+    ASSERT_TRUE(ffmpeg_available()) << "built with FFmpeg, but its module did not load";
+    EXPECT_NE(ffmpeg_module_path().find("libqasr_ffmpeg.so"), std::string::npos) << ffmpeg_module_path();
+#else
+    EXPECT_FALSE(ffmpeg_available());
+    EXPECT_EQ(ffmpeg_module_path(), "");
+#endif
+}
+
 TEST(AudioBytes, CompressedLengthLimitHoldsWhileDecoding) { // a small FLAC of 25 s against a 20 s limit
     if (!ffmpeg_available()) GTEST_SKIP() << "built without FFmpeg";
     if (std::system("command -v sox >/dev/null 2>&1") != 0) GTEST_SKIP() << "sox not installed";

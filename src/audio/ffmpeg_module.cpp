@@ -1,10 +1,10 @@
-// Compressed audio (mp3, flac, ogg/opus, m4a/aac, mp4/webm audio tracks...) through FFmpeg's libraries:
-// demux the best audio stream, decode, convert to interleaved float with libswresample at the source rate
-// (resampling to 16 kHz is done by libsoxr in load.cpp), average channels to mono. The bytes are read from memory
-// through a custom, seekable AVIOContext: a file read by load_audio_file and an upload to `qasr serve` take the
-// same path, and FFmpeg never opens a path or a protocol named by untrusted input.
-#include "audio/audio.hpp"
-#include "core/error.hpp"
+// The FFmpeg module (libqasr_ffmpeg.so, loaded by ffmpeg_plugin.cpp; interface in ffmpeg_abi.h): compressed audio
+// (mp3, flac, ogg/opus, m4a/aac, mp4/webm audio tracks...) through FFmpeg's libraries: demux the best audio stream,
+// decode, convert to interleaved float with libswresample at the source rate (resampling to 16 kHz is done by
+// libsoxr in load.cpp), average channels to mono. The bytes are read from memory through a custom, seekable
+// AVIOContext: a file read by load_audio_file and an upload to `qasr serve` take the same path, and FFmpeg never
+// opens a path or a protocol named by untrusted input. Self-contained: no qasr symbol is used here.
+#include "audio/ffmpeg_abi.h"
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -19,9 +19,17 @@ extern "C" {
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <string>
+#include <vector>
 
-namespace qasr {
 namespace {
+
+struct Failure { // what went wrong, and the status it returns
+    int status;
+    std::string message;
+};
+[[noreturn]] void fail(std::string m, int status = QASR_FFMPEG_ERROR) { throw Failure{status, std::move(m)}; }
 
 std::string av_err(int code) {
     char buf[AV_ERROR_MAX_STRING_SIZE] = {};
@@ -79,68 +87,66 @@ int64_t mem_seek(void* opaque, int64_t off, int whence) {
     return p;
 }
 
-} // namespace
-
-bool ffmpeg_available() { return true; }
-
-DecodedAudio decode_with_ffmpeg(const uint8_t* data, size_t size, const std::string& path, double max_seconds) {
-    const std::string C = "audio";
+void decode(QasrFfmpegCall& call) {
     av_log_set_level(AV_LOG_QUIET);
-    MemReader mem{data, size};
+    MemReader mem{call.data, call.size};
     constexpr int kIoBuf = 64 * 1024;
     auto* iobuf = static_cast<unsigned char*>(av_malloc(kIoBuf));
-    if (!iobuf) fail(C, "out of memory");
+    if (!iobuf) fail("out of memory");
     std::unique_ptr<AVIOContext, IoFree> io(avio_alloc_context(iobuf, kIoBuf, 0, &mem, mem_read, nullptr, mem_seek));
     if (!io) {
         av_free(iobuf);
-        fail(C, "out of memory");
+        fail("out of memory");
     }
     AVFormatContext* raw = avformat_alloc_context();
-    if (!raw) fail(C, "out of memory");
+    if (!raw) fail("out of memory");
     raw->pb = io.get();
     raw->flags |= AVFMT_FLAG_CUSTOM_IO;
     int rc = avformat_open_input(&raw, nullptr, nullptr, nullptr); // frees raw on failure
-    if (rc < 0) fail(C, path + ": not a recognised audio file (" + av_err(rc) + ")");
+    if (rc < 0) fail("not a recognised audio file (" + av_err(rc) + ")");
     std::unique_ptr<AVFormatContext, FormatCloser> fmt(raw); // closed before io (declared after it)
-    if ((rc = avformat_find_stream_info(fmt.get(), nullptr)) < 0) fail(C, path + ": " + av_err(rc));
+    if ((rc = avformat_find_stream_info(fmt.get(), nullptr)) < 0) fail(av_err(rc));
     const AVCodec* codec = nullptr;
     const int stream = av_find_best_stream(fmt.get(), AVMEDIA_TYPE_AUDIO, -1, -1, &codec, 0);
-    if (stream < 0 || !codec) fail(C, path + ": no audio stream");
+    if (stream < 0 || !codec) fail("no audio stream");
     std::unique_ptr<AVCodecContext, CodecCloser> dec(avcodec_alloc_context3(codec));
-    if (!dec) fail(C, "out of memory");
+    if (!dec) fail("out of memory");
     avcodec_parameters_to_context(dec.get(), fmt->streams[stream]->codecpar);
-    if ((rc = avcodec_open2(dec.get(), codec, nullptr)) < 0) fail(C, path + ": cannot open decoder: " + av_err(rc));
+    if ((rc = avcodec_open2(dec.get(), codec, nullptr)) < 0) fail("cannot open decoder: " + av_err(rc));
     const int channels = dec->ch_layout.nb_channels;
     const int rate = dec->sample_rate;
-    if (channels <= 0 || rate <= 0) fail(C, path + ": audio stream has no channels or sample rate");
+    if (channels <= 0 || rate <= 0) fail("audio stream has no channels or sample rate");
     SwrContext* swr_raw = nullptr;
     if (swr_alloc_set_opts2(&swr_raw, &dec->ch_layout, AV_SAMPLE_FMT_FLT, rate, &dec->ch_layout, dec->sample_fmt,
                             rate, 0, nullptr) < 0 || swr_init(swr_raw) < 0) {
         swr_free(&swr_raw);
-        fail(C, path + ": cannot set up sample conversion");
+        fail("cannot set up sample conversion");
     }
     std::unique_ptr<SwrContext, SwrFree> swr(swr_raw);
     std::unique_ptr<AVPacket, PacketFree> pkt(av_packet_alloc());
     std::unique_ptr<AVFrame, FrameFree> frame(av_frame_alloc());
-    DecodedAudio out;
-    out.sample_rate = rate;
-    out.channels = channels;
-    std::vector<float> buf;
-    const double cap = max_seconds > 0 ? max_seconds * double(rate) : 0;
+    if (!pkt || !frame) fail("out of memory");
+    call.sample_rate = rate;
+    call.channels = channels;
+    std::vector<float> buf, mono;
+    size_t total = 0;
+    const double cap = call.max_seconds > 0 ? call.max_seconds * double(rate) : 0;
     auto drain = [&]() {
         while (avcodec_receive_frame(dec.get(), frame.get()) == 0) {
             buf.resize(size_t(frame->nb_samples) * size_t(channels));
             uint8_t* dst = reinterpret_cast<uint8_t*>(buf.data());
             const int n = swr_convert(swr.get(), &dst, frame->nb_samples, const_cast<const uint8_t**>(frame->extended_data),
                                       frame->nb_samples);
+            mono.resize(size_t(std::max(n, 0)));
             for (int i = 0; i < n; ++i) {
                 float acc = 0;
                 for (int c = 0; c < channels; ++c) acc += buf[size_t(i) * size_t(channels) + size_t(c)];
-                out.samples.push_back(acc / float(channels));
+                mono[size_t(i)] = acc / float(channels);
             }
             av_frame_unref(frame.get());
-            if (cap > 0 && double(out.samples.size()) > cap)
-                throw TooLong(C, path + ": longer than the limit of " + seconds_text(max_seconds));
+            if (!mono.empty() && call.append(call.ctx, mono.data(), mono.size()) != 0) fail("out of memory");
+            total += mono.size();
+            if (cap > 0 && double(total) > cap) fail("longer than the limit", QASR_FFMPEG_TOO_LONG);
         }
     };
     while (av_read_frame(fmt.get(), pkt.get()) >= 0) {
@@ -149,8 +155,25 @@ DecodedAudio decode_with_ffmpeg(const uint8_t* data, size_t size, const std::str
     }
     avcodec_send_packet(dec.get(), nullptr);
     drain();
-    if (out.samples.empty()) fail(C, path + ": decoded no audio samples");
-    return out;
+    if (total == 0) fail("decoded no audio samples");
 }
 
-} // namespace qasr
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) int qasr_ffmpeg_decode_v1(QasrFfmpegCall* call) {
+    int status = QASR_FFMPEG_ERROR;
+    std::string message;
+    try {
+        decode(*call);
+        return QASR_FFMPEG_OK;
+    } catch (const Failure& f) {
+        status = f.status;
+        message = f.message;
+    } catch (const std::bad_alloc&) {
+        message = "out of memory";
+    } catch (...) {
+        message = "unexpected error while decoding";
+    }
+    std::snprintf(call->message, sizeof call->message, "%s", message.c_str());
+    return status;
+}
