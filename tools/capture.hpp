@@ -1,5 +1,6 @@
-// Microphone capture for `qasr stream --capture` (SDL2's audio capture: ALSA, PulseAudio, PipeWire, JACK, ...; on
-// builds without SDL2 every call throws an error that says how to enable it). Opened at 16 kHz mono signed 16-bit:
+// Microphone capture for `qasr stream --capture` (SDL2's audio capture: ALSA, PulseAudio, PipeWire, JACK, ..., in a
+// module loaded on first use: capture_module.cpp; on builds without SDL2 every call throws an error that says how to
+// enable it). Opened at 16 kHz mono signed 16-bit:
 // SDL converts from whatever the device gives.
 #pragma once
 #include <chrono>
@@ -24,7 +25,8 @@ public:
     const std::string& name() const { return name_; } // the device's name ("default" for the system's)
     const std::string& driver() const { return driver_; }
 
-    static bool available();                   // built with SDL2
+    static bool available();                   // the microphone module loads (capture_module.cpp; built with SDL2)
+    static std::string module_path();          // its path once loaded, else empty
     static std::vector<std::string> devices(); // capture devices' names
 
 private:

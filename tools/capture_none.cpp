@@ -17,6 +17,7 @@ AudioCapture::AudioCapture(const std::string&) { unavailable(); }
 AudioCapture::~AudioCapture() = default;
 void AudioCapture::read(std::vector<int16_t>&, std::chrono::milliseconds) { unavailable(); }
 bool AudioCapture::available() { return false; }
+std::string AudioCapture::module_path() { return {}; }
 std::vector<std::string> AudioCapture::devices() { unavailable(); }
 
 } // namespace qasr::cli

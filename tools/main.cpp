@@ -1,5 +1,6 @@
 // The qasr command line: dispatches subcommands; the one place (with the C API) where errors are caught and
 // turned into a one-line message and a non-zero exit status.
+#include "capture.hpp"
 #include "cmd_itn.hpp"
 #include "commands.hpp"
 
@@ -92,11 +93,7 @@ int main(int argc, char** argv) {
 #else
                         "no",
 #endif
-#ifdef QASR_HAVE_CAPTURE
-                        "yes");
-#else
-                        "no");
-#endif
+                        qasr::cli::AudioCapture::available() ? ("yes (" + qasr::cli::AudioCapture::module_path() + ")").c_str() : "no");
             return 0;
         }
         if (cmd == "transcribe") return qasr::cli::cmd_transcribe(argc, argv);

@@ -55,6 +55,14 @@ if [ -e "$b/lib/qasr/libqasr_ffmpeg.so" ]; then
         { echo "FAIL: libqasr.so does not load $mod: $("$tmp/info" | head -2 | tail -1)"; exit 1; }
     echo "ok: FFmpeg's module $mod loaded by the installed CLI and libqasr.so"
 fi
+if [ -e "$b/lib/qasr/libqasr_capture.so" ]; then # the microphone module (a build with SDL2)
+    mod=$(find "$p" -path '*/qasr/libqasr_capture.so' | head -1)
+    [ -n "$mod" ] || { echo "FAIL: the microphone module not installed"; exit 1; }
+    mod=$(cd "$(dirname "$mod")" && pwd -P)/libqasr_capture.so
+    "$p/bin/qasr" version | grep -qF "SDL2) yes ($mod)" ||
+        { echo "FAIL: the installed CLI does not load $mod: $("$p/bin/qasr" version | tail -1)"; exit 1; }
+    echo "ok: the microphone module $mod loaded by the installed CLI"
+fi
 grep -q "^language English" "$tmp/err" || { echo "FAIL: no language line"; cat "$tmp/err"; exit 1; }
 set +e
 "$tmp/transcribe" "$tmp/no-such-model" "$src/samples/demo_en.wav" 2> "$tmp/err"; rc=$?
