@@ -9,7 +9,6 @@
 
 #include <cstring>
 #include <functional>
-#include <memory>
 
 using namespace qasr;
 using namespace qasr::cuda;
@@ -386,48 +385,33 @@ TEST(Cuda, OutOfMemoryIsAnErrorAndTheProcessGoesOn) {
     EXPECT_EQ(host(ok, 3)[2], 3.0f);
 }
 
-// The upload paths: the weights' (32 MiB slots on a stream of its own, finish()) with copies of every size (empty,
-// odd, across the two slots, larger than both) to scattered destinations, and a request's audio (4 KB slots here, on
-// the caller's stream, submit() after each copy and nothing waited for: a copy queued on that stream after submit()
-// must see every byte); the sources are overwritten as soon as copy() returns.
+// The weights' upload path: copies of every size (empty, odd, across the two 32 MiB staging slots, larger than
+// both) to scattered destinations; the sources are overwritten as soon as copy() returns.
 TEST(Cuda, StagedUploadDeliversEveryByte) {
     NEED_GPU();
-    const std::vector<size_t> big{0, 1, 7, 4096, (size_t(3) << 20) + 5, (size_t(32) << 20) - 3, 11,
-                                  (size_t(70) << 20) + 1, (size_t(5) << 20), 2};
-    const std::vector<size_t> small{0, 1, 4095, 4096, 4097, 12289, 3, 8192, 100000, 5};
-    cudaStream_t cs = nullptr;
-    QASR_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-    for (const bool on_stream : {false, true}) {
-        const std::vector<size_t>& sizes = on_stream ? small : big;
-        std::vector<Buffer> dst, seen;
-        std::vector<std::vector<uint8_t>> want;
-        {
-            auto up = on_stream ? std::make_unique<StagedUpload>(4096, cs) : std::make_unique<StagedUpload>();
-            std::vector<uint8_t> src;
-            uint32_t r = 12345;
-            for (size_t n : sizes) {
-                src.resize(n);
-                for (auto& b : src) b = uint8_t((r = r * 1664525u + 1013904223u) >> 24);
-                want.push_back(src);
-                dst.emplace_back(std::max<size_t>(n, 1));
-                up->copy(dst.back().get(), src.data(), n);
-                std::memset(src.data(), 0xAB, n); // the source may be reused at once
-                if (!on_stream) continue;
-                up->submit();
-                seen.emplace_back(std::max<size_t>(n, 1)); // what the stream's next operation reads there
-                QASR_CUDA(cudaMemcpyAsync(seen.back().get(), dst.back().get(), n, cudaMemcpyDeviceToDevice, cs));
-            }
-            if (on_stream) QASR_CUDA(cudaStreamSynchronize(cs));
-            else up->finish();
+    const std::vector<size_t> sizes{0, 1, 7, 4096, (size_t(3) << 20) + 5, (size_t(32) << 20) - 3, 11,
+                                    (size_t(70) << 20) + 1, (size_t(5) << 20), 2};
+    std::vector<Buffer> dst;
+    std::vector<std::vector<uint8_t>> want;
+    {
+        StagedUpload up;
+        std::vector<uint8_t> src;
+        uint32_t r = 12345;
+        for (size_t n : sizes) {
+            src.resize(n);
+            for (auto& b : src) b = uint8_t((r = r * 1664525u + 1013904223u) >> 24);
+            want.push_back(src);
+            dst.emplace_back(std::max<size_t>(n, 1));
+            up.copy(dst.back().get(), src.data(), n);
+            std::memset(src.data(), 0xAB, n); // the source may be reused at once
         }
-        for (size_t i = 0; i < sizes.size(); ++i) {
-            std::vector<uint8_t> got(sizes[i]);
-            const Buffer& b = on_stream ? seen[i] : dst[i];
-            if (sizes[i]) QASR_CUDA(cudaMemcpy(got.data(), b.get(), sizes[i], cudaMemcpyDeviceToHost));
-            EXPECT_TRUE(got == want[i]) << (on_stream ? "stream " : "") << "copy " << i << " of " << sizes[i] << " bytes";
-        }
+        up.finish();
     }
-    QASR_CUDA(cudaStreamDestroy(cs));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        std::vector<uint8_t> got(sizes[i]);
+        if (sizes[i]) QASR_CUDA(cudaMemcpy(got.data(), dst[i].get(), sizes[i], cudaMemcpyDeviceToHost));
+        EXPECT_TRUE(got == want[i]) << "copy " << i << " of " << sizes[i] << " bytes";
+    }
 }
 
 // The persistent decode step (one cooperative kernel per token, QASR_CUDA_PERSISTENT=1) against the per-layer

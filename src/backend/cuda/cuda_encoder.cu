@@ -9,7 +9,6 @@ namespace qasr::cuda::detail {
 
 namespace {
 int64_t conv_len(int64_t n) { return (n + 1) / 2; }
-constexpr size_t kAudioSlot = size_t(256) << 10; // the audio's staging slots (StagedUpload)
 } // namespace
 
 Tensor CudaSession::encode(const Tensor& mel) {
@@ -31,15 +30,7 @@ void CudaSession::queue_front(const std::vector<float>& audio, size_t min_sample
     if (N <= 200) fail("mel", "audio of " + std::to_string(N) + " samples is too short for the STFT");
     const int T = int(MelFrontend::n_frames(N)), n_mels = m_.hp.audio.n_mels;
     maudio_.ensure(std::max<size_t>(audio.size(), 1) * 4);
-    if (staged_audio_) {
-        // through page-locked slots: the first 256 KB reach the device while the host copies the next (the driver's
-        // own staging of pageable memory runs at ~5 GB/s: ~0.14 ms for 11 s, with the device idle)
-        if (!audio_up_) audio_up_ = std::make_unique<StagedUpload>(kAudioSlot, s_);
-        audio_up_->copy(maudio_.get(), audio.data(), audio.size() * 4);
-        audio_up_->submit();
-    } else {
-        QASR_CUDA(cudaMemcpyAsync(maudio_.get(), audio.data(), audio.size() * 4, cudaMemcpyHostToDevice, s_));
-    }
+    QASR_CUDA(cudaMemcpyAsync(maudio_.get(), audio.data(), audio.size() * 4, cudaMemcpyHostToDevice, s_));
     const double t_copy = sw.ms();
     mwork_.ensure(log_mel_work_bytes(T, n_mels));
     emel_.ensure(size_t(T) * n_mels * 4);

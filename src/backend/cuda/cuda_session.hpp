@@ -7,7 +7,6 @@
 #include "backend/cuda/device_weights.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/kernels.cuh"
-#include "backend/cuda/staged_upload.hpp"
 #include "backend/device.hpp"
 
 #include "core/error.hpp"
@@ -169,7 +168,6 @@ public:
         for (auto& e : ev_) cudaEventDestroy(e);
         cudaFreeHost(ring_h_);
         cudaFreeHost(tok_h_);
-        audio_up_.reset();
         gemm_.reset();
         cublasDestroy(blas_);
         if (cs_) cudaStreamDestroy(cs_);
@@ -437,13 +435,6 @@ private:
     int npev_ = 0, prof_steps_ = 0;
     std::map<std::string, double> prof_;
     Buffer argpart_, mwork_, maudio_;
-    // the request's audio → maudio_ through two 256 KB page-locked slots on the session's stream (made at the first
-    // request; QASR_CUDA_STAGED_AUDIO=0: the driver's pageable copy, an A/B switch)
-    std::unique_ptr<StagedUpload> audio_up_;
-    const bool staged_audio_ = [] {
-        const char* e = std::getenv("QASR_CUDA_STAGED_AUDIO");
-        return !(e && std::string(e) == "0");
-    }();
 
     const Model& m_;
     const DeviceWeights& w_;

@@ -10,16 +10,13 @@
 
 namespace qasr::cuda {
 
-StagedUpload::StagedUpload(size_t slot_bytes, cudaStream_t stream) : slot_(std::max<size_t>(slot_bytes, 4096)), s_(stream) {
+StagedUpload::StagedUpload() {
     threads_ = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
     try {
-        if (!s_) {
-            QASR_CUDA(cudaStreamCreate(&s_));
-            own_stream_ = true;
-        }
+        QASR_CUDA(cudaStreamCreate(&s_));
         for (Slot& sl : slots_) {
             // Where page-locked memory is refused (a locked-memory limit), the copies go the driver's way.
-            if (cudaHostAlloc(reinterpret_cast<void**>(&sl.host), slot_, cudaHostAllocDefault) != cudaSuccess) {
+            if (cudaHostAlloc(reinterpret_cast<void**>(&sl.host), kSlot, cudaHostAllocDefault) != cudaSuccess) {
                 cudaGetLastError();
                 sl.host = nullptr;
                 direct_ = true;
@@ -35,14 +32,14 @@ StagedUpload::StagedUpload(size_t slot_bytes, cudaStream_t stream) : slot_(std::
 StagedUpload::~StagedUpload() { release(); }
 
 void StagedUpload::release() noexcept {
+    if (s_) cudaStreamSynchronize(s_);
     for (Slot& sl : slots_) {
-        if (sl.pending) cudaEventSynchronize(sl.done); // its copies have left the slot
         if (sl.host) cudaFreeHost(sl.host);
         if (sl.done) cudaEventDestroy(sl.done);
         sl.host = nullptr;
         sl.done = nullptr;
     }
-    if (s_ && own_stream_) cudaStreamDestroy(s_);
+    if (s_) cudaStreamDestroy(s_);
     s_ = nullptr;
     cudaGetLastError(); // errors here were (or will be) reported by the calls that caused them
 }
@@ -69,9 +66,9 @@ void StagedUpload::fill(char* to, const char* from, size_t n) const {
 }
 
 void StagedUpload::copy(void* dst, const void* src, size_t n) {
-    if (direct_) { // (from pageable memory: returns once the driver has staged src)
+    if (direct_) {
         const Stopwatch sw;
-        QASR_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s_));
+        QASR_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
         fill_ms_ += sw.ms();
         return;
     }
@@ -79,17 +76,11 @@ void StagedUpload::copy(void* dst, const void* src, size_t n) {
     const auto* s = static_cast<const char*>(src);
     while (n > 0) {
         Slot& sl = slots_[cur_];
-        if (sl.used == slot_) {
+        if (sl.used == kSlot) {
             flush();
             continue;
         }
-        if (sl.pending) { // refilled: its earlier copies must have left it
-            const Stopwatch sw;
-            QASR_CUDA(cudaEventSynchronize(sl.done));
-            wait_ms_ += sw.ms();
-            sl.pending = false;
-        }
-        const size_t take = std::min(n, slot_ - sl.used);
+        const size_t take = std::min(n, kSlot - sl.used);
         const Stopwatch sw;
         fill(sl.host + sl.used, s, take);
         fill_ms_ += sw.ms();
@@ -109,17 +100,19 @@ void StagedUpload::flush() {
         QASR_CUDA(cudaEventRecord(sl.done, s_));
         sl.pending = true;
     }
-    sl.used = 0;
-    sl.segs.clear();
     cur_ ^= 1;
-}
-
-void StagedUpload::submit() {
-    if (!direct_) flush();
+    Slot& next = slots_[cur_];
+    const Stopwatch sw;
+    if (next.pending) QASR_CUDA(cudaEventSynchronize(next.done)); // its copies have left the slot
+    wait_ms_ += sw.ms();
+    next.pending = false;
+    next.used = 0;
+    next.segs.clear();
 }
 
 void StagedUpload::finish() {
-    submit();
+    if (direct_) return;
+    flush();
     const Stopwatch sw;
     QASR_CUDA(cudaStreamSynchronize(s_));
     wait_ms_ += sw.ms();

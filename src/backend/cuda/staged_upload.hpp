@@ -1,9 +1,6 @@
-// Host → device copies through pinned staging slots: host threads fill one slot while the copy engine drains the
-// other. A plain cudaMemcpy from pageable memory goes through the driver's own single-threaded staging at ~5 GB/s
-// (the 0.6B checkpoint's 1.6 GB took 0.27–0.38 s of every cold start on the H200 machine; a request's 11 s of audio,
-// 704 KB, ~0.14 ms before its front end could start). Two uses: the weights (32 MiB slots, a stream of its own,
-// finish() at the end) and a session's audio (small slots on the session's stream, submit(): the copies stay
-// ordered before the kernels queued after them, and the host does not wait for them).
+// Host → device copies of the weights through pinned staging slots: host threads fill one slot while the copy
+// engine drains the other. A plain cudaMemcpy from pageable memory goes through the driver's own single-threaded
+// staging at ~5 GB/s (the 0.6B checkpoint's 1.6 GB took 0.27–0.38 s of every cold start on the H200 machine).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -14,19 +11,15 @@ namespace qasr::cuda {
 
 class StagedUpload {
 public:
-    // stream: where the copies are queued (null: a stream of its own)
-    explicit StagedUpload(size_t slot_bytes = kDefaultSlot, cudaStream_t stream = nullptr);
+    StagedUpload();
     ~StagedUpload(); // waits for the copies in flight (so the destinations may be freed after it); never throws
     StagedUpload(const StagedUpload&) = delete;
     StagedUpload& operator=(const StagedUpload&) = delete;
 
     // Queues a copy of n bytes to device memory dst; src may be reused or freed once this returns.
     void copy(void* dst, const void* src, size_t n);
-    // Queues the copies still held in the current slot (they run in stream order; nothing waits for them).
-    void submit();
     // Every queued copy has reached the device.
     void finish();
-    static constexpr size_t kDefaultSlot = size_t(32) << 20;
     double fill_ms() const { return fill_ms_; } // host time copying into the slots
     double wait_ms() const { return wait_ms_; } // host time waiting for a slot's copies to finish
 
@@ -42,15 +35,14 @@ private:
         size_t used = 0;
         std::vector<Seg> segs;
     };
-    void flush(); // queues the current slot's copies and moves to the other slot (waited for when it is refilled)
+    void flush(); // queues the current slot's copies and moves to the other slot
     void fill(char* to, const char* from, size_t n) const;
     void release() noexcept;
 
-    size_t slot_;
+    static constexpr size_t kSlot = size_t(32) << 20;
     Slot slots_[2];
     int cur_ = 0;
     cudaStream_t s_ = nullptr;
-    bool own_stream_ = false;
     unsigned threads_ = 1;
     bool direct_ = false; // no page-locked slots: plain cudaMemcpy per copy
     double fill_ms_ = 0, wait_ms_ = 0;
