@@ -1,5 +1,6 @@
 // load_module (module.hpp). QASR_MODULE_FROM_BIN / QASR_MODULE_FROM_LIB: the install's module directory relative to
-// the executable's and to libqasr.so's; QASR_MODULE_BUILD_DIR: the build tree's (src/CMakeLists.txt).
+// the executable's and to libqasr.so's; QASR_MODULE_BUILD_DIR: the build tree's, looked in only by programs under
+// QASR_BUILD_ROOT (the build tree; src/CMakeLists.txt).
 #include "core/module.hpp"
 
 #include <dlfcn.h>
@@ -24,11 +25,16 @@ std::vector<std::string> candidates(const char* file, const char* env) {
     const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
     const std::string exe = n > 0 ? std::string(buf, size_t(n)) : std::string();
     Dl_info info{}; // the shared object holding this code (libqasr.so), when it is not the executable
+    std::string holder;
     if (::dladdr(reinterpret_cast<void*>(&load_module), &info) && info.dli_fname && info.dli_fname[0] == '/' &&
         exe != info.dli_fname)
-        c.push_back(dir_of(info.dli_fname) + "/" QASR_MODULE_FROM_LIB "/" + file);
+        holder = info.dli_fname;
+    if (!holder.empty()) c.push_back(dir_of(holder) + "/" QASR_MODULE_FROM_LIB "/" + file);
+    const auto holder_in = [&](const std::string& dir) { return !holder.empty() && holder.compare(0, dir.size(), dir) == 0; };
     if (!exe.empty()) c.push_back(dir_of(exe) + "/" QASR_MODULE_FROM_BIN "/" + file);
-    c.push_back(std::string(QASR_MODULE_BUILD_DIR "/") + file);
+    // the build tree's only for programs inside it: an installed program never loads code from where it was built
+    const std::string tree = QASR_BUILD_ROOT "/";
+    if (exe.compare(0, tree.size(), tree) == 0 || holder_in(tree)) c.push_back(std::string(QASR_MODULE_BUILD_DIR "/") + file);
     return c;
 }
 

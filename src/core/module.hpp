@@ -14,7 +14,8 @@ struct LoadedModule {
 // Looks for the module file `file` (e.g. "libqasr_ffmpeg.so") in, in order:
 //   1. the path in the environment variable `env`, when set (and nowhere else then);
 //   2. beside the program or libqasr.so, where `cmake --install` puts it (LIBDIR/qasr);
-//   3. the build tree's module directory (the CLI and tests run where they were built).
+//   3. the build tree's module directory, for programs inside the build tree (the CLI and tests run where they
+//      were built; an installed program never looks there).
 // The first that loads and has `symbol` stays loaded for the process.
 LoadedModule load_module(const char* file, const char* symbol, const char* env);
 
