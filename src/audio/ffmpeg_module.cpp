@@ -114,39 +114,61 @@ void decode(QasrFfmpegCall& call) {
     avcodec_parameters_to_context(dec.get(), fmt->streams[stream]->codecpar);
     if ((rc = avcodec_open2(dec.get(), codec, nullptr)) < 0) fail("cannot open decoder: " + av_err(rc));
     const int channels = dec->ch_layout.nb_channels;
-    const int rate = dec->sample_rate;
-    if (channels <= 0 || rate <= 0) fail("audio stream has no channels or sample rate");
-    SwrContext* swr_raw = nullptr;
-    if (swr_alloc_set_opts2(&swr_raw, &dec->ch_layout, AV_SAMPLE_FMT_FLT, rate, &dec->ch_layout, dec->sample_fmt,
-                            rate, 0, nullptr) < 0 || swr_init(swr_raw) < 0) {
-        swr_free(&swr_raw);
-        fail("cannot set up sample conversion");
-    }
-    std::unique_ptr<SwrContext, SwrFree> swr(swr_raw);
+    if (channels <= 0 || dec->sample_rate <= 0) fail("audio stream has no channels or sample rate");
+    int rate = 0; // the first frame's (a decoder may output another rate than the stream declares: HE-AAC)
     std::unique_ptr<AVPacket, PacketFree> pkt(av_packet_alloc());
     std::unique_ptr<AVFrame, FrameFree> frame(av_frame_alloc());
     if (!pkt || !frame) fail("out of memory");
-    call.sample_rate = rate;
     call.channels = channels;
+    // The conversion is set up from each frame's own format and channel layout, and again whenever they change: a
+    // stream may change them between frames (a hostile FLAC did; converting its frames as the first one's read
+    // planes that did not exist). The sample rate may not change: the caller gets one rate.
+    std::unique_ptr<SwrContext, SwrFree> swr;
+    int swr_format = -1;
+    AVChannelLayout swr_layout{};
+    struct LayoutFree {
+        AVChannelLayout* l;
+        ~LayoutFree() { av_channel_layout_uninit(l); }
+    } layout_free{&swr_layout};
     std::vector<float> buf, mono;
     size_t total = 0;
-    const double cap = call.max_seconds > 0 ? call.max_seconds * double(rate) : 0;
+    auto convert = [&]() { // the frame in `frame` → mono samples in `mono`
+        const int fc = frame->ch_layout.nb_channels;
+        if (!rate) {
+            if (frame->sample_rate <= 0) fail("a frame without a sample rate");
+            call.sample_rate = rate = frame->sample_rate;
+        }
+        if (frame->sample_rate != rate) fail("the sample rate changes within the audio stream");
+        if (fc <= 0 || fc > 1024 || frame->nb_samples < 0 || !frame->extended_data) fail("a frame without channels or samples");
+        if (!swr || frame->format != swr_format || av_channel_layout_compare(&frame->ch_layout, &swr_layout) != 0) {
+            SwrContext* sc = nullptr;
+            const int ok = swr_alloc_set_opts2(&sc, &frame->ch_layout, AV_SAMPLE_FMT_FLT, rate, &frame->ch_layout,
+                                               AVSampleFormat(frame->format), rate, 0, nullptr);
+            swr.reset(sc);
+            if (ok < 0 || swr_init(swr.get()) < 0) fail("cannot set up sample conversion");
+            swr_format = frame->format;
+            av_channel_layout_uninit(&swr_layout);
+            if (av_channel_layout_copy(&swr_layout, &frame->ch_layout) < 0) fail("out of memory");
+        }
+        buf.resize(size_t(frame->nb_samples) * size_t(fc));
+        uint8_t* dst = reinterpret_cast<uint8_t*>(buf.data());
+        const int n = swr_convert(swr.get(), &dst, frame->nb_samples, const_cast<const uint8_t**>(frame->extended_data),
+                                  frame->nb_samples);
+        mono.resize(size_t(std::max(n, 0)));
+        for (int i = 0; i < n; ++i) {
+            float acc = 0;
+            for (int c = 0; c < fc; ++c) acc += buf[size_t(i) * size_t(fc) + size_t(c)];
+            mono[size_t(i)] = acc / float(fc);
+        }
+    };
     auto drain = [&]() {
         while (avcodec_receive_frame(dec.get(), frame.get()) == 0) {
-            buf.resize(size_t(frame->nb_samples) * size_t(channels));
-            uint8_t* dst = reinterpret_cast<uint8_t*>(buf.data());
-            const int n = swr_convert(swr.get(), &dst, frame->nb_samples, const_cast<const uint8_t**>(frame->extended_data),
-                                      frame->nb_samples);
-            mono.resize(size_t(std::max(n, 0)));
-            for (int i = 0; i < n; ++i) {
-                float acc = 0;
-                for (int c = 0; c < channels; ++c) acc += buf[size_t(i) * size_t(channels) + size_t(c)];
-                mono[size_t(i)] = acc / float(channels);
-            }
+            convert();
             av_frame_unref(frame.get());
             if (!mono.empty() && call.append(call.ctx, mono.data(), mono.size()) != 0) fail("out of memory");
             total += mono.size();
-            if (cap > 0 && double(total) > cap) fail("longer than the limit", QASR_FFMPEG_TOO_LONG);
+            if (call.max_seconds > 0 && double(total) > call.max_seconds * double(rate))
+                fail("longer than the limit", QASR_FFMPEG_TOO_LONG);
         }
     };
     while (av_read_frame(fmt.get(), pkt.get()) >= 0) {

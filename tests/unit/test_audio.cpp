@@ -217,6 +217,24 @@ TEST(AudioBytes, FfmpegModuleLoadsWhereTheBuildHasIt) {
 #endif
 }
 
+// A stream whose frames change format and channel layout midway (tests/data/audio/README.md: a fuzzer's find that
+// crashed libswresample): decoded with the conversion set up again per change, or refused with an Error — and a
+// second decode in the same process is unaffected.
+TEST(AudioBytes, StreamChangingItsFormatMidwayIsDecodedOrRefused) {
+    if (!ffmpeg_available()) GTEST_SKIP() << "built without FFmpeg";
+    std::ifstream in(std::string(QASR_SOURCE_DIR) + "/tests/data/audio/fuzz_flac_format_change.bin", std::ios::binary);
+    const std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(b.size(), 7545u);
+    for (int round = 0; round < 2; ++round) {
+        try {
+            const std::vector<float> a = load_audio_bytes(b.data(), b.size(), "fuzz.bin", 60);
+            for (float v : a) ASSERT_TRUE(v >= -1.0f && v <= 1.0f);
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("fuzz.bin"), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST(AudioBytes, CompressedLengthLimitHoldsWhileDecoding) { // a small FLAC of 25 s against a 20 s limit
     if (!ffmpeg_available()) GTEST_SKIP() << "built without FFmpeg";
     if (std::system("command -v sox >/dev/null 2>&1") != 0) GTEST_SKIP() << "sox not installed";
