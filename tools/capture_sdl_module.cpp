@@ -16,6 +16,13 @@ void put(char* buf, size_t len, const char* text) {
     if (buf && len) std::snprintf(buf, len, "%s", text);
 }
 
+// SDL's audio subsystem up (counted by SDL: each success is paired with an SDL_QuitSubSystem), else err filled
+bool start_audio(char* err, size_t err_len) {
+    if (SDL_InitSubSystem(SDL_INIT_AUDIO) == 0) return true;
+    if (err && err_len) std::snprintf(err, err_len, "SDL audio could not start: %s", SDL_GetError());
+    return false;
+}
+
 struct Device {
     SDL_AudioDeviceID id = 0;
     void (*on_samples)(void*, const int16_t*, size_t) = nullptr;
@@ -29,12 +36,7 @@ void SDLCALL captured(void* self, Uint8* bytes, int len) {
 
 void* open_device(const char* name, void (*on_samples)(void*, const int16_t*, size_t), void* ctx, char* driver,
                   size_t driver_len, char* err, size_t err_len) {
-    if (SDL_InitSubSystem(SDL_INIT_AUDIO) != 0) {
-        char m[600];
-        std::snprintf(m, sizeof m, "SDL audio could not start: %s", SDL_GetError());
-        put(err, err_len, m);
-        return nullptr;
-    }
+    if (!start_audio(err, err_len)) return nullptr;
     auto* d = new (std::nothrow) Device{0, on_samples, ctx};
     if (!d) {
         SDL_QuitSubSystem(SDL_INIT_AUDIO);
@@ -72,12 +74,7 @@ void close_device(void* h) {
 }
 
 int list_devices(void (*add)(void*, const char*), void* ctx, char* err, size_t err_len) {
-    if (SDL_InitSubSystem(SDL_INIT_AUDIO) != 0) {
-        char m[600];
-        std::snprintf(m, sizeof m, "SDL audio could not start: %s", SDL_GetError());
-        put(err, err_len, m);
-        return -1;
-    }
+    if (!start_audio(err, err_len)) return -1;
     const int n = SDL_GetNumAudioDevices(1);
     for (int i = 0; i < n; ++i)
         if (const char* s = SDL_GetAudioDeviceName(i, 1)) add(ctx, s);

@@ -30,11 +30,11 @@ std::vector<std::string> candidates(const char* file, const char* env) {
         exe != info.dli_fname)
         holder = info.dli_fname;
     if (!holder.empty()) c.push_back(dir_of(holder) + "/" QASR_MODULE_FROM_LIB "/" + file);
-    const auto holder_in = [&](const std::string& dir) { return !holder.empty() && holder.compare(0, dir.size(), dir) == 0; };
     if (!exe.empty()) c.push_back(dir_of(exe) + "/" QASR_MODULE_FROM_BIN "/" + file);
     // the build tree's only for programs inside it: an installed program never loads code from where it was built
     const std::string tree = QASR_BUILD_ROOT "/";
-    if (exe.compare(0, tree.size(), tree) == 0 || holder_in(tree)) c.push_back(std::string(QASR_MODULE_BUILD_DIR "/") + file);
+    const auto inside = [&](const std::string& p) { return p.compare(0, tree.size(), tree) == 0; }; // ("" is not)
+    if (inside(exe) || inside(holder)) c.push_back(std::string(QASR_MODULE_BUILD_DIR "/") + file);
     return c;
 }
 
