@@ -301,12 +301,17 @@ int cmd_bench(int argc, char** argv) {
     const std::string fmt_enc =
         model->weights.enc.layers.empty() ? "?" : model->weights.enc.layers[0].fc1.w.format_name();
 
-    std::vector<double> mel, enc, pre, dec, tot, rtf;
+    std::vector<double> mel, enc, pre, dec, tot, rtf, call;
     int n_tokens = 0, n_prompt = 0;
     std::vector<int> one_client_tokens;
     for (int i = 0; i < warmup + runs; ++i) {
-        Session s(model);
-        const TranscriptionResult r = s.run(audio, opts);
+        Stopwatch cw; // the whole call as a caller sees it: the session opened, the transcription, the session closed
+        TranscriptionResult r;
+        {
+            Session s(model);
+            r = s.run(audio, opts);
+        }
+        const double call_ms = cw.ms();
         one_client_tokens.clear();
         for (const TokenInfo& ti : r.tokens) one_client_tokens.push_back(ti.id);
         n_tokens = int(r.tokens.size());
@@ -317,6 +322,7 @@ int cmd_bench(int argc, char** argv) {
         pre.push_back(r.timings.prefill_ms);
         dec.push_back(r.timings.decode_ms);
         tot.push_back(r.timings.total_ms());
+        call.push_back(call_ms);
         rtf.push_back(r.rtf);
     }
     // Concurrent clients (a server's load): the first round opens the sessions the pool lacks. With --batch, the
@@ -431,6 +437,8 @@ int cmd_bench(int argc, char** argv) {
                         {"decode_ms", dec_ms},
                         {"total_ms", median(tot)},
                         {"first_total_ms", tot.empty() ? 0.0 : tot.front()},
+                        // total_ms plus opening and closing the session (what a caller of Session::run waits for)
+                        {"call_ms", median(call)},
                         // the first timed run's stages (after --api-warmup: the first transcription after the warm-up)
                         {"first_ms", {{"mel", mel.empty() ? 0.0 : mel.front()}, {"encode", enc.empty() ? 0.0 : enc.front()},
                                       {"prefill", pre.empty() ? 0.0 : pre.front()}, {"decode", dec.empty() ? 0.0 : dec.front()}}},

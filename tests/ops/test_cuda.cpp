@@ -599,6 +599,67 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
     EXPECT_EQ(sg.run(std::vector<float>(300, 0.0f), g).finish, FinishReason::Empty);
 }
 
+// A greedy loop that stops (EOS, a guard) leaves the step it queued past the stop running: neither greedy() nor the
+// request's end waits for it, the session's next use does. Host-driven steps right after a stop continue the
+// uninterrupted sequence, and the session, back from the pool with that step possibly still queued, decodes a full
+// request exactly as before (tokens and log-probabilities bit for bit).
+TEST(Cuda, AStoppedGreedyLoopLeavesTheSessionReadyForItsNextUse) {
+    NEED_GPU();
+    const std::string tok_dir = tokenizer_dir();
+    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
+        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
+    const std::string dir = random_checkpoint_dir("tiny", 1, tok_dir);
+    const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
+    ASSERT_TRUE(gpu->device);
+    Session sc(cpu);
+    const Tensor rows = sc.encode(sc.mel(randv(16000 * 2, 23, 0.1f), 8000));
+    const Prompt p = sc.prompt(rows.rows(), TranscribeOptions{});
+    constexpr int kTokens = 16, kStop = 5;
+    const auto decode = [&](DeviceSession& d, int stop_after, std::vector<int>* ids, std::vector<float>* lps) {
+        d.prefill(p.ids, p.audio_begin, rows, 0);
+        d.greedy(kTokens, [&](int id, float lp) {
+            ids->push_back(id);
+            lps->push_back(lp);
+            return int(ids->size()) < stop_after;
+        });
+    };
+    std::vector<int> ref;
+    std::vector<float> ref_lp;
+    DeviceSession* pooled = nullptr;
+    {
+        auto d = gpu->device->open();
+        pooled = d->inner();
+        decode(*d, kTokens, &ref, &ref_lp);
+        ASSERT_EQ(ref.size(), size_t(kTokens));
+    }
+    {
+        auto d = gpu->device->open(); // the pooled session again
+        ASSERT_EQ(d->inner(), pooled);
+        std::vector<int> ids;
+        std::vector<float> lps;
+        decode(*d, kStop, &ids, &lps); // stops with token kStop's step queued
+        ASSERT_EQ(ids, std::vector<int>(ref.begin(), ref.begin() + kStop));
+        EXPECT_EQ(d->length(), int64_t(p.ids.size()) + kStop);
+        for (int n = kStop; n + 1 < kTokens; ++n) { // token n at the next position: the uninterrupted run's n+1
+            const Tensor lg = d->step(ref[size_t(n)]);
+            EXPECT_EQ(int(std::max_element(lg.ptr(), lg.ptr() + lg.cols()) - lg.ptr()), ref[size_t(n) + 1]) << "step " << n;
+        }
+        ids.clear();
+        lps.clear();
+        decode(*d, kStop, &ids, &lps); // and stops again: the request ends with the step queued
+        ASSERT_EQ(ids.size(), size_t(kStop));
+    }
+    for (int rep = 0; rep < 2; ++rep) {
+        auto d = gpu->device->open();
+        ASSERT_EQ(d->inner(), pooled);
+        std::vector<int> ids;
+        std::vector<float> lps;
+        decode(*d, kTokens, &ids, &lps);
+        EXPECT_EQ(ids, ref) << "request " << rep;
+        EXPECT_EQ(lps, ref_lp) << "request " << rep;
+    }
+}
+
 // The conv stem runs its chunks in groups (CudaSession::kStemGroup, which bounds its scratch on the device): audio of
 // two full groups and a short last chunk gives the CPU encoder's rows, every group's as close as one group's.
 TEST(Cuda, LongAudioStemInChunkGroupsMatchesCpu) {

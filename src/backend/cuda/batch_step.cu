@@ -14,6 +14,7 @@
 namespace qasr::cuda::detail {
 
 void CudaSession::batch_first(int max_tokens, int* id, float* logprob) {
+    settle();
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (len_ <= 0) fail("decoder", "batch_first() before prefill()");
     if (max_tokens < 1) fail("decoder", "batch_first() needs room for at least one token");
@@ -31,6 +32,7 @@ void CudaSession::batch_first(int max_tokens, int* id, float* logprob) {
 }
 
 void CudaSession::init_rows(int max_batch) {
+    settle();
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (max_batch < 1 || max_batch > BatchRows::kMax)
         fail("cuda", "a batched step holds 1.." + std::to_string(BatchRows::kMax) + " rows");
@@ -106,6 +108,7 @@ bool CudaSession::queue_rows_attention(size_t li, int B, int splits, const Batch
 }
 
 void CudaSession::step_greedy(int token, int* id, float* logprob) {
+    settle();
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (token < 0 || token >= vocab_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
     if (len_ <= 0 || len_ + 1 > cap_) fail("decoder", "a batched step for a session without room (batch_first() first)");
@@ -143,6 +146,8 @@ void CudaSession::step_rows(CudaSession* const* rows, const int* tokens, int B, 
                             int* top_ids, float* top_lps) {
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (B <= 0) return;
+    settle();
+    for (int b = 0; b < B; ++b) rows[b]->settle(); // their KV caches are written on this stream
     if (!rows_h_ || B > rows_max_) fail("cuda", "a batched step of " + std::to_string(B) + " rows (this batch holds " +
                                                     std::to_string(rows_max_) + ")");
     int64_t longest = 0;

@@ -12,6 +12,7 @@ int64_t conv_len(int64_t n) { return (n + 1) / 2; }
 } // namespace
 
 Tensor CudaSession::encode(const Tensor& mel) {
+    settle();
     join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (mel.dim(0) != m_.hp.audio.n_mels)
@@ -23,6 +24,7 @@ Tensor CudaSession::encode(const Tensor& mel) {
 }
 
 void CudaSession::queue_front(const std::vector<float>& audio, size_t min_samples, double* mel_ms, int* T_out, bool wait) {
+    settle();
     join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     Stopwatch sw;
@@ -82,6 +84,7 @@ Tensor CudaSession::encode_device(const float* d_mel, int T) {
 }
 
 Tensor CudaSession::encode_stem(const Tensor& mel) {
+    settle();
     join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const AudioHParams& hp = m_.hp.audio;
@@ -147,6 +150,7 @@ int CudaSession::stem_device(const float* d_mel, int T, int* window_out) {
 }
 
 Tensor CudaSession::encode_rows(const Tensor& rows, int64_t window_rows) {
+    settle();
     join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const AudioHParams& hp = m_.hp.audio;

@@ -117,6 +117,7 @@ void CudaSession::ensure_kv(int64_t need) {
 }
 
 void CudaSession::reserve_kv(int64_t positions) {
+    settle();
     join_capture(); // the recording thread reads the buffers ensure_kv may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     len_ = 0;
@@ -132,12 +133,14 @@ size_t CudaSession::scaling_bytes() const {
 }
 
 Tensor CudaSession::prefill(const std::vector<int>& ids, int64_t audio_begin, const Tensor& rows, int logits) {
+    settle();
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (rows.rows() && rows.cols() != D_) fail("decoder", "audio rows do not fit the prompt");
     return prefill_rows(ids, audio_begin, rows.rows(), rows.rows() ? rows.ptr() : nullptr, false, logits);
 }
 
 void CudaSession::prefill_resident(const std::vector<int>& ids, int64_t audio_begin) {
+    settle();
     if (resident_ < 0) fail("decoder", "prefill_resident() without encode_audio_resident() before it");
     const int64_t A = resident_;
     resident_ = -1;
@@ -331,6 +334,7 @@ void CudaSession::queue_decoder_rows(int L, int64_t pos0, const BatchRows* rows,
 }
 
 void CudaSession::extend(const Tensor& xin) {
+    settle();
     join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     const int n = int(xin.rows());
@@ -345,6 +349,7 @@ void CudaSession::extend(const Tensor& xin) {
 }
 
 Tensor CudaSession::extended_logits(int64_t r0, int64_t n) {
+    settle();
     join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (r0 < 0 || n <= 0 || r0 + n > ext_rows_) fail("decoder", "logits of rows outside the last extend()");
@@ -526,6 +531,7 @@ cudaGraphExec_t CudaSession::capture_step(int splits, bool screened) {
 }
 
 Tensor CudaSession::step(int token) {
+    settle();
     join_capture(); // the recording thread reads the buffers this may move
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (token < 0 || token >= vocab_) fail("decoder", "token id " + std::to_string(token) + " is outside the vocabulary");
@@ -544,6 +550,7 @@ Tensor CudaSession::step(int token) {
 }
 
 void CudaSession::copy_cache(DeviceSession& src, int64_t from) {
+    settle();
     auto* o = dynamic_cast<CudaSession*>(src.inner());
     if (!o || &o->w_ != &w_) fail("cuda", "a KV cache copy needs two sessions of one device model");
     if (o == this) return;
@@ -567,6 +574,7 @@ void CudaSession::copy_cache(DeviceSession& src, int64_t from) {
 }
 
 void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& take) {
+    settle();
     QASR_CUDA(cudaSetDevice(w_.ordinal));
     if (len_ <= 0) fail("decoder", "greedy() before prefill()");
     if (max_tokens <= 0) return;
@@ -595,9 +603,11 @@ void CudaSession::greedy(int max_tokens, const std::function<bool(int, float)>& 
             fail("decoder", "no valid token at step " + std::to_string(n) + " (non-finite logits: check the checkpoint's weights)");
         }
         ++len_;
-        if (!take(id, lp)) break;
+        if (!take(id, lp)) {
+            unwaited_ = n + 1 < max_tokens; // the step queued past the stop: the session's next use waits for it
+            return;
+        }
     }
-    QASR_CUDA(cudaStreamSynchronize(s_)); // the one step queued past a stop finishes before the session is reused
 }
 
 } // namespace detail
@@ -694,7 +704,7 @@ public:
     Pooled(std::shared_ptr<const CudaContext> ctx, std::unique_ptr<CudaSession> s) : ctx_(std::move(ctx)), s_(std::move(s)) {}
     ~Pooled() override {
         if (!s_) return;
-        s_->reset_after_error();
+        s_->end_request();
         s_->record_passes(true);
         ctx_->give_back(std::move(s_));
     }
