@@ -280,6 +280,10 @@ private:
     void queue_layers(int A, int window);            // the same, the projector rows left in eout_ [A, D]
     // log-mel → emel_; wait: mel_ms is the front end's time on the device (else the time to queue it)
     void queue_front(const std::vector<float>& audio, size_t min_samples, double* mel_ms, int* T, bool wait = true);
+    // The request's audio copied to the device and the front end's buffers sized: the mel frame count.
+    int upload_audio(const std::vector<float>& audio, size_t min_samples);
+    // The log-mel of the uploaded audio (n_have samples, zeros up to N) into emel_, on qs_.
+    void queue_mel(int64_t n_have, int64_t N, int T);
     // prefill() with the A audio rows at src (host memory, or the device's eout_ when on_device)
     Tensor prefill_rows(const std::vector<int>& ids, int64_t audio_begin, int64_t A, const float* src, bool on_device, int logits);
     // The decoder layers over n input rows in px_ at positions len_ … len_+n-1 (the KV cache holds the earlier

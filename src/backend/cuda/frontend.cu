@@ -3,6 +3,7 @@
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/gemm.hpp"
 
 #include "core/error.hpp"
 
@@ -124,28 +125,47 @@ __global__ void k_mel_norm(const float* lm, int T, int n_mels, const float* part
 
 } // namespace
 
-void log_mel(cublasHandle_t h, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
+namespace {
+// The log-mel's work buffer: the double-precision stages of one block of B frames, then the float log-mel of all T
+// frames and the blocks' partial maxima, each part starting on a 256-byte boundary (log_mel_work_bytes sizes it).
+struct MelWork {
+    size_t frames, spec, power, mel, lm, bmax, bytes; // byte offsets, total
+    MelWork(int T, int n_mels) {
+        const size_t B = size_t(std::min(T, kLogMelBlock)), blocks = (size_t(T) + kLogMelBlock - 1) / kLogMelBlock;
+        const auto up = [](size_t b) { return (b + 255) & ~size_t(255); };
+        frames = 0;
+        spec = up(frames + B * 400 * 8);
+        power = up(spec + B * 402 * 8);
+        mel = up(power + B * 201 * 8);
+        lm = up(mel + B * size_t(n_mels) * 8);
+        bmax = up(lm + size_t(T) * size_t(n_mels) * 4);
+        bytes = bmax + blocks * kLogMelParts * 4;
+    }
+};
+} // namespace
+
+void log_mel(detail::GemmPlans& g, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
              const double* dft, const double* filters, double* work, float* out, cudaStream_t s) {
     // the frames in blocks of kLogMelBlock: the double-precision work of one block (~9.5 KB a frame), then the
     // log-mel of all frames clamped below their maximum
-    const int B = std::min(T, kLogMelBlock), blocks = (T + kLogMelBlock - 1) / kLogMelBlock;
-    double* frames = work;                         // [B, 400]
-    double* spec = frames + int64_t(B) * 400;      // [B, 402]
-    double* power = spec + int64_t(B) * 402;       // [B, 201]
-    double* mel = power + int64_t(B) * 201;        // [B, n_mels]
-    float* lm = reinterpret_cast<float*>(mel + int64_t(B) * n_mels); // [T, n_mels]
-    float* bmax = lm + int64_t(T) * n_mels;        // [blocks, kLogMelParts]
-    const double one = 1.0, zero = 0.0;
+    const int blocks = (T + kLogMelBlock - 1) / kLogMelBlock;
+    const MelWork w(T, n_mels);
+    char* base = reinterpret_cast<char*>(work);
+    auto* frames = reinterpret_cast<double*>(base + w.frames); // [B, 400]
+    auto* spec = reinterpret_cast<double*>(base + w.spec);     // [B, 402]
+    auto* power = reinterpret_cast<double*>(base + w.power);   // [B, 201]
+    auto* mel = reinterpret_cast<double*>(base + w.mel);       // [B, n_mels]
+    auto* lm = reinterpret_cast<float*>(base + w.lm);          // [T, n_mels]
+    auto* bmax = reinterpret_cast<float*>(base + w.bmax);      // [blocks, kLogMelParts]
     for (int b = 0; b < blocks; ++b) {
         const int t0 = b * kLogMelBlock, n = std::min(kLogMelBlock, T - t0);
         k_mel_frames<<<grid_for(int64_t(n) * 400), 256, 0, s>>>(x, n_have, N, t0, n, window, frames);
         QASR_CUDA_LAUNCHED();
         // row-major spec [n, 402] = frames [n, 400] · dft [400, 402]  (column-major: specᵀ = dftᵀ · framesᵀ)
-        QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 402, n, 400, &one, dft, 402, frames, 400, &zero, spec, 402));
+        g.run_f64(402, n, 400, dft, 402, frames, 400, spec, 402, s);
         k_power<<<grid_for(int64_t(n) * 201), 256, 0, s>>>(spec, int64_t(n) * 201, power);
         QASR_CUDA_LAUNCHED();
-        QASR_CUBLAS(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n_mels, n, 201, &one, filters, n_mels, power, 201, &zero,
-                                mel, n_mels));
+        g.run_f64(n_mels, n, 201, filters, n_mels, power, 201, mel, n_mels, s);
         k_log_max<<<kLogMelParts, 256, 0, s>>>(mel, int64_t(n) * n_mels, lm + int64_t(t0) * n_mels,
                                                 bmax + int64_t(b) * kLogMelParts);
         QASR_CUDA_LAUNCHED();
@@ -165,10 +185,7 @@ std::vector<double> mel_dft_basis() {
     return dft;
 }
 
-size_t log_mel_work_bytes(int T, int n_mels) {
-    const size_t B = size_t(std::min(T, kLogMelBlock)), blocks = (size_t(T) + kLogMelBlock - 1) / kLogMelBlock;
-    return B * (400 + 402 + 201 + size_t(n_mels)) * 8 + size_t(T) * size_t(n_mels) * 4 + blocks * kLogMelParts * 4;
-}
+size_t log_mel_work_bytes(int T, int n_mels) { return MelWork(T, n_mels).bytes; }
 
 void im2col_mel(const float* mel, int n_mels, int ld, int T, int cf, int C, int kpad, bf16* out, cudaStream_t s) {
     const int64_t total = int64_t(C) * ((n_mels + 1) / 2) * ((cf + 1) / 2) * kpad;

@@ -30,6 +30,7 @@ GemmPlans::GemmPlans(cublasHandle_t blas, cudaStream_t s) : blas_(blas), s_(s) {
 
 GemmPlans::~GemmPlans() {
     for (auto& [k, p] : plans_) destroy(p);
+    for (auto& [k, p] : plans64_) destroy(p);
     if (lt_) cublasLtDestroy(lt_);
 }
 
@@ -108,6 +109,39 @@ void GemmPlans::run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W
     // it is not recorded
     if (s != s_) fail("cuda", "product without a cublasLt plan on a recording stream");
     gemm(blas_, A, M, K, W, N, C, beta); // kernels.cu: cublasGemmEx
+}
+
+void GemmPlans::run_f64(int m, int n, int k, const double* A, int lda, const double* B, int ldb, double* C, int ldc,
+                        cudaStream_t s) {
+    if (m <= 0 || n <= 0) return;
+    const double one = 1.0, zero = 0.0;
+    const auto a256 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 256 == 0; };
+    if (lt_ && a256(A) && a256(B) && a256(C)) {
+        const auto key = std::make_tuple(m, n, k, lda, ldb, ldc);
+        auto it = plans64_.find(key);
+        if (it == plans64_.end()) {
+            if (plans64_.size() >= 64) { // many lengths: start over
+                for (auto& [kk, p] : plans64_) destroy(p);
+                plans64_.clear();
+            }
+            Plan& p = plans64_[key];
+            QASR_CUBLAS(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_64F, CUDA_R_64F));
+            QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_64F, m, k, lda));
+            QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_64F, k, n, ldb));
+            QASR_CUBLAS(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_64F, m, n, ldc));
+            p.ok = heuristic(p);
+            it = plans64_.find(key);
+        }
+        if (it->second.ok) {
+            Plan& p = it->second;
+            if (!ws_.get()) ws_.alloc(kWorkspace);
+            QASR_CUBLAS(cublasLtMatmul(lt_, p.op, &one, A, p.la, B, p.lb, &zero, C, p.lc, C, p.lc, &p.algo, ws_.get(),
+                                       kWorkspace, s));
+            return;
+        }
+    }
+    if (s != s_) fail("cuda", "double-precision product without a cublasLt plan on a recording stream");
+    QASR_CUBLAS(cublasDgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, lda, B, ldb, &zero, C, ldc));
 }
 
 } // namespace qasr::cuda::detail

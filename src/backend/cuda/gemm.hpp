@@ -39,6 +39,12 @@ public:
     GemmPlans& operator=(const GemmPlans&) = delete;
     // on stream s (the session's, or the capture stream of a pass recorded off the request's path)
     void run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W, int N, float* C, float beta, cudaStream_t s);
+    // The log-mel's double-precision products (frontend.cu), column-major as cublasDgemm's NN: C [m, n] = A [m, k] ·
+    // B [k, n]. Through cublasLt, which takes its stream per call, so that the front end can be recorded into the
+    // encoder's pass graph (a cuBLAS handle is bound to the session's stream); pointers not aligned to 256 bytes go
+    // to cublasDgemm, on the session's stream only.
+    void run_f64(int m, int n, int k, const double* A, int lda, const double* B, int ldb, double* C, int ldc,
+                 cudaStream_t s);
     size_t plans() const { return plans_.size(); }
 
 private:
@@ -64,6 +70,7 @@ private:
     Buffer ws_;
     std::map<std::tuple<int, int, int>, Plan> plans_;                // by (M, N, K): descriptors and algorithm
     std::map<std::tuple<int, int, int>, cublasLtMatmulAlgo_t> bands_; // by (band of M, N, K): the algorithm
+    std::map<std::tuple<int, int, int, int, int, int>, Plan> plans64_; // run_f64's, by (m, n, k, lda, ldb, ldc)
 };
 
 } // namespace qasr::cuda::detail

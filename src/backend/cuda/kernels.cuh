@@ -14,6 +14,9 @@
 namespace qasr::cuda {
 
 using bf16 = __nv_bfloat16;
+namespace detail {
+class GemmPlans; // gemm.hpp
+}
 
 // A weight matrix [rows, cols] on the device: bf16, or MLX affine codes (bits 4/6/8, little-endian bit stream per
 // row) with bf16 scales and biases per group of gs columns.
@@ -240,7 +243,9 @@ void timeline_bind_screen(void* tl);
 // like the CPU front end: the DFT as a GEMM (dft [400, 402]: cos and −sin columns per bin), filters [201, n_mels].
 // The frames go through the double-precision stages kLogMelBlock at a time (41 s of audio: 39 MB of work instead of
 // ~0.96 MB per second of audio), each block's log10 into the float log-mel of all, whose maximum then clamps them all.
-void log_mel(cublasHandle_t h, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
+// The products go through g's cublasLt plans (on stream s, so that a pass graph can hold the front end); the work
+// buffer's parts start on 256-byte boundaries, as those plans need.
+void log_mel(detail::GemmPlans& g, const float* x, int64_t n_have, int64_t N, int T, int n_mels, const double* window,
              const double* dft, const double* filters, double* work, float* out, cudaStream_t s);
 constexpr int kLogMelBlock = 4096, kLogMelParts = 256; // frames per block; partial maxima per block
 size_t log_mel_work_bytes(int T, int n_mels);
