@@ -45,6 +45,14 @@ inline std::string random_checkpoint_dir(const std::string& preset, uint64_t see
 #define NEED_GPU()                                                                                                 \
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: the CUDA tests run on a GPU machine only"
 
+// A GPU and the tokenizer (random checkpoints carry it), else the test skips; then `dir`: the random checkpoint of
+// `preset` with `seed`, written once per process.
+#define NEED_GPU_CHECKPOINT(dir, preset, seed)                                                                     \
+    NEED_GPU();                                                                                                    \
+    if (!std::filesystem::exists(tokenizer_dir() + "/tokenizer.json"))                                             \
+        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tokenizer_dir();                \
+    const std::string dir = random_checkpoint_dir(preset, seed, tokenizer_dir())
+
 // The device's compute capability major version (the current device).
 inline int device_major() {
     int dev = 0, major = 0;

@@ -423,11 +423,7 @@ TEST(Cuda, StagedUploadDeliversEveryByte) {
 // The persistent decode step (one cooperative kernel per token, QASR_CUDA_PERSISTENT=1) against the per-layer
 // kernels on a random checkpoint with head_dim 64: same greedy tokens, same log-probabilities and step logits.
 TEST(Cuda, PersistentDecodeStepEqualsPerLayerKernels) {
-    NEED_GPU();
-    const std::string tok_dir = tokenizer_dir();
-    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
-        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
-    const std::string dir = random_checkpoint_dir("small", 3, tok_dir);
+    NEED_GPU_CHECKPOINT(dir, "small", 3);
     unsetenv("QASR_CUDA_PERSISTENT");
     const auto ref_model = Model::load(dir, "cuda");
     Session ref(ref_model);
@@ -465,11 +461,7 @@ TEST(Cuda, PersistentDecodeStepEqualsPerLayerKernels) {
 // timestamp's class is the CPU's where the CPU's two best classes are apart by more than the bf16 noise, and the
 // words are the same.
 TEST(Cuda, AlignerOnTheDeviceAgreesWithCpu) {
-    NEED_GPU();
-    const std::string tok_dir = tokenizer_dir();
-    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
-        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
-    const std::string dir = random_checkpoint_dir("aligner-tiny", 1, tok_dir);
+    NEED_GPU_CHECKPOINT(dir, "aligner-tiny", 1);
     const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
     ASSERT_TRUE(gpu->device);
     ASSERT_EQ(gpu->hp.aligner.classes, 5000);
@@ -545,11 +537,7 @@ TEST(Cuda, BeamSearchOnTheDeviceDecodesItsTokensAlike) {
 }
 
 TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
-    NEED_GPU();
-    const std::string tok_dir = tokenizer_dir();
-    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
-        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
-    const std::string dir = random_checkpoint_dir("tiny", 1, tok_dir);
+    NEED_GPU_CHECKPOINT(dir, "tiny", 1);
     struct PassGraphs { // the row passes as graphs (opt-in) for this test's sessions: checked against eager runs below
         PassGraphs() { setenv("QASR_CUDA_PASS_GRAPHS", "1", 1); }
         ~PassGraphs() { unsetenv("QASR_CUDA_PASS_GRAPHS"); }
@@ -610,11 +598,7 @@ TEST(Cuda, TinyCheckpointEndToEndAgreesWithCpu) {
 // uninterrupted sequence, and the session, back from the pool with that step possibly still queued, decodes a full
 // request exactly as before (tokens and log-probabilities bit for bit).
 TEST(Cuda, AStoppedGreedyLoopLeavesTheSessionReadyForItsNextUse) {
-    NEED_GPU();
-    const std::string tok_dir = tokenizer_dir();
-    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
-        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
-    const std::string dir = random_checkpoint_dir("tiny", 1, tok_dir);
+    NEED_GPU_CHECKPOINT(dir, "tiny", 1);
     const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
     ASSERT_TRUE(gpu->device);
     Session sc(cpu);
@@ -669,11 +653,7 @@ TEST(Cuda, AStoppedGreedyLoopLeavesTheSessionReadyForItsNextUse) {
 // The conv stem runs its chunks in groups (CudaSession::kStemGroup, which bounds its scratch on the device): audio of
 // two full groups and a short last chunk gives the CPU encoder's rows, every group's as close as one group's.
 TEST(Cuda, LongAudioStemInChunkGroupsMatchesCpu) {
-    NEED_GPU();
-    const std::string tok_dir = tokenizer_dir();
-    if (!std::filesystem::exists(tok_dir + "/tokenizer.json"))
-        GTEST_SKIP() << "tokenizer not set up (scripts/setup_tokenizer.sh) in " << tok_dir;
-    const std::string dir = random_checkpoint_dir("tiny", 1, tok_dir);
+    NEED_GPU_CHECKPOINT(dir, "tiny", 1);
     const auto cpu = Model::load(dir, "cpu"), gpu = Model::load(dir, "cuda");
     Session sc(cpu), sg(gpu);
     const Tensor mel = sc.mel(randv(16000 * 75 + 4800, 18, 0.1f), 8000); // 7530 frames: 76 chunks
