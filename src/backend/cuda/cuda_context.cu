@@ -3,6 +3,8 @@
 // and pools the sessions (cuda_session.cu) and batches its requests use.
 #include "backend/cuda/cuda_session.hpp"
 
+#include "audio/mel.hpp"
+
 #include "core/log.hpp"
 #include "core/timer.hpp"
 
@@ -53,34 +55,35 @@ void init_context(int ordinal) noexcept {
 }
 
 // The front end's first double-precision products cost 37–55 ms on the first request (H200: kernels loaded, as
-// cublasDgemm measured): made here once, at an 11 s clip's shapes and through the same cublasLt path as the
-// requests' (GemmPlans::run_f64, operands on 256-byte boundaries), on a handle and stream of their own while the
-// weights are being uploaded.
+// cublasDgemm measured): the log-mel itself (log_mel, the requests' cublasLt path) runs here once on 11 s of zeros,
+// on a handle and stream of their own while the weights are being uploaded.
 void prime_kernels(int ordinal) noexcept {
     Stopwatch sw;
     cudaStream_t s = nullptr;
     cublasHandle_t h = nullptr;
-    double* buf = nullptr;
-    const int T = 1100;
-    const auto up = [](size_t v) { return (v + 31) & ~size_t(31); }; // doubles → 256-byte boundaries
-    const size_t o_frames = up(size_t(402) * T), o_dft = o_frames + up(size_t(400) * T), o_mel = o_dft + up(402 * 402),
-                 o_power = o_mel + up(size_t(128) * T), n = o_power + up(size_t(201) * T);
+    const int64_t N = 176000;
+    const int T = int(MelFrontend::n_frames(size_t(N))), n_mels = 128;
+    // samples, window, DFT basis, filterbank, work, log-mel: zeros (their values do not matter here)
+    const size_t bytes[6] = {size_t(N) * 4, 400 * 8, 400 * 402 * 8, 201 * size_t(n_mels) * 8, log_mel_work_bytes(T, n_mels),
+                             size_t(T) * n_mels * 4};
+    void* buf[6] = {};
     bool ok = cudaSetDevice(ordinal) == cudaSuccess && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
-              cublasCreate(&h) == CUBLAS_STATUS_SUCCESS && cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS &&
-              cudaMallocAsync(reinterpret_cast<void**>(&buf), n * sizeof(double), s) == cudaSuccess &&
-              cudaMemsetAsync(buf, 0, n * sizeof(double), s) == cudaSuccess;
+              cublasCreate(&h) == CUBLAS_STATUS_SUCCESS && cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < 6 && ok; ++i)
+        ok = cudaMallocAsync(&buf[i], bytes[i], s) == cudaSuccess && cudaMemsetAsync(buf[i], 0, bytes[i], s) == cudaSuccess;
     if (ok) {
         try {
             detail::GemmPlans g(h, s);
-            double *spec = buf, *frames = buf + o_frames, *dft = buf + o_dft, *mel = buf + o_mel, *power = buf + o_power;
-            g.run_f64(402, T, 400, dft, 402, frames, 400, spec, 402, s);
-            g.run_f64(128, T, 201, dft, 128, power, 201, mel, 128, s);
+            log_mel(g, static_cast<const float*>(buf[0]), N, N, T, n_mels, static_cast<const double*>(buf[1]),
+                    static_cast<const double*>(buf[2]), static_cast<const double*>(buf[3]), static_cast<double*>(buf[4]),
+                    static_cast<float*>(buf[5]), s);
             cudaStreamSynchronize(s); // before g's workspace is freed
         } catch (...) {
             ok = false;
         }
     }
-    if (buf) cudaFreeAsync(buf, s);
+    for (void* b : buf)
+        if (b) cudaFreeAsync(b, s);
     if (s) cudaStreamSynchronize(s);
     if (h) cublasDestroy(h);
     if (s) cudaStreamDestroy(s);

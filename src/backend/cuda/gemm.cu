@@ -42,6 +42,11 @@ void GemmPlans::destroy(Plan& p) noexcept {
     p = Plan{};
 }
 
+void GemmPlans::matmul(Plan& p, const void* alpha, const void* A, const void* B, const void* beta, void* C, cudaStream_t s) {
+    if (!ws_.get()) ws_.alloc(kWorkspace);
+    QASR_CUBLAS(cublasLtMatmul(lt_, p.op, alpha, A, p.la, B, p.lb, beta, C, p.lc, C, p.lc, &p.algo, ws_.get(), kWorkspace, s));
+}
+
 bool GemmPlans::heuristic(Plan& p) {
     cublasLtMatmulPreference_t pref = nullptr;
     QASR_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
@@ -93,14 +98,11 @@ void GemmPlans::run(const __nv_bfloat16* A, int M, int K, const __nv_bfloat16* W
                     cudaStream_t s) {
     if (M <= 0 || N <= 0) return;
     const float alpha = 1.0f;
-    const auto a256 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 256 == 0; };
-    if (lt_ && a256(A) && a256(W) && a256(C)) {
+    if (lt_ && aligned256(A) && aligned256(W) && aligned256(C)) {
         Plan& p = plan(M, N, K);
         if (p.ok && p.banded && s != s_) p.banded = !heuristic(p); // recording off the request's path: this M's own
         if (p.ok) {
-            if (!ws_.get()) ws_.alloc(kWorkspace);
-            QASR_CUBLAS(cublasLtMatmul(lt_, p.op, &alpha, W, p.la, A, p.lb, &beta, C, p.lc, C, p.lc, &p.algo, ws_.get(),
-                                       kWorkspace, s));
+            matmul(p, &alpha, W, A, &beta, C, s);
             return;
         }
     }
@@ -115,8 +117,7 @@ void GemmPlans::run_f64(int m, int n, int k, const double* A, int lda, const dou
                         cudaStream_t s) {
     if (m <= 0 || n <= 0) return;
     const double one = 1.0, zero = 0.0;
-    const auto a256 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 256 == 0; };
-    if (lt_ && a256(A) && a256(B) && a256(C)) {
+    if (lt_ && aligned256(A) && aligned256(B) && aligned256(C)) {
         const auto key = std::make_tuple(m, n, k, lda, ldb, ldc);
         auto it = plans64_.find(key);
         if (it == plans64_.end()) {
@@ -133,10 +134,7 @@ void GemmPlans::run_f64(int m, int n, int k, const double* A, int lda, const dou
             it = plans64_.find(key);
         }
         if (it->second.ok) {
-            Plan& p = it->second;
-            if (!ws_.get()) ws_.alloc(kWorkspace);
-            QASR_CUBLAS(cublasLtMatmul(lt_, p.op, &one, A, p.la, B, p.lb, &zero, C, p.lc, C, p.lc, &p.algo, ws_.get(),
-                                       kWorkspace, s));
+            matmul(it->second, &one, A, B, &zero, C, s);
             return;
         }
     }

@@ -26,6 +26,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -57,6 +58,9 @@ private:
     };
     Plan& plan(int M, int N, int K);
     bool heuristic(Plan& p); // the heuristic's algorithm for p's shape into p.algo
+    // C = alpha·A·B + beta·C through p (ok) on stream s, in the workspace (made on first use)
+    void matmul(Plan& p, const void* alpha, const void* A, const void* B, const void* beta, void* C, cudaStream_t s);
+    static bool aligned256(const void* q) { return reinterpret_cast<uintptr_t>(q) % 256 == 0; } // cublasLt's plans
     static void destroy(Plan& p) noexcept;
     static int band(int M) {
         int b = 0;
