@@ -63,6 +63,9 @@ options:
                            (Stream::interrupt) at its next stage boundary; so does the end of stdin
   --no-interrupt           the release does not interrupt a running step (finish() waits for it)
   --json                   print events as JSON lines {"type":"partial|final","stable","unstable","language","t"}
+  --logprobs               the final result's tokens with log-probabilities, its finish reason and the language
+                           tag's probability (StreamOptions::logprobs); with --json (stdin or --file) a closing
+                           line {"type":"result", ...} holds them as `qasr transcribe --format json` prints a result
   -l, --language L         force the language (default or auto: detect)
   --context TEXT           system-prompt context
   --chunk-seconds S        decoding cadence (default 2)
@@ -115,6 +118,7 @@ bool parse_common(Args& a, Common& c) {
     if (a.flag("--exact-final")) return c.so.exact_final = true, true;
     if (a.flag("--no-speculative")) return c.so.speculative = false, true;
     if (a.flag("--endpoint-final")) return c.so.endpoint_final = true, true;
+    if (a.flag("--logprobs")) return c.so.logprobs = true, true;
     if (a.option("--pause-seconds", v)) {
         c.so.pause_seconds = to_double("--pause-seconds", v, 0, 60);
         return true;
@@ -458,7 +462,12 @@ int cmd_stream(int argc, char** argv) {
         }
         reader.join();
     }
-    s.finish();
+    const TranscriptionResult fin = s.finish();
+    if (json && c.so.logprobs) {
+        nlohmann::json j = result_json(file.empty() ? "-" : file, fin);
+        j["type"] = "result";
+        std::cout << json_text(j) << std::endl;
+    }
     if (!co.save_audio.empty()) save_wav16(co.save_audio, kept);
     (void)last_len;
     return 0;

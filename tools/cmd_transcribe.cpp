@@ -89,30 +89,6 @@ options:
   -h, --help               this help
 )";
 
-nlohmann::json to_json(const std::string& file, const TranscriptionResult& r) {
-    nlohmann::json toks = nlohmann::json::array(), segs = nlohmann::json::array();
-    for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
-    for (const auto& s : r.segments)
-        segs.push_back({{"start", s.start}, {"end", s.end}, {"text", s.text}, {"language", s.language},
-                        {"first_token", s.first_token}, {"n_tokens", s.n_tokens}});
-    return {{"file", file},
-            {"text", r.text},
-            {"language", r.language},
-            {"language_probability", r.language_probability},
-            {"raw_text", r.raw_text},
-            {"finish_reason", finish_reason_name(r.finish)},
-            {"segments", segs},
-            {"words", words_json(r.words)},
-            {"tokens", toks},
-            {"n_prompt_tokens", r.n_prompt_tokens},
-            {"n_audio_tokens", r.n_audio_tokens},
-            {"audio_seconds", r.audio_seconds},
-            {"rtf", r.rtf},
-            {"timings_ms",
-             {{"load", r.timings.load_ms}, {"mel", r.timings.mel_ms}, {"encode", r.timings.encode_ms},
-              {"prefill", r.timings.prefill_ms}, {"decode", r.timings.decode_ms}}}};
-}
-
 // --print-colors: the model's text (before the clean-up and ITN) with each character colored by the probability of
 // the token that wrote it (a character of several tokens: the least likely), from red (p < 0.2) to green (p ≥ 0.9).
 // A piece's language header (up to <asr_text>) is left out; pieces are joined with a space.
@@ -198,7 +174,7 @@ std::vector<std::string> parse_formats(const std::string& list) {
 
 std::string render(const std::string& file, const TranscriptionResult& r, const std::string& format, bool raw,
                    bool timestamps, int line_width, bool language_only, bool words) {
-    if (format == "json") return json_text(to_json(file, r)) + "\n";
+    if (format == "json") return json_text(result_json(file, r)) + "\n";
     if (language_only) {
         char p[32];
         std::snprintf(p, sizeof p, "%.3f", r.language_probability);
@@ -227,6 +203,30 @@ std::string output_path(const std::string& dir, const std::string& input, const 
 }
 
 } // namespace
+
+nlohmann::json result_json(const std::string& file, const TranscriptionResult& r) {
+    nlohmann::json toks = nlohmann::json::array(), segs = nlohmann::json::array();
+    for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
+    for (const auto& s : r.segments)
+        segs.push_back({{"start", s.start}, {"end", s.end}, {"text", s.text}, {"language", s.language},
+                        {"first_token", s.first_token}, {"n_tokens", s.n_tokens}});
+    return {{"file", file},
+            {"text", r.text},
+            {"language", r.language},
+            {"language_probability", r.language_probability},
+            {"raw_text", r.raw_text},
+            {"finish_reason", finish_reason_name(r.finish)},
+            {"segments", segs},
+            {"words", words_json(r.words)},
+            {"tokens", toks},
+            {"n_prompt_tokens", r.n_prompt_tokens},
+            {"n_audio_tokens", r.n_audio_tokens},
+            {"audio_seconds", r.audio_seconds},
+            {"rtf", r.rtf},
+            {"timings_ms",
+             {{"load", r.timings.load_ms}, {"mel", r.timings.mel_ms}, {"encode", r.timings.encode_ms},
+              {"prefill", r.timings.prefill_ms}, {"decode", r.timings.decode_ms}}}};
+}
 
 int cmd_transcribe(int argc, char** argv) {
     Args a(argc, argv, 2);

@@ -21,6 +21,9 @@ int cmd_align(int argc, char** argv);
 // {"word", "start", "end"}.
 std::vector<Segment> word_segments(const std::vector<AlignedWord>& words);
 nlohmann::json words_json(const std::vector<AlignedWord>& words);
+// A transcription result as `qasr transcribe --format json` prints it (also `qasr stream --json --logprobs`'s
+// closing "result" line): text, language and its probability, finish reason, segments, tokens with logprobs, timings.
+nlohmann::json result_json(const std::string& file, const TranscriptionResult& r);
 
 // JSON text for output: bytes that are not UTF-8 (a file name, a request's path or field) become U+FFFD instead of
 // an exception (nlohmann's dump() throws on them: `qasr transcribe --format json` lost the transcript of a file with

@@ -90,6 +90,7 @@ void StreamRoutes::create(const httplib::Request& req, httplib::Response& res) {
         so.chunk_seconds = to_number("chunk_seconds", it->second, 0.2, 30);
     if (const auto it = u.fields.find("pause_seconds"); it != u.fields.end())
         so.pause_seconds = to_number("pause_seconds", it->second, 0, 10);
+    if (const auto it = u.fields.find("logprobs"); it != u.fields.end()) so.logprobs = to_bool("logprobs", it->second);
     sweep();
     {
         std::lock_guard<std::mutex> lk(m_);

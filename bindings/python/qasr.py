@@ -63,7 +63,8 @@ class _StreamParams(ctypes.Structure):
     _fields_ = [("language", ctypes.c_char_p), ("context", ctypes.c_char_p), ("chunk_seconds", ctypes.c_float),
                 ("rollback_tokens", ctypes.c_int), ("unfixed_chunks", ctypes.c_int),
                 ("max_segment_windows", ctypes.c_int), ("exact_final", ctypes.c_int), ("itn", ctypes.c_int),
-                ("speculative", ctypes.c_int), ("pause_seconds", ctypes.c_float), ("endpoint_final", ctypes.c_int)]
+                ("speculative", ctypes.c_int), ("pause_seconds", ctypes.c_float), ("endpoint_final", ctypes.c_int),
+                ("logprobs", ctypes.c_int)]
 
 
 class _StreamEvent(ctypes.Structure):
@@ -380,14 +381,17 @@ class Model(_Owned):
 
     def open_stream(self, *, language: Optional[str] = None, context: Optional[str] = None,
                     chunk_seconds: float = 2.0, exact_final: bool = False, itn: bool = True,
-                    speculative: bool = True, pause_seconds: float = 0.0, endpoint_final: bool = False) -> "Stream":
+                    speculative: bool = True, pause_seconds: float = 0.0, endpoint_final: bool = False,
+                    logprobs: bool = False) -> "Stream":
         """A live transcription: push audio as it is recorded, read partial text, finish() for the final.
         speculative=False: the final continues after the partials' stable text and keeps it (for an app that types
         stable text as it comes; by default the final decodes afresh, as offline, and may revise it).
         pause_seconds > 0: a quiet stretch that long after speech triggers a step over all audio so far;
-        endpoint_final: then finish() after only quiet returns that step's transcript (approximate)."""
+        endpoint_final: then finish() after only quiet returns that step's transcript (approximate).
+        logprobs: the final Result lists its tokens with log-probabilities and the language tag's probability, as
+        transcribe() results do (else they stay empty and 0)."""
         return Stream(self, language, context, chunk_seconds, exact_final, itn, speculative, pause_seconds,
-                      endpoint_final)
+                      endpoint_final, logprobs)
 
 
 @dataclass
@@ -410,11 +414,12 @@ class Stream(_Owned):
     _free_name, _what = "qasr_stream_free", "stream"
 
     def __init__(self, model: Model, language, context, chunk_seconds, exact_final, itn, speculative=True,
-                 pause_seconds=0.0, endpoint_final=False):
+                 pause_seconds=0.0, endpoint_final=False, logprobs=False):
         p = _lib.qasr_default_stream_params()
         p.language, p.context = _bytes(language), _bytes(context)
         p.chunk_seconds, p.exact_final, p.itn = chunk_seconds, int(exact_final), int(itn)
         p.speculative, p.pause_seconds, p.endpoint_final = int(speculative), float(pause_seconds), int(endpoint_final)
+        p.logprobs = int(logprobs)
         self._model = model  # kept alive while the stream is
         h = ctypes.c_void_p()
         _check(_lib.qasr_stream_open(model._handle(), ctypes.byref(p), _STREAM_CB(), None, ctypes.byref(h)))

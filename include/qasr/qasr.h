@@ -152,6 +152,8 @@ typedef struct {
                                 (0.3 is a good value); default 0: off */
     int endpoint_final;      /* non-zero (with pause_seconds): when only quiet followed the last pause step, finish
                                 returns that step's transcript without decoding the quiet tail (approximate) */
+    int logprobs;            /* non-zero: the final result has tokens with log-probabilities (qasr_result_token_*)
+                                and the language tag's probability, as offline results; default 0 */
 } qasr_stream_params;
 
 typedef struct {

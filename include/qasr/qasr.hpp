@@ -165,6 +165,9 @@ struct StreamOptions {
                                      // returns that step's transcript without decoding the quiet tail
     double emulate_tokens_per_second = 0; // benchmarks with random weights: cap hypotheses at ⌈rate·s⌉+4 tokens
     bool itn = true;
+    bool logprobs = false;           // the final result lists its tokens with log-probabilities and the language
+                                     // tag's probability, as offline results do; costs a pass over the LM head for
+                                     // the rows of each verified draft in whole-audio decodes (final, pause steps)
 };
 
 struct StreamEvent {
@@ -264,8 +267,9 @@ public:
     void push_s16le(const uint8_t* bytes, size_t n);
     std::vector<StreamEvent> poll();
     // The final result: text, language, segments (one per stream segment), audio_seconds; raw_text is the text
-    // before ITN. A stream collects no tokens or log-probabilities (its steps take argmaxes only): `tokens` is empty
-    // and `finish` is Eos for any non-empty text (Empty otherwise).
+    // before ITN; `finish` how the last segment's decode ended (Empty when the text is). With
+    // StreamOptions::logprobs also `tokens` (each segment's, which its Segment indexes) and language_probability
+    // (the lowest of the segments'); without it they stay empty and 0 (the steps then take argmaxes only).
     TranscriptionResult finish();
     // Thread-safe, also while push() runs on another thread: the chunk step in progress stops at its next stage
     // boundary and no further steps run, so a following finish() starts its final at once (push-to-talk: call it

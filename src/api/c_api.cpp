@@ -261,7 +261,7 @@ qasr_status qasr_result_add_words(const qasr_aligner* a, const float* samples, s
     });
 }
 
-qasr_stream_params qasr_default_stream_params(void) { return {nullptr, nullptr, 2.0f, 5, 2, 3, 0, 1, 1, 0.0f, 0}; }
+qasr_stream_params qasr_default_stream_params(void) { return {nullptr, nullptr, 2.0f, 5, 2, 3, 0, 1, 1, 0.0f, 0, 0}; }
 
 qasr_status qasr_stream_open(const qasr_model* m, const qasr_stream_params* params, qasr_stream_callback cb, void* user,
                              qasr_stream** out) {
@@ -281,6 +281,7 @@ qasr_status qasr_stream_open(const qasr_model* m, const qasr_stream_params* para
         o.speculative = p.speculative != 0;
         o.pause_seconds = p.pause_seconds;
         o.endpoint_final = p.endpoint_final != 0;
+        o.logprobs = p.logprobs != 0;
         auto st = std::make_unique<qasr_stream>();
         qasr_stream* raw = st.get();
         st->cb = cb;

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "model/encoder.hpp"
+#include "ops/ops.hpp"
 #include "pipeline/segments.hpp"
 #include "text/output.hpp"
 #include "text/postprocess.hpp"
@@ -63,10 +64,6 @@ std::vector<int> lookup_draft(const std::vector<int>& old, const std::vector<int
 int StreamSession::emulated_length(double seconds) const {
     return int(std::ceil(opts_.emulate_tokens_per_second * seconds)) + 4;
 }
-
-namespace {
-
-} // namespace
 
 StreamSession::StreamSession(std::shared_ptr<const Model> model, StreamOptions opts, Callback cb)
     : model_(std::move(model)), opts_(std::move(opts)), cb_(std::move(cb)), engine_(make_stream_engine(model_)) {
@@ -203,6 +200,7 @@ bool StreamSession::check_pause() {
     if (stats_.back().interrupted) return true; // its hypothesis is not the whole audio: no endpoint
     endpoint_ok_ = true;
     endpoint_hyp_ = hyp_;
+    endpoint_ending_ = ending_;
     return true;
 }
 
@@ -421,6 +419,16 @@ void StreamSession::step(bool final, bool pause) {
     phase.reset();
     const int64_t V = logits.cols();
     int next = argmax(logits.ptr(), V);
+    // With StreamOptions::logprobs, a whole-audio decode also takes each token's log-probability (next_lp, draft_lp)
+    const bool want_lp = opts_.logprobs && full_decode;
+    auto lp_of = [&](int tok) {
+        float lp = 0;
+        if (want_lp) ops::argmax_logprob(logits.ptr(), V, tok, lp);
+        return lp;
+    };
+    float next_lp = lp_of(next);
+    std::vector<float> draft_lp; // draft_lp[i]: draft_next[i]'s
+    Ending ending;
     std::vector<int> gen;
     // The draft whose KV rows follow position `base` in the cache: first the previous hypothesis (verified in the
     // prefill pass), later lookup drafts (verified in a sequential pass together with the token before them).
@@ -430,18 +438,28 @@ void StreamSession::step(bool final, bool pause) {
     int run_len = 0;
     for (int n = 0; n < cap; ++n) {
         const int tok = next;
-        if (model_->is_eos(tok)) break;
         run_len = (!gen.empty() && gen.back() == tok) ? run_len + 1 : 1;
-        if (run_len > DecodeOptions{}.repetition_limit) break; // the offline guard's default
+        if (run_len > DecodeOptions{}.repetition_limit) { // the offline guard's default
+            ending.reason = FinishReason::Repetition;
+            break;
+        }
+        if (want_lp) ending.tokens.push_back({tok, next_lp});
+        if (model_->is_eos(tok)) {
+            ending.reason = FinishReason::Eos;
+            break;
+        }
         gen.push_back(tok);
         if (accepted < draft.size() && tok == draft[accepted]) { // its row is already in the cache
             ++accepted;
             if (lookup) ++lookup_accepted;
             else ++st.accepted_tokens;
             // every draft row can be read (drafts end before an EOS, the repetition limit and the cap)
-            if (draft_next.empty())
+            if (draft_next.empty()) {
                 draft_next = engine_->argmax(h0 + 1, int64_t(draft.size()));
+                if (want_lp) draft_lp = logprobs_at(h0 + 1, draft_next);
+            }
             next = draft_next[accepted - 1];
+            if (want_lp) next_lp = draft_lp[accepted - 1];
             continue;
         }
         engine_->truncate(int64_t(base + accepted)); // rows of the rejected draft tokens
@@ -474,13 +492,20 @@ void StreamSession::step(bool final, bool pause) {
             const std::vector<int> toks = engine_->argmax(0, 1 + int64_t(draft.size()));
             next = toks[0];
             draft_next.assign(toks.begin() + 1, toks.end());
+            if (want_lp) {
+                draft_lp = logprobs_at(0, toks);
+                next_lp = draft_lp[0];
+                draft_lp.erase(draft_lp.begin());
+            }
         } else {
             logits = head_rows(0, 1);
             next = argmax(logits.ptr(), V);
+            next_lp = lp_of(next);
         }
         ++st.decode_steps;
     }
     engine_->truncate(int64_t(base + accepted));
+    if (full_decode) ending_ = std::move(ending);
     st.lookup_accepted = int(lookup_accepted);
     st.generated_tokens = int(gen.size());
     st.decode_ms = phase.ms();
@@ -527,7 +552,7 @@ void StreamSession::end_segment(size_t boundary) {
     step(true);
     const ParsedOutput seg = parse_asr_output(model_->tokenizer.decode(hyp_), forced_);
     committed_raw_text_ += seg.text;
-    add_segment(boundary, seg.text);
+    commit_segment(boundary, seg.text, ending_);
     consumed_seconds_ += double(boundary) / kSampleRate;
     emit(StreamEvent::Kind::Final, opts_.itn ? postprocess_text(committed_raw_text_, language_) : committed_raw_text_, "");
     // Fresh segment state.
@@ -571,14 +596,36 @@ std::vector<StreamEvent> StreamSession::poll() {
     return out;
 }
 
-void StreamSession::add_segment(size_t n, const std::string& text) {
+void StreamSession::commit_segment(size_t n, const std::string& text, const Ending& e) {
+    const size_t first_token = final_.tokens.size();
+    final_.tokens.insert(final_.tokens.end(), e.tokens.begin(), e.tokens.end());
+    final_.finish = e.reason;
+    if (opts_.logprobs && forced_.empty()) { // the language tag's probability, the lowest of the segments' (as offline)
+        double lp = 0, p = 0;
+        for (const TokenInfo& t : e.tokens) {
+            if (t.id == model_->special.asr_text) {
+                p = std::exp(lp);
+                break;
+            }
+            lp += t.logprob;
+        }
+        final_.language_probability = committed_ == 0 ? p : std::min(final_.language_probability, p);
+    }
+    ++committed_;
     if (text.empty()) return;
     n = std::min(n, audio_.size());
-    auto [b, e] = speech_extent(audio_, 0, n, quiet_level(audio_, 0, n));
-    if (b == e) b = 0, e = n;
+    auto [b, en] = speech_extent(audio_, 0, n, quiet_level(audio_, 0, n));
+    if (b == en) b = 0, en = n;
     const std::string lang = forced_.empty() ? language_ : forced_;
-    final_.segments.push_back({consumed_seconds_ + double(b) / kSampleRate, consumed_seconds_ + double(e) / kSampleRate,
-                               opts_.itn ? postprocess_text(text, lang) : text, lang, 0, 0});
+    final_.segments.push_back({consumed_seconds_ + double(b) / kSampleRate, consumed_seconds_ + double(en) / kSampleRate,
+                               opts_.itn ? postprocess_text(text, lang) : text, lang, first_token, e.tokens.size()});
+}
+
+std::vector<float> StreamSession::logprobs_at(int64_t r0, const std::vector<int>& ids) {
+    const Tensor lg = engine_->logits(r0, int64_t(ids.size()));
+    std::vector<float> lp(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) ops::argmax_logprob(lg.row(int64_t(i)), lg.cols(), ids[i], lp[i]);
+    return lp;
 }
 
 TranscriptionResult StreamSession::finish() {
@@ -589,13 +636,13 @@ TranscriptionResult StreamSession::finish() {
         // Approximate (opt-in): only quiet audio followed the last pause step, whose transcript is taken as final.
         const std::string text = parse_asr_output(model_->tokenizer.decode(endpoint_hyp_), forced_).text;
         committed_raw_text_ += text;
-        add_segment(audio_.size(), text);
+        commit_segment(audio_.size(), text, endpoint_ending_);
         endpoint_used_ = true;
     } else if (audio_.size() >= 400) {
         step(true);
         const std::string text = parse_asr_output(model_->tokenizer.decode(hyp_), forced_).text;
         committed_raw_text_ += text;
-        add_segment(audio_.size(), text);
+        commit_segment(audio_.size(), text, ending_);
     }
     consumed_seconds_ += double(audio_.size()) / kSampleRate;
     audio_.clear();
@@ -603,7 +650,7 @@ TranscriptionResult StreamSession::finish() {
     final_.text = opts_.itn ? postprocess_text(committed_raw_text_, final_.language) : committed_raw_text_;
     final_.raw_text = committed_raw_text_;
     final_.audio_seconds = consumed_seconds_;
-    final_.finish = committed_raw_text_.empty() ? FinishReason::Empty : FinishReason::Eos;
+    if (committed_raw_text_.empty()) final_.finish = FinishReason::Empty; // else commit_segment's
     final_.timings.decode_ms = sw.ms();
     emit(StreamEvent::Kind::Final, final_.text, "");
     return final_;

@@ -84,8 +84,17 @@ private:
     Tensor stem_of(const std::vector<float>& lm, size_t frames, float clip_max) const; // lm: [n_mels, frames]
     void end_segment(size_t keep_from);
     void emit(StreamEvent::Kind kind, const std::string& stable, const std::string& unstable);
-    // final_.segments gets the stream segment audio_[0, n) (it starts at consumed_seconds_) with its parsed text
-    void add_segment(size_t n, const std::string& text);
+    // How a whole-audio decode (a final or pause step) ended, and its tokens with their log-probabilities (with
+    // StreamOptions::logprobs; the offline result's `tokens`: the generated ids and a closing EOS).
+    struct Ending {
+        std::vector<TokenInfo> tokens;
+        FinishReason reason = FinishReason::TokenCap;
+    };
+    // Commits a finished segment: final_.segments gets audio_[0, n) (it starts at consumed_seconds_) with its parsed
+    // text, final_.tokens the ending's tokens (the segment indexes them), final_ the language tag's probability.
+    void commit_segment(size_t n, const std::string& text, const Ending& e);
+    // Log-probabilities of `ids` at rows r0 … of the last decoder pass (the engine's full logits).
+    std::vector<float> logprobs_at(int64_t r0, const std::vector<int>& ids);
     std::vector<int> rollback_prefix(bool final) const;
     int emulated_length(double seconds) const;
 
@@ -132,6 +141,8 @@ private:
     int quiet_run_ = 0;              // quiet blocks since the last one above it (trailing_quiet_seconds)
     bool endpoint_ok_ = false;       // only quiet blocks since the last pause step
     std::vector<int> endpoint_hyp_;  // the last pause step's hypothesis
+    Ending ending_;                  // of the last final or pause step (hyp_)
+    Ending endpoint_ending_;         // of the last pause step (endpoint_hyp_)
     bool endpoint_used_ = false;
 
     // Whole stream.
@@ -141,6 +152,7 @@ private:
     std::vector<StreamEvent> pending_;
     std::vector<StreamChunkStats> stats_;
     TranscriptionResult final_;
+    int committed_ = 0;              // segments committed (commit_segment calls)
 };
 
 } // namespace qasr

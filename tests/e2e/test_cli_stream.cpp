@@ -43,6 +43,21 @@ TEST(Cli, StreamFromStdinAndRealtimeFileEqualOffline) {
         EXPECT_EQ(finals, 1) << args << ": " << r.out;
         EXPECT_EQ(text, want) << args;
     }
+    // --logprobs: a closing "result" line as `transcribe --format json` prints one, with the offline tokens
+    const CliRun r = shell(std::string(QASR_BIN) + " " + stream + " --logprobs --file " + kWav);
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::string last;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) last = line;
+    const auto res = nlohmann::json::parse(last), o = nlohmann::json::parse(off.out);
+    EXPECT_EQ(res["type"], "result");
+    EXPECT_EQ(res["text"], want);
+    EXPECT_EQ(res["finish_reason"], o["finish_reason"]);
+    ASSERT_EQ(res["tokens"].size(), o["tokens"].size()) << last;
+    for (size_t i = 0; i < o["tokens"].size(); ++i) {
+        EXPECT_EQ(res["tokens"][i]["id"], o["tokens"][i]["id"]) << i;
+        EXPECT_NEAR(res["tokens"][i]["logprob"].get<double>(), o["tokens"][i]["logprob"].get<double>(), 1e-4) << i;
+    }
 }
 
 // `qasr stream --capture` (SDL2 builds) through SDL's "disk" audio driver, which captures from a raw file at real

@@ -332,6 +332,32 @@ TEST_F(Serve, LiveStreamGivesPartialsAndTheOfflineFinal) {
     ASSERT_EQ(f["segments"].size(), 1u); // one stream segment over the speech
     EXPECT_EQ(f["segments"][0]["text"], en_text_);
     EXPECT_LT(f["segments"][0]["end"].get<double>(), 3.04);
+    EXPECT_EQ(f["finish_reason"], "eos");
+    EXPECT_TRUE(f["tokens"].empty()); // without the logprobs field
+    { // logprobs: the final's tokens and log-probabilities, as the offline verbose_json lists them
+        const auto off = post_file(c, en_, {{"response_format", "verbose_json", "", ""}});
+        ASSERT_TRUE(off);
+        const json o = json::parse(off->body);
+        const std::string lid = stream_id(c.Post("/v1/streams?logprobs=true", "", "application/octet-stream"));
+        auto a = c.Post(("/v1/streams/" + lid + "/audio").c_str(), pcm, "application/octet-stream");
+        ASSERT_TRUE(a);
+        ASSERT_EQ(a->status, 200) << a->body;
+        a = c.Post(("/v1/streams/" + lid + "/finish?response_format=verbose_json").c_str(), "", "application/octet-stream");
+        ASSERT_TRUE(a);
+        ASSERT_EQ(a->status, 200) << a->body;
+        const json l = json::parse(a->body);
+        EXPECT_EQ(l["text"], en_text_);
+        EXPECT_EQ(l["finish_reason"], "eos");
+        ASSERT_EQ(l["tokens"].size(), o["tokens"].size()) << a->body;
+        for (size_t i = 0; i < o["tokens"].size(); ++i) {
+            EXPECT_EQ(l["tokens"][i]["id"], o["tokens"][i]["id"]) << i;
+            EXPECT_NEAR(l["tokens"][i]["logprob"].get<double>(), o["tokens"][i]["logprob"].get<double>(), 1e-4) << i;
+        }
+        EXPECT_NEAR(l["language_probability"].get<double>(), o["language_probability"].get<double>(), 1e-4);
+        ASSERT_EQ(l["segments"].size(), 1u);
+        EXPECT_EQ(l["segments"][0]["tokens"], o["segments"][0]["tokens"]);
+        EXPECT_LT(l["segments"][0]["avg_logprob"].get<double>(), 0.0);
+    }
     r = c.Post(("/v1/streams/" + id + "/audio").c_str(), pcm.substr(0, 320), "application/octet-stream");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 404) << r->body; // finished streams are gone

@@ -310,6 +310,7 @@ bool stream(const uint8_t* data, size_t size) {
     so.rollback_tokens = std::vector<int>{5, 0, 2, 12}[(data[0] >> 5) & 3];
     so.unfixed_chunks = data[0] & 128 ? 0 : 2;
     so.itn = false;
+    so.logprobs = data[1] & 1;
     // audio: 0.1–3.5 s of bursts (tone and noise) and pauses, from the seed bytes
     const size_t n = 1600 + size_t(data[1]) * 52800 / 255;
     std::vector<float> audio(n);
@@ -355,6 +356,15 @@ bool stream(const uint8_t* data, size_t size) {
         o.itn = false;
         const qasr::TranscriptionResult off = t.transcribe(audio, o);
         if (fin.text != off.text) stream_fail("the final's text differs from the offline transcript's", fin.text, off.text);
+        // one segment (≤ 3.5 s): its decode ends as offline's, and with logprobs lists offline's tokens
+        if (!fin.text.empty() && fin.finish != off.finish)
+            stream_fail("the final's finish reason differs from offline's", qasr::finish_reason_name(fin.finish),
+                        qasr::finish_reason_name(off.finish));
+        bool same = fin.tokens.size() == (so.logprobs ? off.tokens.size() : 0);
+        for (size_t i = 0; same && so.logprobs && i < off.tokens.size(); ++i)
+            same = fin.tokens[i].id == off.tokens[i].id && std::fabs(fin.tokens[i].logprob - off.tokens[i].logprob) < 1e-3f;
+        if (!same) stream_fail("the final's tokens differ from offline's", std::to_string(fin.tokens.size()),
+                               std::to_string(off.tokens.size()));
     }
     return true;
 }

@@ -232,6 +232,16 @@ class Bindings(unittest.TestCase):
             final = st.finish()
         self.assertTrue(partial and not partial[-1].final)
         self.assertEqual(final.text, self.en)
+        self.assertEqual((final.tokens, final.finish_reason), ([], "eos"))
+        # logprobs=True: the final's tokens and language probability, as transcribe() gives them
+        off = self.model.transcribe(samples)
+        with self.model.open_stream(chunk_seconds=1.0, logprobs=True) as st:
+            st.push(samples)
+            final = st.finish()
+        self.assertEqual([t for t, _ in final.tokens], [t for t, _ in off.tokens])
+        for (_, a), (_, b) in zip(final.tokens, off.tokens):
+            self.assertAlmostEqual(a, b, delta=1e-4)
+        self.assertAlmostEqual(final.language_probability, off.language_probability, delta=1e-4)
         with self.model.open_stream() as st:
             self.assertEqual(st.trailing_quiet_seconds(), 0.0)
             st.push(samples)

@@ -265,15 +265,30 @@ int main(void) {
     CHECK(qasr_transcribe_memory(m, NULL, 5, NULL, &r) == QASR_ERR_INVALID_ARGUMENT);
     qasr_stream* s = NULL;
     qasr_stream_params sp = qasr_default_stream_params();
+    CHECK(sp.logprobs == 0);
     sp.exact_final = 1;
+    sp.logprobs = 1; /* the final lists the offline result's tokens, log-probabilities and language probability */
     CHECK(qasr_stream_open(m, &sp, NULL, NULL, &s) == QASR_OK);
     size_t data = 44; /* canonical 44-byte header */
     for (size_t i = data; i + 320 <= n; i += 320) CHECK(qasr_stream_push_s16le(s, bytes + i, 320) == QASR_OK);
     CHECK(qasr_stream_push_s16le(s, bytes, 3) == QASR_ERR_INVALID_ARGUMENT); /* odd byte count */
     CHECK(qasr_stream_finish(s, &r) == QASR_OK);
     CHECK(r && want && strcmp(qasr_result_text(r), want) == 0);
+    {
+        qasr_result* off = NULL;
+        CHECK(qasr_transcribe_file(m, wav, NULL, &off) == QASR_OK);
+        CHECK(r && off && qasr_result_n_tokens(r) == qasr_result_n_tokens(off) && qasr_result_n_tokens(r) > 2);
+        for (size_t i = 0; r && off && i < qasr_result_n_tokens(off); ++i)
+            CHECK(qasr_result_token_id(r, i) == qasr_result_token_id(off, i) &&
+                  fabs(qasr_result_token_logprob(r, i) - qasr_result_token_logprob(off, i)) < 1e-4);
+        CHECK(r && strcmp(qasr_result_finish_reason(r), "eos") == 0);
+        CHECK(r && off && fabs(qasr_result_language_probability(r) - qasr_result_language_probability(off)) < 1e-4 &&
+              qasr_result_language_probability(r) > 0.5);
+        qasr_result_free(off);
+    }
     qasr_result_free(r);
     qasr_stream_free(s);
+    sp.logprobs = 0;
     /* The same, interrupted a third of the way in (a key release): later steps do not run, the final is the same. */
     CHECK(qasr_stream_open(m, &sp, NULL, NULL, &s) == QASR_OK);
     for (size_t i = data; i + 320 <= n; i += 320) {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 using namespace qasr;
@@ -170,8 +171,31 @@ TEST(Stream, FinalListsTheStreamSegments) {
     EXPECT_EQ(joined, fin.text);
     EXPECT_NEAR(fin.segments.front().start, 1.0, 0.011); // the leading silence is not speech
     EXPECT_LE(last_end, double(audio.size()) / 16000 + 1e-9);
+    EXPECT_TRUE(fin.tokens.empty()); // without StreamOptions::logprobs
     StreamSession empty(tiny(), o);
-    EXPECT_TRUE(empty.finish().segments.empty());
+    const auto none = empty.finish();
+    EXPECT_TRUE(none.segments.empty());
+    EXPECT_EQ(none.finish, FinishReason::Empty);
+    // with logprobs: each segment's tokens, in order, decode to its text
+    o.logprobs = true;
+    StreamSession l(tiny(), o);
+    l.push(audio.data(), audio.size());
+    const auto fl = l.finish();
+    EXPECT_EQ(fl.raw_text, fin.raw_text);
+    ASSERT_EQ(fl.segments.size(), fin.segments.size());
+    size_t next = 0;
+    for (const auto& seg : fl.segments) {
+        ASSERT_GE(seg.first_token, next);
+        ASSERT_LE(seg.first_token + seg.n_tokens, fl.tokens.size());
+        std::vector<int> ids;
+        for (size_t k = seg.first_token; k < seg.first_token + seg.n_tokens; ++k) {
+            ids.push_back(fl.tokens[k].id);
+            EXPECT_LE(fl.tokens[k].logprob, 0.0f);
+            EXPECT_TRUE(std::isfinite(fl.tokens[k].logprob));
+        }
+        EXPECT_EQ(parse_asr_output(tiny()->tokenizer.decode(ids), "").text, seg.text);
+        next = seg.first_token + seg.n_tokens;
+    }
 }
 
 TEST(Stream, ShortStreamFinalEqualsOffline) {
@@ -288,6 +312,56 @@ TEST(Stream, SpeculativeFinalEqualsOfflineTranscript) {
         to.itn = false;
         EXPECT_EQ(fin.raw_text, parse_asr_output(off.run(audio, to).raw_text, "").text) << "seed " << seed;
     }
+}
+
+TEST(Stream, FinalTokensLogprobsAndFinishAsOffline) {
+    NEED_TOKENIZER();
+    // With StreamOptions::logprobs the final lists the tokens offline lists (the generated ids and a closing EOS),
+    // their log-probabilities and the language tag's probability; its finish reason is offline's with or without.
+    // The drafts of the final (the previous hypothesis, lookup drafts) and its single steps all contribute tokens;
+    // a cap of ⌈rate·s⌉+4 tokens (emulate_tokens_per_second) makes the decode end at the cap.
+    std::set<FinishReason> seen;
+    for (const double rate : {0.0, 0.5})
+        for (uint32_t seed : {51u, 52u, 53u}) {
+            const auto audio = speechlike(16000 * 7 + 333 * seed, seed);
+            TranscribeOptions to;
+            to.itn = false;
+            if (rate > 0) to.decode.max_new_tokens = int(std::ceil(rate * double(audio.size()) / 16000.0)) + 4;
+            const auto off = Session(tiny()).run(audio, to);
+            for (const bool lp : {true, false}) {
+                StreamOptions o = small_opts();
+                o.unfixed_chunks = 1;
+                o.logprobs = lp;
+                o.emulate_tokens_per_second = rate;
+                StreamSession s(tiny(), o);
+                s.push(audio.data(), audio.size());
+                const auto fin = s.finish();
+                const std::string at = "seed " + std::to_string(seed) + " rate " + std::to_string(rate) + " logprobs " + std::to_string(lp);
+                ASSERT_EQ(fin.raw_text, parse_asr_output(off.raw_text, "").text) << at;
+                EXPECT_EQ(fin.finish, off.finish) << at;
+                seen.insert(fin.finish);
+                if (!lp) {
+                    EXPECT_TRUE(fin.tokens.empty()) << at;
+                    EXPECT_EQ(fin.language_probability, 0.0) << at;
+                    continue;
+                }
+                ASSERT_EQ(fin.tokens.size(), off.tokens.size()) << at;
+                for (size_t i = 0; i < off.tokens.size(); ++i) {
+                    EXPECT_EQ(fin.tokens[i].id, off.tokens[i].id) << at << " token " << i;
+                    EXPECT_NEAR(fin.tokens[i].logprob, off.tokens[i].logprob, 1e-4) << at << " token " << i;
+                }
+                EXPECT_NEAR(fin.language_probability, off.language_probability, 1e-4) << at;
+                int drafted = 0;
+                for (const auto& st : s.stats()) drafted += st.accepted_tokens + st.lookup_accepted;
+                EXPECT_GT(drafted, 0) << at << ": tokens came from verified drafts";
+                if (!fin.text.empty()) {
+                    ASSERT_EQ(fin.segments.size(), 1u) << at;
+                    EXPECT_EQ(fin.segments[0].first_token, 0u);
+                    EXPECT_EQ(fin.segments[0].n_tokens, fin.tokens.size());
+                }
+            }
+        }
+    EXPECT_TRUE(seen.count(FinishReason::TokenCap)) << "a decode ended at its cap";
 }
 
 TEST(Stream, CompleteDraftNeedsNoSequentialDecodeAtFinish) {
