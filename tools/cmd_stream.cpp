@@ -64,8 +64,8 @@ options:
   --no-interrupt           the release does not interrupt a running step (finish() waits for it)
   --json                   print events as JSON lines {"type":"partial|final","stable","unstable","language","t"}
   --logprobs               the final result's tokens with log-probabilities, its finish reason and the language
-                           tag's probability (StreamOptions::logprobs); with --json (stdin or --file) a closing
-                           line {"type":"result", ...} holds them as `qasr transcribe --format json` prints a result
+                           tag's probability (StreamOptions::logprobs); with --json a closing line per utterance
+                           {"type":"result", ...} holds them as `qasr transcribe --format json` prints a result
   -l, --language L         force the language (default or auto: detect)
   --context TEXT           system-prompt context
   --chunk-seconds S        decoding cadence (default 2)
@@ -390,6 +390,12 @@ int cmd_stream(int argc, char** argv) {
             last_len = e.text().size();
         }
     };
+    auto on_result = [&](const TranscriptionResult& fin) { // --json --logprobs: a closing line per utterance
+        nlohmann::json j = result_json(capture ? "capture" : file.empty() ? "-" : file, fin);
+        j["type"] = "result";
+        std::cout << json_text(j) << std::endl;
+    };
+    if (json && c.so.logprobs) co.on_result = on_result;
     if (capture) return run_capture(t.impl().model, c.so, co, on_event);
     StreamSession s(t.impl().model, c.so, on_event);
     std::vector<float> kept; // --save-audio
@@ -463,11 +469,7 @@ int cmd_stream(int argc, char** argv) {
         reader.join();
     }
     const TranscriptionResult fin = s.finish();
-    if (json && c.so.logprobs) {
-        nlohmann::json j = result_json(file.empty() ? "-" : file, fin);
-        j["type"] = "result";
-        std::cout << json_text(j) << std::endl;
-    }
+    if (co.on_result) co.on_result(fin);
     if (!co.save_audio.empty()) save_wav16(co.save_audio, kept);
     (void)last_len;
     return 0;

@@ -194,7 +194,8 @@ int run_capture(std::shared_ptr<const Model> model, const StreamOptions& so, con
         }
         guard.set(nullptr);
         s.interrupt(); // a step still to come would only delay the final
-        s.finish();
+        const TranscriptionResult fin = s.finish();
+        if (co.on_result) co.on_result(fin);
         if (!co.save_audio.empty())
             save_wav16(co.ptt || hands_free ? numbered(co.save_audio, turn) : co.save_audio, kept);
         if (lost) std::rethrow_exception(lost);

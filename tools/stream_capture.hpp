@@ -2,6 +2,7 @@
 #pragma once
 #include "pipeline/stream.hpp"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@ struct CaptureOptions {
     double auto_finish = 0; // > 0, hands-free: an utterance ends after this many seconds of quiet after speech
     std::string save_audio; // "": none; else the utterance's audio as a WAV file ("-N" before the extension with --ptt
                             // or --auto-finish)
+    std::function<void(const TranscriptionResult&)> on_result; // each utterance's final result (--json --logprobs)
 };
 
 // Transcribes from the microphone until Enter (or the limit, or Ctrl-C); events go to on_event.

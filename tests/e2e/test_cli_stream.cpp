@@ -105,12 +105,23 @@ TEST(Cli, StreamCaptureFromAMicrophone) {
     };
 
     // the limit: the whole sample, then silence
-    CliRun a = shell(stream + " --capture --capture-seconds 4 --save-audio " + dir + "/a.wav < /dev/null");
+    CliRun a = shell(stream + " --logprobs --capture --capture-seconds 4 --save-audio " + dir + "/a.wav < /dev/null");
     ASSERT_EQ(a.status, 0) << a.err;
     EXPECT_NE(a.err.find("listening on \"default\" (disk)"), std::string::npos) << a.err;
     const std::vector<std::string> fa = finals(a.out);
     ASSERT_EQ(fa.size(), 1u) << a.out;
     EXPECT_EQ(fa[0], want);
+    { // --logprobs: the utterance's closing result line
+        std::string last;
+        std::istringstream in(a.out);
+        for (std::string line; std::getline(in, line);) last = line;
+        const auto res = nlohmann::json::parse(last);
+        EXPECT_EQ(res["type"], "result");
+        EXPECT_EQ(res["text"], want);
+        EXPECT_EQ(res["finish_reason"], "eos");
+        EXPECT_GT(res["tokens"].size(), 2u);
+        EXPECT_GT(res["language_probability"].get<double>(), 0.5);
+    }
     EXPECT_EQ(fa[0], offline(dir + "/a.wav"));
     const std::vector<float> saved = load_audio_file(dir + "/a.wav");
     ASSERT_EQ(saved.size(), 64000u);
