@@ -429,6 +429,12 @@ void StreamSession::step(bool final, bool pause) {
     float next_lp = lp_of(next);
     std::vector<float> draft_lp; // draft_lp[i]: draft_next[i]'s
     Ending ending;
+    if (want_lp && !prefix.empty()) {
+        // the forced prefix (a final without `speculative`) is part of the hypothesis: its tokens' rows are in this
+        // pass, which starts at an audio row at the latest (reuse), before the prompt's suffix
+        const std::vector<float> lp = logprobs_at(h0 - int64_t(prefix.size()), prefix);
+        for (size_t i = 0; i < prefix.size(); ++i) ending.tokens.push_back({prefix[i], lp[i]});
+    }
     std::vector<int> gen;
     // The draft whose KV rows follow position `base` in the cache: first the previous hypothesis (verified in the
     // prefill pass), later lookup drafts (verified in a sequential pass together with the token before them).

@@ -364,6 +364,34 @@ TEST(Stream, FinalTokensLogprobsAndFinishAsOffline) {
     EXPECT_TRUE(seen.count(FinishReason::TokenCap)) << "a decode ended at its cap";
 }
 
+TEST(Stream, FinalTokensIncludeTheForcedPrefix) {
+    NEED_TOKENIZER();
+    // Without `speculative` the final continues after the rolled-back prefix of the last hypothesis: with logprobs
+    // its tokens are that prefix (log-probabilities from the final's own pass) and then the generated ones, so
+    // together they decode to the final's text.
+    const auto audio = speechlike(16000 * 7 + 99, 61);
+    StreamOptions o = small_opts();
+    o.unfixed_chunks = 1;
+    o.speculative = false;
+    StreamSession plain(tiny(), o);
+    plain.push(audio.data(), audio.size());
+    const auto want = plain.finish();
+    o.logprobs = true;
+    StreamSession s(tiny(), o);
+    s.push(audio.data(), audio.size());
+    const auto fin = s.finish();
+    EXPECT_EQ(fin.raw_text, want.raw_text);
+    EXPECT_EQ(fin.finish, want.finish);
+    std::vector<int> ids;
+    for (const TokenInfo& t : fin.tokens) {
+        if (!tiny()->is_eos(t.id)) ids.push_back(t.id);
+        EXPECT_TRUE(std::isfinite(t.logprob) && t.logprob <= 0.0f) << t.logprob;
+    }
+    EXPECT_EQ(parse_asr_output(tiny()->tokenizer.decode(ids), "").text, fin.raw_text);
+    const size_t generated = size_t(s.stats().back().generated_tokens) + (fin.finish == FinishReason::Eos);
+    EXPECT_GT(fin.tokens.size(), generated) << "the final's forced prefix is listed too";
+}
+
 TEST(Stream, CompleteDraftNeedsNoSequentialDecodeAtFinish) {
     NEED_TOKENIZER();
     // 3 s of speech, then quiet: the pause step at 3.3 s decodes everything like the final would. A finish() right
