@@ -123,6 +123,8 @@ def _load_library() -> ctypes.CDLL:
         "qasr_result_segment_start": (c.c_double, [P, c.c_size_t]),
         "qasr_result_segment_end": (c.c_double, [P, c.c_size_t]),
         "qasr_result_segment_text": (c.c_char_p, [P, c.c_size_t]),
+        "qasr_result_segment_first_token": (c.c_size_t, [P, c.c_size_t]),
+        "qasr_result_segment_n_tokens": (c.c_size_t, [P, c.c_size_t]),
         "qasr_result_subtitles": (c.c_char_p, [P, c.c_char_p]),
         "qasr_result_n_words": (c.c_size_t, [P]),
         "qasr_result_word_start": (c.c_double, [P, c.c_size_t]),
@@ -180,6 +182,9 @@ class Segment:
     start: float  # seconds
     end: float
     text: str
+    # its tokens: Result.tokens[first_token:first_token + n_tokens] (not compared: on_segment's have none)
+    first_token: int = field(default=0, compare=False)
+    n_tokens: int = field(default=0, compare=False)
 
 
 @dataclass
@@ -215,7 +220,8 @@ class Result:
                 finish_reason=_text(_lib.qasr_result_finish_reason(h)),
                 tokens=[(_lib.qasr_result_token_id(h, i), _lib.qasr_result_token_logprob(h, i)) for i in range(n)],
                 segments=[Segment(_lib.qasr_result_segment_start(h, i), _lib.qasr_result_segment_end(h, i),
-                                  _text(_lib.qasr_result_segment_text(h, i))) for i in range(m)],
+                                  _text(_lib.qasr_result_segment_text(h, i)), _lib.qasr_result_segment_first_token(h, i),
+                                  _lib.qasr_result_segment_n_tokens(h, i)) for i in range(m)],
                 srt=_text(_lib.qasr_result_subtitles(h, b"srt")) if m else "",
                 vtt=_text(_lib.qasr_result_subtitles(h, b"vtt")) if m else "",
                 language_probability=_lib.qasr_result_language_probability(h),

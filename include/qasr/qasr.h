@@ -112,6 +112,10 @@ size_t qasr_result_n_segments(const qasr_result* r);
 double qasr_result_segment_start(const qasr_result* r, size_t i);
 double qasr_result_segment_end(const qasr_result* r, size_t i);
 const char* qasr_result_segment_text(const qasr_result* r, size_t i);
+/* The segment's tokens: qasr_result_token_*(r, first) … (first + n − 1); 0 when out of range (and for a stream's final
+ * without qasr_stream_params.logprobs, which lists no tokens). */
+size_t qasr_result_segment_first_token(const qasr_result* r, size_t i);
+size_t qasr_result_segment_n_tokens(const qasr_result* r, size_t i);
 /* The result as SubRip ("srt") or WebVTT ("vtt") subtitles; NULL for another format. Valid until qasr_result_free. */
 const char* qasr_result_subtitles(qasr_result* r, const char* format);
 /* Word timestamps (qasr::AlignedWord), from a forced aligner: qasr_align_* or qasr_result_add_words. */

@@ -189,6 +189,12 @@ double qasr_result_segment_end(const qasr_result* r, size_t i) {
 const char* qasr_result_segment_text(const qasr_result* r, size_t i) {
     return r && i < r->r.segments.size() ? r->r.segments[i].text.c_str() : "";
 }
+size_t qasr_result_segment_first_token(const qasr_result* r, size_t i) {
+    return r && i < r->r.segments.size() ? r->r.segments[i].first_token : 0;
+}
+size_t qasr_result_segment_n_tokens(const qasr_result* r, size_t i) {
+    return r && i < r->r.segments.size() ? r->r.segments[i].n_tokens : 0;
+}
 const char* qasr_result_subtitles(qasr_result* r, const char* format) {
     if (!r || !format) return nullptr;
     const std::string f = format;

@@ -242,6 +242,8 @@ class Bindings(unittest.TestCase):
         for (_, a), (_, b) in zip(final.tokens, off.tokens):
             self.assertAlmostEqual(a, b, delta=1e-4)
         self.assertAlmostEqual(final.language_probability, off.language_probability, delta=1e-4)
+        self.assertEqual([(s.first_token, s.n_tokens) for s in final.segments], [(0, len(off.tokens))])
+        self.assertEqual([(s.first_token, s.n_tokens) for s in off.segments], [(0, len(off.tokens))])
         with self.model.open_stream() as st:
             self.assertEqual(st.trailing_quiet_seconds(), 0.0)
             st.push(samples)

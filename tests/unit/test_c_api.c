@@ -150,6 +150,9 @@ int main(void) {
     CHECK(qasr_result_n_segments(r) == 1 && want && strcmp(qasr_result_segment_text(r, 0), want) == 0);
     CHECK(qasr_result_segment_start(r, 0) >= 0.0 && qasr_result_segment_start(r, 0) < qasr_result_segment_end(r, 0));
     CHECK(qasr_result_segment_end(r, 0) <= 3.04 && qasr_result_segment_end(r, 5) == 0.0);
+    /* its tokens: all of the result's */
+    CHECK(qasr_result_segment_first_token(r, 0) == 0 && qasr_result_segment_n_tokens(r, 0) == qasr_result_n_tokens(r));
+    CHECK(qasr_result_n_tokens(r) > 2 && qasr_result_segment_n_tokens(r, 5) == 0 && qasr_result_segment_n_tokens(NULL, 0) == 0);
     CHECK(strcmp(qasr_result_segment_text(r, 1), "") == 0);
     CHECK(qasr_result_n_words(r) == 0 && qasr_result_word_end(r, 0) == 0.0); /* no aligner: no words */
     const char* srt = qasr_result_subtitles(r, "srt");
@@ -282,6 +285,8 @@ int main(void) {
             CHECK(qasr_result_token_id(r, i) == qasr_result_token_id(off, i) &&
                   fabs(qasr_result_token_logprob(r, i) - qasr_result_token_logprob(off, i)) < 1e-4);
         CHECK(r && strcmp(qasr_result_finish_reason(r), "eos") == 0);
+        CHECK(r && qasr_result_n_segments(r) == 1 && qasr_result_segment_first_token(r, 0) == 0 &&
+              qasr_result_segment_n_tokens(r, 0) == qasr_result_n_tokens(r));
         CHECK(r && off && fabs(qasr_result_language_probability(r) - qasr_result_language_probability(off)) < 1e-4 &&
               qasr_result_language_probability(r) > 0.5);
         qasr_result_free(off);
