@@ -42,11 +42,13 @@ Serves transcription over HTTP until SIGINT/SIGTERM (requests in progress finish
                                   segment times; 10 for srt/vtt and timestamp_granularities[]=segment unless
                                   given, else 0: whole), `max_new_tokens`,
                                   `top_p`, `seed`, `beam_size` (1..16: beam search), `length_penalty`,
-                                  `ignore_eos` (with max_new_tokens: benchmarks on random weights).
+                                  `ignore_eos` (with max_new_tokens: benchmarks on random weights),
+                                  include[]=logprobs (json, verbose_json: OpenAI's "logprobs", the
+                                  transcript's tokens with log-probabilities, before ITN).
                                   The audio may also be the raw request body, the fields then query parameters.
   POST /inference                 the same (whisper.cpp's server path)
   POST /v1/streams                live dictation: opens a stream (fields language, prompt, itn, chunk_seconds,
-                                  pause_seconds) → {"id": ID}
+                                  pause_seconds, logprobs: the final's tokens) → {"id": ID}
   POST /v1/streams/ID/audio       raw 16 kHz mono s16le PCM as it is recorded → the partial text so far
                                   {"stable", "unstable", "text", ...}
   POST /v1/streams/ID/finish      the final transcript (response_format as above; segments: the stream's);

@@ -202,7 +202,7 @@ private:
             }
             TranscriptionResult tr = t_.transcribe(pcm, opts);
             if (r.words) o_.aligner->add_words(pcm, tr);
-            respond(res, tr, r.format, r.opts.language_only);
+            respond(res, tr, r.format, r.opts.language_only, r.logprobs ? &t_.impl().model->tokenizer : nullptr);
             char b[200];
             std::snprintf(b, sizeof b, "%.2f s audio (decoded in %.1f ms), %s, %zu tokens, transcribed in %.1f ms (RTF %.4f)",
                           tr.audio_seconds, decode_ms, tr.language.empty() ? "-" : tr.language.c_str(), tr.tokens.size(),

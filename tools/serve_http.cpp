@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "text/output.hpp"
+#include "text/tokenizer.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -287,6 +288,17 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const ServeOpti
                                  "response_format json or text (segments and subtitles come with stream=false)");
         r.stream = true;
     }
+    for (const char* k : {"include[]", "include"}) { // OpenAI's include[]: "logprobs"
+        const auto* v = get(k);
+        if (!v) continue;
+        std::stringstream ss(*v);
+        for (std::string g; std::getline(ss, g, ',');)
+            if (g == "logprobs") r.logprobs = true;
+            else throw HttpError(400, "include[] takes logprobs, got '" + g + "'");
+    }
+    if (r.logprobs && r.format != Format::Json && r.format != Format::VerboseJson)
+        throw HttpError(400, "include[]=logprobs needs response_format json or verbose_json");
+    if (r.logprobs && r.stream) throw HttpError(400, "include[]=logprobs comes with stream=false");
     return r;
 }
 
@@ -295,7 +307,33 @@ static std::string lower(std::string s) {
     return s;
 }
 
-void respond(httplib::Response& res, const TranscriptionResult& r, Format f, bool language_only) {
+// The transcript's tokens for include[]=logprobs: a piece's tokens after its <asr_text> (all of them where the
+// language was forced: no tag is generated then), special tokens left out.
+static json text_logprobs(const TranscriptionResult& r, const Tokenizer& tok) {
+    const std::optional<int> asr_text = tok.token_id("<asr_text>");
+    bool tagged = false;
+    for (const auto& t : r.tokens) tagged = tagged || (asr_text && t.id == *asr_text);
+    std::vector<bool> piece_start(r.tokens.size() + 1, false);
+    for (const Segment& s : r.segments)
+        if (s.first_token < piece_start.size()) piece_start[s.first_token] = true;
+    json out = json::array();
+    bool in_text = !tagged;
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+        const TokenInfo& t = r.tokens[i];
+        if (piece_start[i]) in_text = !tagged;
+        const std::string bytes = tok.decode_bytes({t.id});
+        if (asr_text && t.id == *asr_text) in_text = true;
+        else if (bytes.empty()) in_text = !tagged; // an end token: the next piece begins with its tag
+        else if (in_text) {
+            std::vector<int> b;
+            for (const char c : bytes) b.push_back(int(static_cast<unsigned char>(c)));
+            out.push_back({{"token", bytes}, {"logprob", t.logprob}, {"bytes", b}}); // "token": invalid UTF-8 → U+FFFD
+        }
+    }
+    return out;
+}
+
+void respond(httplib::Response& res, const TranscriptionResult& r, Format f, bool language_only, const Tokenizer* logprobs_of) {
     res.status = 200;
     if (f == Format::Text) {
         res.set_content(r.text + "\n", "text/plain; charset=utf-8");
@@ -339,6 +377,7 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f, boo
                {"decode", r.timings.decode_ms}}}};
         if (!r.words.empty()) j["words"] = words_json(r.words); // OpenAI's word objects
     }
+    if (logprobs_of) j["logprobs"] = text_logprobs(r, *logprobs_of);
     res.set_content(json_text(j) + "\n", "application/json");
 }
 

@@ -15,6 +15,10 @@
 #include <stdexcept>
 #include <string>
 
+namespace qasr {
+class Tokenizer;
+}
+
 namespace qasr::cli::http {
 
 // A request the client got wrong (or a refusal): status and message go back as they are.
@@ -75,9 +79,11 @@ struct Fields {
     Format format = Format::Json;
     bool words = false; // timestamp_granularities[] has "word": the server's aligner times the transcript's words
     bool stream = false; // stream=true: server-sent events transcript.text.delta … transcript.text.done (serve.cpp)
+    bool logprobs = false; // include[]=logprobs (OpenAI): the transcript's tokens with their log-probabilities
 };
 // OpenAI's fields (language, prompt, response_format, temperature, stream) and qasr's (itn, max_new_tokens, top_p, seed,
-// ignore_eos, context, segment_seconds, language_only, beam_size, length_penalty); unknown fields are ignored (e.g. `model`). response_format srt and vtt
+// ignore_eos, context, segment_seconds, language_only, beam_size, length_penalty); unknown fields are ignored (e.g. `model`),
+// include[] takes "logprobs" (json and verbose_json, without stream=true). response_format srt and vtt
 // segment the audio (segment_seconds, 10 unless given).
 // Starts from the server's defaults (ServeOptions::defaults); a prompt/context field over o.max_prompt_bytes and a
 // max_new_tokens over o.max_new_tokens (when set) are 400s.
@@ -92,7 +98,11 @@ double to_number(const std::string& field, const std::string& v, double lo, doub
 // end). A half-closed connection counts as closed, as nginx and Go's net/http count it. Polls at most every 50 ms.
 std::function<bool()> client_gone(const httplib::Request& req);
 
-void respond(httplib::Response& res, const TranscriptionResult& r, Format f, bool language_only = false);
+// The answer in format f. logprobs_of (include[]=logprobs, json and verbose_json): a "logprobs" array as OpenAI's,
+// {"token", "logprob", "bytes"} for each token of the transcript (the model's text before ITN: not its language tag,
+// not <asr_text> or the end token), the tokens' bytes from this tokenizer.
+void respond(httplib::Response& res, const TranscriptionResult& r, Format f, bool language_only = false,
+             const Tokenizer* logprobs_of = nullptr);
 
 // Runs `body`, turning every exception into its status and JSON error (HttpError: its own; qasr::OutOfMemory and
 // std::bad_alloc: 503; qasr::Cancelled: 499, nginx's "client closed request"; qasr::Error from "[options]": 400;

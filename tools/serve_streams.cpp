@@ -1,6 +1,7 @@
 // `qasr serve`'s live streams (serve_streams.hpp).
 #include "serve_streams.hpp"
 
+#include "api/transcriber_impl.hpp"
 #include "core/error.hpp"
 
 #include <cstdio>
@@ -142,7 +143,7 @@ void StreamRoutes::finish(const httplib::Request& req, httplib::Response& res) {
     e->st.interrupt(); // push-to-talk: a push still running on another connection stops at its next stage boundary
     std::lock_guard<std::mutex> lk(e->m);
     const AdmissionSlot slot(adm_, o_.parallel, o_.max_queue);
-    respond(res, e->st.finish(), f.format);
+    respond(res, e->st.finish(), f.format, false, f.logprobs ? &t_.impl().model->tokenizer : nullptr);
 }
 
 void StreamRoutes::install(httplib::Server& svr) {

@@ -69,6 +69,38 @@ TEST_F(Serve, MultipartUploadGivesTheCliTranscriptInEveryFormat) {
 
     EXPECT_GT(j["language_probability"].get<double>(), 0.5);
 
+    // OpenAI's include[]=logprobs: the transcript's tokens (not the language tag, <asr_text> or the end token) with
+    // their log-probabilities and bytes; without ITN they spell the text. Other formats, values and stream=true: 400s.
+    for (const char* fmt : {"json", "verbose_json"}) {
+        r = post_file(c, de_, {{"response_format", fmt, "", ""}, {"include[]", "logprobs", "", ""}, {"itn", "false", "", ""}});
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const json l = json::parse(r->body);
+        ASSERT_TRUE(l["logprobs"].is_array()) << r->body;
+        std::string spelled;
+        for (const auto& e : l["logprobs"]) {
+            const std::string t = e["token"];
+            std::string b;
+            for (const auto& x : e["bytes"]) b.push_back(char(x.get<int>()));
+            EXPECT_EQ(b, t);
+            EXPECT_LE(e["logprob"].get<double>(), 0.0);
+            spelled += t;
+        }
+        EXPECT_EQ(spelled, l["text"].get<std::string>()) << fmt;
+        if (l.contains("tokens")) { // verbose_json: the tag's tokens, <asr_text> and the end token are the others
+            EXPECT_GE(l["tokens"].size(), l["logprobs"].size() + 3);
+        }
+    }
+    for (const auto& bad : std::vector<httplib::MultipartFormDataItems>{
+             {{"response_format", "text", "", ""}, {"include[]", "logprobs", "", ""}},
+             {{"include[]", "everything", "", ""}},
+             {{"include[]", "logprobs", "", ""}, {"stream", "true", "", ""}}}) {
+        r = post_file(c, en_, bad);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 400) << r->body;
+        EXPECT_NE(error_message(r).find("include"), std::string::npos) << r->body;
+    }
+
     // qasr's language_only: the language without the transcript
     r = post_file(c, de_, {{"language_only", "true", "", ""}});
     ASSERT_TRUE(r);
@@ -342,7 +374,8 @@ TEST_F(Serve, LiveStreamGivesPartialsAndTheOfflineFinal) {
         auto a = c.Post(("/v1/streams/" + lid + "/audio").c_str(), pcm, "application/octet-stream");
         ASSERT_TRUE(a);
         ASSERT_EQ(a->status, 200) << a->body;
-        a = c.Post(("/v1/streams/" + lid + "/finish?response_format=verbose_json").c_str(), "", "application/octet-stream");
+        a = c.Post(("/v1/streams/" + lid + "/finish?response_format=verbose_json&include[]=logprobs").c_str(), "",
+                   "application/octet-stream");
         ASSERT_TRUE(a);
         ASSERT_EQ(a->status, 200) << a->body;
         const json l = json::parse(a->body);
@@ -357,6 +390,9 @@ TEST_F(Serve, LiveStreamGivesPartialsAndTheOfflineFinal) {
         ASSERT_EQ(l["segments"].size(), 1u);
         EXPECT_EQ(l["segments"][0]["tokens"], o["segments"][0]["tokens"]);
         EXPECT_LT(l["segments"][0]["avg_logprob"].get<double>(), 0.0);
+        ASSERT_TRUE(l["logprobs"].is_array()) << a->body; // include[]=logprobs: the transcript's tokens alone
+        EXPECT_GT(l["logprobs"].size(), 0u);
+        EXPECT_LE(l["logprobs"].size() + 3, l["tokens"].size());
     }
     r = c.Post(("/v1/streams/" + id + "/audio").c_str(), pcm.substr(0, 320), "application/octet-stream");
     ASSERT_TRUE(r);
