@@ -339,16 +339,7 @@ TranscriptionResult Session::finish() {
     r.timings.decode_ms = st_.sw.ms();
     r.raw_text = model_->tokenizer.decode(st_.out, true);
     if (const auto deltas = std::move(st_.deltas)) deltas->finish(r.raw_text);
-    if (st_.forced.empty()) { // the language tag's probability: the tokens before <asr_text>
-        double lp = 0;
-        for (const TokenInfo& t : r.tokens) {
-            if (t.id == model_->special.asr_text) {
-                r.language_probability = std::exp(lp);
-                break;
-            }
-            lp += t.logprob;
-        }
-    }
+    if (st_.forced.empty()) r.language_probability = language_tag_probability(r.tokens, model_->special.asr_text);
     ParsedOutput parsed = parse_asr_output(r.raw_text, st_.forced);
     r.language = parsed.language;
     r.text = st_.itn ? postprocess_text(parsed.text, parsed.language) : parsed.text;

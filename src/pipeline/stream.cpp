@@ -607,14 +607,7 @@ void StreamSession::commit_segment(size_t n, const std::string& text, const Endi
     final_.tokens.insert(final_.tokens.end(), e.tokens.begin(), e.tokens.end());
     final_.finish = e.reason;
     if (opts_.logprobs && forced_.empty()) { // the language tag's probability, the lowest of the segments' (as offline)
-        double lp = 0, p = 0;
-        for (const TokenInfo& t : e.tokens) {
-            if (t.id == model_->special.asr_text) {
-                p = std::exp(lp);
-                break;
-            }
-            lp += t.logprob;
-        }
+        const double p = language_tag_probability(e.tokens, model_->special.asr_text);
         final_.language_probability = committed_ == 0 ? p : std::min(final_.language_probability, p);
     }
     ++committed_;

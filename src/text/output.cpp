@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 namespace qasr {
 namespace {
@@ -143,6 +144,15 @@ std::string canonical_language(const std::string& name) {
     for (const auto& l : supported_languages())
         if (l == s) return l;
     fail("options", "unsupported language '" + name + "' (use a name such as English or an ISO code such as en)");
+}
+
+double language_tag_probability(const std::vector<TokenInfo>& tokens, int asr_text) {
+    double lp = 0;
+    for (const TokenInfo& t : tokens) {
+        if (t.id == asr_text) return std::exp(lp);
+        lp += t.logprob;
+    }
+    return 0.0;
 }
 
 } // namespace qasr
