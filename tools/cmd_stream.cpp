@@ -391,7 +391,7 @@ int cmd_stream(int argc, char** argv) {
         }
     };
     auto on_result = [&](const TranscriptionResult& fin) { // --json --logprobs: a closing line per utterance
-        nlohmann::json j = result_json(capture ? "capture" : file.empty() ? "-" : file, fin);
+        nlohmann::json j = result_json(capture ? "capture" : file.empty() ? "-" : file, fin, t.impl().model->tokenizer);
         j["type"] = "result";
         std::cout << json_text(j) << std::endl;
     };

@@ -172,9 +172,9 @@ std::vector<std::string> parse_formats(const std::string& list) {
     }
 }
 
-std::string render(const std::string& file, const TranscriptionResult& r, const std::string& format, bool raw,
-                   bool timestamps, int line_width, bool language_only, bool words) {
-    if (format == "json") return json_text(result_json(file, r)) + "\n";
+std::string render(const std::string& file, const TranscriptionResult& r, const Tokenizer& tok, const std::string& format,
+                   bool raw, bool timestamps, int line_width, bool language_only, bool words) {
+    if (format == "json") return json_text(result_json(file, r, tok)) + "\n";
     if (language_only) {
         char p[32];
         std::snprintf(p, sizeof p, "%.3f", r.language_probability);
@@ -204,9 +204,9 @@ std::string output_path(const std::string& dir, const std::string& input, const 
 
 } // namespace
 
-nlohmann::json result_json(const std::string& file, const TranscriptionResult& r) {
+nlohmann::json result_json(const std::string& file, const TranscriptionResult& r, const Tokenizer& tok) {
     nlohmann::json toks = nlohmann::json::array(), segs = nlohmann::json::array();
-    for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"logprob", t.logprob}});
+    for (const auto& t : r.tokens) toks.push_back({{"id", t.id}, {"text", tok.decode_bytes({t.id}, false)}, {"logprob", t.logprob}});
     for (const auto& s : r.segments)
         segs.push_back({{"start", s.start}, {"end", s.end}, {"text", s.text}, {"language", s.language},
                         {"first_token", s.first_token}, {"n_tokens", s.n_tokens}});
@@ -407,7 +407,8 @@ int cmd_transcribe(int argc, char** argv) {
             const std::string& f = files[done++];
             // timestamped text lines when --segment-seconds was given (not for the pieces of subtitles)
             const auto text = [&](const std::string& fmt) {
-                return render(f, r, fmt, raw, segment_seconds > 0, line_width, o.language_only, aligner != nullptr);
+                return render(f, r, t.impl().model->tokenizer, fmt, raw, segment_seconds > 0, line_width, o.language_only,
+                              aligner != nullptr);
             };
             if (!live && out_dir.empty()) {
                 std::cout << (print_colors ? colored_text(*t.impl().model, r) : text(format));

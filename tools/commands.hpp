@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace qasr {
+class Tokenizer;
+}
+
 namespace qasr::cli {
 
 int cmd_transcribe(int argc, char** argv);
@@ -22,8 +26,9 @@ int cmd_align(int argc, char** argv);
 std::vector<Segment> word_segments(const std::vector<AlignedWord>& words);
 nlohmann::json words_json(const std::vector<AlignedWord>& words);
 // A transcription result as `qasr transcribe --format json` prints it (also `qasr stream --json --logprobs`'s
-// closing "result" line): text, language and its probability, finish reason, segments, tokens with logprobs, timings.
-nlohmann::json result_json(const std::string& file, const TranscriptionResult& r);
+// closing "result" line): text, language and its probability, finish reason, segments, tokens with logprobs (and
+// each token's text from `tok`: its bytes, invalid UTF-8 replaced), timings.
+nlohmann::json result_json(const std::string& file, const TranscriptionResult& r, const Tokenizer& tok);
 
 // JSON text for output: bytes that are not UTF-8 (a file name, a request's path or field) become U+FFFD instead of
 // an exception (nlohmann's dump() throws on them: `qasr transcribe --format json` lost the transcript of a file with

@@ -133,6 +133,16 @@ TEST(Cli, SubtitlesOfTwoSamples) {
     ASSERT_EQ(j["segments"].size(), 2u);
     EXPECT_EQ(j["segments"][1]["text"], texts[1]);
     EXPECT_EQ(j["text"], texts[0] + " " + texts[1]);
+    { // each token's text: a piece's tokens but its end token spell its model output (raw_text: the pieces')
+        std::string spelled;
+        for (const auto& seg : j["segments"]) {
+            const size_t b = seg["first_token"], n = seg["n_tokens"];
+            ASSERT_GE(n, 2u);
+            for (size_t k = b; k + 1 < b + n; ++k) spelled += j["tokens"][k]["text"].get<std::string>();
+            EXPECT_EQ(j["tokens"][b + n - 1]["text"], "<|im_end|>");
+        }
+        EXPECT_EQ(spelled, j["raw_text"].get<std::string>());
+    }
     // several inputs: --output-dir, one file each (a repeated name gets -2)
     const std::string od = scratch() + "/subs";
     fs::create_directories(od);
