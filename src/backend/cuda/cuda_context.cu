@@ -3,8 +3,6 @@
 // and pools the sessions (cuda_session.cu) and batches its requests use.
 #include "backend/cuda/cuda_session.hpp"
 
-#include "audio/mel.hpp"
-
 #include "core/log.hpp"
 #include "core/timer.hpp"
 
