@@ -196,7 +196,7 @@ private:
             TranscribeOptions opts = r.opts;
             opts.abort = client_gone(req); // a client that goes away stops its transcription (→ 499)
             if (r.stream) { // the transcription runs while the answer is written (stream_events); it logs itself
-                stream_events(req, res, std::move(slot), std::move(pcm), std::move(opts), t0, decode_ms);
+                stream_events(req, res, std::move(slot), std::move(pcm), std::move(opts), r.logprobs, t0, decode_ms);
                 streamed = true;
                 return;
             }
@@ -216,12 +216,13 @@ private:
     // stream=true (OpenAI's streamed transcription): server-sent events, `data: {"type": "transcript.text.delta",
     // "delta": …}` as the model writes the text (TranscribeOptions::on_text: before inverse text normalization),
     // then `data: {"type": "transcript.text.done", "text": …}` with the final text (and qasr's language and
-    // duration), or `data: {"type": "error", "error": {…}}`. The transcription runs on a thread of its own while this
+    // duration; with include[]=logprobs the transcript's tokens as json answers list them — the deltas carry none),
+    // or `data: {"type": "error", "error": {…}}`. The transcription runs on a thread of its own while this
     // connection's thread writes the events, so that a slow reader never holds up a batch engine's steps; a client
     // that goes away (a failed write, or client_gone) stops it. The admission slot is held until the last event.
     void stream_events(const httplib::Request& req, httplib::Response& res, std::shared_ptr<AdmissionSlot> slot,
-                       std::vector<float> pcm, TranscribeOptions opts, std::chrono::steady_clock::time_point t0,
-                       double decode_ms) {
+                       std::vector<float> pcm, TranscribeOptions opts, bool logprobs,
+                       std::chrono::steady_clock::time_point t0, double decode_ms) {
         struct Feed {
             std::mutex m;
             std::condition_variable cv;
@@ -238,8 +239,8 @@ private:
         };
         opts.abort = [feed, hung_up = std::move(opts.abort)] { return feed->gone.load() || (hung_up && hung_up()); };
         res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider("text/event-stream", [this, &req, feed, audio, opts, slot, t0,
-                                                                  decode_ms](size_t, httplib::DataSink& sink) {
+        res.set_chunked_content_provider("text/event-stream", [this, &req, feed, audio, opts, slot, t0, decode_ms,
+                                                                  logprobs](size_t, httplib::DataSink& sink) {
             const auto send = [&](const json& e) {
                 const std::string line = "data: " + json_text(e) + "\n\n";
                 if (!feed->gone && !sink.write(line.data(), line.size())) feed->gone = true;
@@ -270,8 +271,10 @@ private:
             int status = 200;
             std::string what;
             if (!failed) {
-                send({{"type", "transcript.text.done"}, {"text", tr.text}, {"language", tr.language},
-                      {"usage", {{"type", "duration"}, {"seconds", tr.audio_seconds}}}});
+                json done{{"type", "transcript.text.done"}, {"text", tr.text}, {"language", tr.language},
+                          {"usage", {{"type", "duration"}, {"seconds", tr.audio_seconds}}}};
+                if (logprobs) done["logprobs"] = transcript_logprobs(tr, t_.impl().model->tokenizer);
+                send(done);
                 char b[200];
                 std::snprintf(b, sizeof b, "%.2f s audio (decoded in %.1f ms), %s, %zu tokens, streamed in %.1f ms (RTF %.4f)",
                               tr.audio_seconds, decode_ms, tr.language.empty() ? "-" : tr.language.c_str(),

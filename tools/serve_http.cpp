@@ -298,7 +298,6 @@ Fields parse_fields(const std::map<std::string, std::string>& f, const ServeOpti
     }
     if (r.logprobs && r.format != Format::Json && r.format != Format::VerboseJson)
         throw HttpError(400, "include[]=logprobs needs response_format json or verbose_json");
-    if (r.logprobs && r.stream) throw HttpError(400, "include[]=logprobs comes with stream=false");
     return r;
 }
 
@@ -309,7 +308,7 @@ static std::string lower(std::string s) {
 
 // The transcript's tokens for include[]=logprobs: a piece's tokens after its <asr_text> (all of them where the
 // language was forced: no tag is generated then), special tokens left out.
-static json text_logprobs(const TranscriptionResult& r, const Tokenizer& tok) {
+json transcript_logprobs(const TranscriptionResult& r, const Tokenizer& tok) {
     const std::optional<int> asr_text = tok.token_id("<asr_text>");
     bool tagged = false;
     for (const auto& t : r.tokens) tagged = tagged || (asr_text && t.id == *asr_text);
@@ -377,7 +376,7 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f, boo
                {"decode", r.timings.decode_ms}}}};
         if (!r.words.empty()) j["words"] = words_json(r.words); // OpenAI's word objects
     }
-    if (logprobs_of) j["logprobs"] = text_logprobs(r, *logprobs_of);
+    if (logprobs_of) j["logprobs"] = transcript_logprobs(r, *logprobs_of);
     res.set_content(json_text(j) + "\n", "application/json");
 }
 

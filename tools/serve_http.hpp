@@ -83,7 +83,7 @@ struct Fields {
 };
 // OpenAI's fields (language, prompt, response_format, temperature, stream) and qasr's (itn, max_new_tokens, top_p, seed,
 // ignore_eos, context, segment_seconds, language_only, beam_size, length_penalty); unknown fields are ignored (e.g. `model`),
-// include[] takes "logprobs" (json and verbose_json, without stream=true). response_format srt and vtt
+// include[] takes "logprobs" (json and verbose_json; with stream=true on the transcript.text.done event). response_format srt and vtt
 // segment the audio (segment_seconds, 10 unless given).
 // Starts from the server's defaults (ServeOptions::defaults); a prompt/context field over o.max_prompt_bytes and a
 // max_new_tokens over o.max_new_tokens (when set) are 400s.
@@ -103,6 +103,8 @@ std::function<bool()> client_gone(const httplib::Request& req);
 // not <asr_text> or the end token), the tokens' bytes from this tokenizer.
 void respond(httplib::Response& res, const TranscriptionResult& r, Format f, bool language_only = false,
              const Tokenizer* logprobs_of = nullptr);
+// That "logprobs" array alone (respond's, and stream=true's transcript.text.done event's).
+nlohmann::json transcript_logprobs(const TranscriptionResult& r, const Tokenizer& tok);
 
 // Runs `body`, turning every exception into its status and JSON error (HttpError: its own; qasr::OutOfMemory and
 // std::bad_alloc: 503; qasr::Cancelled: 499, nginx's "client closed request"; qasr::Error from "[options]": 400;

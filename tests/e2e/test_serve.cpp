@@ -70,7 +70,7 @@ TEST_F(Serve, MultipartUploadGivesTheCliTranscriptInEveryFormat) {
     EXPECT_GT(j["language_probability"].get<double>(), 0.5);
 
     // OpenAI's include[]=logprobs: the transcript's tokens (not the language tag, <asr_text> or the end token) with
-    // their log-probabilities and bytes; without ITN they spell the text. Other formats, values and stream=true: 400s.
+    // their log-probabilities and bytes; without ITN they spell the text. Other formats and values: 400s.
     for (const char* fmt : {"json", "verbose_json"}) {
         r = post_file(c, de_, {{"response_format", fmt, "", ""}, {"include[]", "logprobs", "", ""}, {"itn", "false", "", ""}});
         ASSERT_TRUE(r);
@@ -93,8 +93,7 @@ TEST_F(Serve, MultipartUploadGivesTheCliTranscriptInEveryFormat) {
     }
     for (const auto& bad : std::vector<httplib::MultipartFormDataItems>{
              {{"response_format", "text", "", ""}, {"include[]", "logprobs", "", ""}},
-             {{"include[]", "everything", "", ""}},
-             {{"include[]", "logprobs", "", ""}, {"stream", "true", "", ""}}}) {
+             {{"include[]", "everything", "", ""}}}) {
         r = post_file(c, en_, bad);
         ASSERT_TRUE(r);
         EXPECT_EQ(r->status, 400) << r->body;
@@ -310,6 +309,35 @@ TEST_F(Serve, StreamedTranscriptionSendsDeltasThenTheText) {
         EXPECT_EQ(done.value("language", ""), "German");
         EXPECT_NEAR(done["usage"].value("seconds", 0.0), double(de_.size() - 44) / 32000, 0.01);
         EXPECT_EQ(joined, de_text_);
+        EXPECT_FALSE(done.contains("logprobs")) << "without include[]=logprobs";
+    }
+    { // include[]=logprobs: the done event lists the transcript's tokens, as the json answer does; the deltas none
+        const auto r = post_file(c, de_, {{"stream", "true", "", ""}, {"include[]", "logprobs", "", ""}});
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const auto j = post_file(c, de_, {{"include[]", "logprobs", "", ""}});
+        ASSERT_TRUE(j);
+        const json want = json::parse(j->body)["logprobs"];
+        ASSERT_TRUE(want.is_array());
+        ASSERT_FALSE(want.empty());
+        std::vector<json> events;
+        std::stringstream ss(r->body);
+        for (std::string line; std::getline(ss, line);)
+            if (line.rfind("data: ", 0) == 0) events.push_back(json::parse(line.substr(6)));
+        ASSERT_GE(events.size(), 2u) << r->body;
+        for (size_t i = 0; i + 1 < events.size(); ++i) EXPECT_FALSE(events[i].contains("logprobs")) << events[i].dump();
+        const json& done = events.back();
+        EXPECT_EQ(done.value("type", ""), "transcript.text.done");
+        ASSERT_TRUE(done.contains("logprobs")) << done.dump();
+        ASSERT_EQ(done["logprobs"].size(), want.size()) << done.dump();
+        std::string spelled;
+        for (size_t i = 0; i < want.size(); ++i) {
+            EXPECT_EQ(done["logprobs"][i]["token"], want[i]["token"]) << i;
+            EXPECT_EQ(done["logprobs"][i]["bytes"], want[i]["bytes"]) << i;
+            EXPECT_NEAR(done["logprobs"][i]["logprob"].get<double>(), want[i]["logprob"].get<double>(), 1e-5) << i;
+            spelled += done["logprobs"][i]["token"].get<std::string>();
+        }
+        EXPECT_EQ(spelled, de_text_); // the demo sample needs no ITN
     }
     // an error after the headers: an error event (here a bad option the library refuses: beam search with ignore_eos)
     const auto bad = post_file(c, en_, {{"stream", "true", "", ""}, {"beam_size", "2", "", ""}, {"ignore_eos", "true", "", ""},
