@@ -216,8 +216,9 @@ private:
     // stream=true (OpenAI's streamed transcription): server-sent events, `data: {"type": "transcript.text.delta",
     // "delta": …}` as the model writes the text (TranscribeOptions::on_text: before inverse text normalization),
     // then `data: {"type": "transcript.text.done", "text": …}` with the final text (and qasr's language and
-    // duration; with include[]=logprobs the transcript's tokens as json answers list them — the deltas carry none),
-    // or `data: {"type": "error", "error": {…}}`. The transcription runs on a thread of its own while this
+    // duration), or `data: {"type": "error", "error": {…}}`. With include[]=logprobs each delta lists its tokens
+    // (TranscribeOptions::on_text_tokens) and the done event all of the transcript's, as json answers list them
+    // (tokens of trailing whitespace are there alone). The transcription runs on a thread of its own while this
     // connection's thread writes the events, so that a slow reader never holds up a batch engine's steps; a client
     // that goes away (a failed write, or client_gone) stops it. The admission slot is held until the last event.
     void stream_events(const httplib::Request& req, httplib::Response& res, std::shared_ptr<AdmissionSlot> slot,
@@ -226,15 +227,18 @@ private:
         struct Feed {
             std::mutex m;
             std::condition_variable cv;
-            std::vector<std::string> deltas;
+            std::vector<json> deltas; // the events
             bool done = false;
             std::atomic<bool> gone{false};
         };
         auto feed = std::make_shared<Feed>();
         auto audio = std::make_shared<std::vector<float>>(std::move(pcm));
-        opts.on_text = [feed](const std::string& d) {
+        const Tokenizer* tok = logprobs ? &t_.impl().model->tokenizer : nullptr;
+        opts.on_text_tokens = [feed, tok](const std::string& d, const std::vector<TokenInfo>& tokens) {
+            json e{{"type", "transcript.text.delta"}, {"delta", d}};
+            if (tok) e["logprobs"] = delta_logprobs(tokens, *tok);
             std::lock_guard<std::mutex> lk(feed->m);
-            feed->deltas.push_back(d);
+            feed->deltas.push_back(std::move(e));
             feed->cv.notify_one();
         };
         opts.abort = [feed, hung_up = std::move(opts.abort)] { return feed->gone.load() || (hung_up && hung_up()); };
@@ -258,14 +262,14 @@ private:
                 feed->cv.notify_one();
             });
             for (bool last = false; !last;) {
-                std::vector<std::string> ds;
+                std::vector<json> ds;
                 {
                     std::unique_lock<std::mutex> lk(feed->m);
                     feed->cv.wait(lk, [&] { return feed->done || !feed->deltas.empty(); });
                     ds.swap(feed->deltas);
                     last = feed->done;
                 }
-                for (const std::string& d : ds) send({{"type", "transcript.text.delta"}, {"delta", d}});
+                for (const json& d : ds) send(d);
             }
             worker.join();
             int status = 200;

@@ -323,12 +323,21 @@ json transcript_logprobs(const TranscriptionResult& r, const Tokenizer& tok) {
         const std::string bytes = tok.decode_bytes({t.id});
         if (asr_text && t.id == *asr_text) in_text = true;
         else if (bytes.empty()) in_text = !tagged; // an end token: the next piece begins with its tag
-        else if (in_text) {
-            std::vector<int> b;
-            for (const char c : bytes) b.push_back(int(static_cast<unsigned char>(c)));
-            out.push_back({{"token", bytes}, {"logprob", t.logprob}, {"bytes", b}}); // "token": invalid UTF-8 → U+FFFD
-        }
+        else if (in_text) out.push_back(token_logprob(bytes, t.logprob));
     }
+    return out;
+}
+
+json token_logprob(const std::string& bytes, float logprob) {
+    std::vector<int> b;
+    for (const char c : bytes) b.push_back(int(static_cast<unsigned char>(c)));
+    return {{"token", bytes}, {"logprob", logprob}, {"bytes", b}}; // "token": invalid UTF-8 → U+FFFD
+}
+
+json delta_logprobs(const std::vector<TokenInfo>& tokens, const Tokenizer& tok) {
+    json out = json::array();
+    for (const TokenInfo& t : tokens)
+        if (const std::string bytes = tok.decode_bytes({t.id}); !bytes.empty()) out.push_back(token_logprob(bytes, t.logprob));
     return out;
 }
 

@@ -46,6 +46,8 @@ _SEGMENT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_double, ctypes.c_
 _ABORT_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _TEXT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p)
 _PROGRESS_CB = ctypes.CFUNCTYPE(None, ctypes.c_float, ctypes.c_void_p)
+_TEXT_TOKENS_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float),
+                                   ctypes.c_size_t, ctypes.c_void_p)
 
 
 class _TranscribeParams(ctypes.Structure):
@@ -56,7 +58,7 @@ class _TranscribeParams(ctypes.Structure):
                 ("aligner", ctypes.c_void_p), ("beam_size", ctypes.c_int), ("length_penalty", ctypes.c_float),
                 ("abort_callback", _ABORT_CB), ("abort_user_data", ctypes.c_void_p), ("on_text", _TEXT_CB),
                 ("on_progress", _PROGRESS_CB), ("offset_seconds", ctypes.c_double),
-                ("duration_seconds", ctypes.c_double)]
+                ("duration_seconds", ctypes.c_double), ("on_text_tokens", _TEXT_TOKENS_CB)]
 
 
 class _StreamParams(ctypes.Structure):
@@ -301,7 +303,8 @@ class Model(_Owned):
                    abort: Optional[Callable[[], bool]] = None,
                    on_text: Optional[Callable[[str], None]] = None,
                    on_progress: Optional[Callable[[float], None]] = None,
-                   offset: float = 0.0, duration: float = 0.0) -> Result:
+                   offset: float = 0.0, duration: float = 0.0,
+                   on_text_tokens: Optional[Callable[[str, List[Tuple[int, float]]], None]] = None) -> Result:
         """Transcribes a file path, an encoded file's bytes (WAV; with FFmpeg mp3, flac, ogg, m4a ...) or 16 kHz
         mono float samples. segment_seconds > 0 cuts at pauses (pieces of at most that long) for segment times;
         on_segment is called with each segment as its piece is done. language_only identifies the language
@@ -310,7 +313,9 @@ class Model(_Owned):
         length_penalty the exponent of the length its scores are divided by. abort: called before each stage and
         decode step (possibly on another thread); once it returns True the call stops and raises Cancelled (e.g.
         abort=event.is_set for a threading.Event set by a stop button). on_text is called with each delta of the
-        text as the model writes it (they concatenate to the text before inverse text normalization). on_progress
+        text as the model writes it (they concatenate to the text before inverse text normalization);
+        on_text_tokens with each delta and its tokens, (id, log-probability) pairs (those decoded since the previous
+        delta: a delta's confidence). on_progress
         is called with the call's progress, a fraction for a progress bar: 0 first, non-decreasing, 1 once at the
         end (an estimate). offset and duration (seconds; 0: to the end) transcribe a part of the audio; segment
         and word times stay those of the whole audio."""
@@ -349,6 +354,15 @@ class Model(_Owned):
                 except BaseException as e:  # stops the call (the abort callback below); re-raised after it
                     raised.append(e)
             p.on_text = _TEXT_CB(text_cb)
+        if on_text_tokens is not None:
+            def text_tokens_cb(delta, ids, logprobs, n, _user):
+                if raised:
+                    return
+                try:
+                    on_text_tokens((delta or b"").decode("utf-8", "replace"), [(ids[i], logprobs[i]) for i in range(n)])
+                except BaseException as e:  # stops the call (the abort callback below); re-raised after it
+                    raised.append(e)
+            p.on_text_tokens = _TEXT_TOKENS_CB(text_tokens_cb)
         if on_progress is not None:
             def progress_cb(fraction, _user):
                 if raised:
@@ -358,7 +372,8 @@ class Model(_Owned):
                 except BaseException as e:  # stops the call (the abort callback below); re-raised after it
                     raised.append(e)
             p.on_progress = _PROGRESS_CB(progress_cb)
-        if abort is not None or on_segment is not None or on_text is not None or on_progress is not None:
+        if abort is not None or on_segment is not None or on_text is not None or on_progress is not None \
+                or on_text_tokens is not None:
             # a callback's exception stops the call
             def stop(_user):
                 if raised:

@@ -80,6 +80,10 @@ typedef struct {
        stay those of the whole audio (TranscribeOptions::offset_seconds, duration_seconds) */
     double offset_seconds;
     double duration_seconds;
+    /* NULL, or on_text with each delta's tokens: n_tokens ids and log-probabilities, those decoded since the
+       previous delta (TranscribeOptions::on_text_tokens: not the language tag or <asr_text>; tokens of trailing
+       whitespace come with no delta), with user_data; the same deltas and threads as on_text */
+    void (*on_text_tokens)(const char* delta, const int* ids, const float* logprobs, size_t n_tokens, void* user_data);
 } qasr_transcribe_params;
 
 qasr_load_params qasr_default_load_params(void);

@@ -42,6 +42,11 @@ struct Segment {
     size_t first_token = 0, n_tokens = 0; // its generated tokens in TranscriptionResult::tokens
 };
 
+struct TokenInfo {
+    int id;
+    float logprob; // log-probability under the model (temperature 1)
+};
+
 struct TranscribeOptions {
     std::string language;      // "" or "auto" = detect; else a supported name or ISO code ("English", "en")
     std::string context;       // system-prompt context (names, terms)
@@ -65,6 +70,11 @@ struct TranscribeOptions {
     // order). Called on the thread that decodes (the caller's, or the engine's with LoadOptions::max_batch > 1);
     // beam search passes its text when the search ends; language_only has none.
     std::function<void(const std::string& delta)> on_text;
+    // on_text with each delta's tokens: those decoded since the previous delta (the ones whose text it completes,
+    // whitespace held back with it included; not the language tag or <asr_text>), with their log-probabilities — a
+    // delta's confidence, as OpenAI's streamed logprobs. Same deltas, threads and order as on_text; either or both
+    // may be set. Tokens of trailing whitespace, which no delta gives, are in TranscriptionResult::tokens alone.
+    std::function<void(const std::string& delta, const std::vector<TokenInfo>& tokens)> on_text_tokens;
     // Cancellation (a GUI's stop button, a server whose client went away): asked before each stage, between the
     // encoder's and the decoder's layers of a pass on the CPU (on a GPU between stages) and before every decode
     // step. Once it returns true the transcription stops within a step or a layer and transcribe* throws
@@ -107,11 +117,6 @@ struct LoadOptions {
     // AVX512-BF16, at bf16's precision); "f32" keeps float32 for every checkpoint. Decode steps and the GPU backend
     // are not affected.
     std::string compute = "auto";
-};
-
-struct TokenInfo {
-    int id;
-    float logprob; // log-probability under the model (temperature 1)
 };
 
 enum class FinishReason { Eos, TokenCap, Repetition, Empty };

@@ -86,6 +86,16 @@ qasr::TranscribeOptions to_options(const qasr_transcribe_params* p) {
         void* user = d.user_data;
         o.on_text = [cb, user](const std::string& delta) { cb(delta.c_str(), user); };
     }
+    if (d.on_text_tokens) {
+        const auto cb = d.on_text_tokens;
+        void* user = d.user_data;
+        o.on_text_tokens = [cb, user](const std::string& delta, const std::vector<qasr::TokenInfo>& tokens) {
+            std::vector<int> ids(tokens.size());
+            std::vector<float> lps(tokens.size());
+            for (size_t i = 0; i < tokens.size(); ++i) ids[i] = tokens[i].id, lps[i] = tokens[i].logprob;
+            cb(delta.c_str(), ids.data(), lps.data(), tokens.size(), user);
+        };
+    }
     if (d.on_progress) {
         const auto cb = d.on_progress;
         void* user = d.user_data;
@@ -121,7 +131,7 @@ extern "C" {
 qasr_load_params qasr_default_load_params(void) { return {0, 1, nullptr, 1, nullptr}; }
 
 qasr_transcribe_params qasr_default_transcribe_params(void) {
-    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr, nullptr, nullptr, 0.0, 0.0};
+    return {nullptr, nullptr, 0, 0, 0.0f, 1.0f, 0, 1, 0.0, nullptr, nullptr, 0, nullptr, 1, 1.0f, nullptr, nullptr, nullptr, nullptr, 0.0, 0.0, nullptr};
 }
 
 qasr_status qasr_model_load(const char* dir, const qasr_load_params* params, qasr_model** out) {

@@ -232,14 +232,17 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
     const int parallel = impl_->engine ? impl_->max_batch : 1;
     std::string tail;          // the end of the text given out so far (its last characters)
     bool piece_start = true;   // the next delta is a piece's first
-    const auto give = [&](const std::string& d) {
-        if (piece_start && segmented) opts.on_text(segment_joiner(tail, d) + d);
-        else opts.on_text(d);
+    const bool deltas = opts.on_text || opts.on_text_tokens;
+    const auto give = [&](const std::string& d, const std::vector<TokenInfo>& tokens) {
+        const std::string joined = piece_start && segmented ? segment_joiner(tail, d) + d : d;
+        if (opts.on_text) opts.on_text(joined);
+        if (opts.on_text_tokens) opts.on_text_tokens(joined, tokens);
         piece_start = false;
         tail += d; // its last bytes are enough for the joiner's test
         if (tail.size() > 8) tail.erase(0, tail.size() - 8);
     };
-    std::vector<std::vector<std::string>> held(opts.on_text && parallel > 1 ? jobs.size() : 0);
+    using Delta = std::pair<std::string, std::vector<TokenInfo>>;
+    std::vector<std::vector<Delta>> held(deltas && parallel > 1 ? jobs.size() : 0);
     size_t taken = 0;
     // progress: the pieces by their samples (those without speech are not transcribed and do not count); one piece
     // at a time reports its own estimate, pieces at once report as each is taken
@@ -251,10 +254,12 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         [&](size_t j) {
             const auto [b, e] = pieces[jobs[j]];
             const std::vector<float> piece(samples.begin() + long(b), samples.begin() + long(e));
-            if (!opts.on_text && !(progress && one_at_a_time)) return run(piece, opts);
+            if (!deltas && !(progress && one_at_a_time)) return run(piece, opts);
             TranscribeOptions o = opts;
-            if (opts.on_text && held.empty()) o.on_text = give; // one piece at a time: given out as it comes
-            else if (opts.on_text) o.on_text = [&held, j](const std::string& d) { held[j].push_back(d); };
+            o.on_text = nullptr;
+            if (deltas && held.empty()) o.on_text_tokens = give; // one piece at a time: given out as it comes
+            else if (deltas)
+                o.on_text_tokens = [&held, j](const std::string& d, const std::vector<TokenInfo>& t) { held[j].emplace_back(d, t); };
             o.on_progress = nullptr;
             if (progress && one_at_a_time)
                 o.on_progress = [&, n = double(e - b)](float g) { progress.report((taken_samples + n * g) / all_samples); };
@@ -262,7 +267,7 @@ TranscriptionResult Transcriber::transcribe(const std::vector<float>& samples, c
         },
         [&](TranscriptionResult& r) {
             if (!held.empty())
-                for (const std::string& d : held[taken]) give(d);
+                for (const auto& [d, t] : held[taken]) give(d, t);
             piece_start = true;
             const size_t k = jobs[taken++];
             taken_samples += double(pieces[k].second - pieces[k].first);

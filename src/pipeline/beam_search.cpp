@@ -299,7 +299,7 @@ void Session::decode_beams() {
         r.tokens.push_back({b.tokens[i], b.logprobs[i]});
         if (model_->is_eos(b.tokens[i])) continue;
         st_.out.push_back(b.tokens[i]);
-        if (st_.deltas) st_.deltas->push(b.tokens[i]);
+        if (st_.deltas) st_.deltas->push(b.tokens[i], b.logprobs[i]);
     }
     r.finish = b.end == BeamResult::End::Eos          ? FinishReason::Eos
                : b.end == BeamResult::End::Repetition ? FinishReason::Repetition

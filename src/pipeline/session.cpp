@@ -193,7 +193,7 @@ bool Session::accept(int tok, float lp, const DecodeOptions& d, std::vector<int>
         r.tokens.push_back({tok, lp});
     }
     out.push_back(tok);
-    if (st_.deltas) st_.deltas->push(tok);
+    if (st_.deltas) st_.deltas->push(tok, lp);
     return true;
 }
 
@@ -221,9 +221,13 @@ bool Session::begin(const std::vector<float>& audio, const TranscribeOptions& op
     st_.stop_id = opts.language_only ? model_->special.asr_text : -1;
     st_.itn = opts.itn;
     st_.abort = opts.abort;
-    if (opts.on_text && !opts.language_only)
-        st_.deltas = std::make_shared<TextDeltas>(model_->tokenizer, model_->special.asr_text, !st_.forced.empty(),
-                                                  opts.on_text);
+    if ((opts.on_text || opts.on_text_tokens) && !opts.language_only)
+        st_.deltas = std::make_shared<TextDeltas>(
+            model_->tokenizer, model_->special.asr_text, !st_.forced.empty(),
+            [text = opts.on_text, with_tokens = opts.on_text_tokens](const std::string& delta, const std::vector<TokenInfo>& t) {
+                if (text) text(delta);
+                if (with_tokens) with_tokens(delta, t);
+            });
     st_.cap = d.max_new_tokens > 0 ? d.max_new_tokens : default_token_cap(r.audio_seconds);
     if (opts.on_progress) { // the steps expected: exactly the cap's with ignore_eos, a language tag's alone
         const int expected = d.ignore_eos          ? st_.cap

@@ -106,7 +106,7 @@ private:
         int64_t V = 0;
         int stop_id = -1; // TranscribeOptions::language_only: <asr_text> ends the decode
         std::function<bool()> abort; // TranscribeOptions::abort (empty: none)
-        std::shared_ptr<TextDeltas> deltas; // TranscribeOptions::on_text (null: none)
+        std::shared_ptr<TextDeltas> deltas; // TranscribeOptions::on_text/on_text_tokens (null: none)
         std::unique_ptr<PieceProgress> progress; // TranscribeOptions::on_progress (null: none)
         bool empty = false, device_greedy = false, itn = true;
         Tensor logits;

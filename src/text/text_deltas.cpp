@@ -10,11 +10,14 @@ namespace qasr {
 TextDeltas::TextDeltas(const Tokenizer& tok, int tag_id, bool in_text, Sink out)
     : stream_(tok, true), out_(std::move(out)), tag_(tag_id), in_text_(in_text) {}
 
-void TextDeltas::push(int id) {
-    if (!in_text_) { // the language header: nothing of it is text
+void TextDeltas::push(int id, float logprob) {
+    if (!in_text_) { // the language header: nothing of it is text (unless no tag ever comes: finish)
         in_text_ = id == tag_;
+        if (in_text_) tokens_.clear();
+        else tokens_.push_back({id, logprob});
         return;
     }
+    tokens_.push_back({id, logprob});
     emit(stream_.push(id));
 }
 
@@ -33,7 +36,8 @@ void TextDeltas::emit(const std::string& ready) {
     held_ = utf8::encode(std::vector<char32_t>(cps.begin() + long(e), cps.end()));
     delta += utf8::encode(std::vector<char32_t>(cps.begin() + long(b), cps.begin() + long(e)));
     any_ = true;
-    out_(delta);
+    out_(delta, tokens_);
+    tokens_.clear();
 }
 
 void TextDeltas::finish(const std::string& raw_text) {
@@ -41,9 +45,10 @@ void TextDeltas::finish(const std::string& raw_text) {
         emit(stream_.flush());
     } else if (const std::string all = strip_space(raw_text); !all.empty()) {
         any_ = true;
-        out_(all);
+        out_(all, tokens_);
     }
     held_.clear();
+    tokens_.clear();
 }
 
 } // namespace qasr

@@ -4,19 +4,22 @@
 // deltas concatenate to the stripped text parse_asr_output (text/output.hpp) starts from — before its repetition
 // fix and before inverse text normalization.
 #pragma once
+#include "qasr/qasr.hpp"
 #include "text/tokenizer.hpp"
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace qasr {
 
 class TextDeltas {
 public:
-    using Sink = std::function<void(const std::string& delta)>;
+    // delta: whole UTF-8 characters; tokens: those pushed since the previous delta (TranscribeOptions::on_text_tokens)
+    using Sink = std::function<void(const std::string& delta, const std::vector<TokenInfo>& tokens)>;
     // tag_id: the <asr_text> id; in_text: the output is text from its first id (the language was in the prompt).
     TextDeltas(const Tokenizer& tok, int tag_id, bool in_text, Sink out);
-    void push(int id);
+    void push(int id, float logprob = 0.0f);
     // The end of the output (raw_text: all of it decoded): the held-back rest; an output that never wrote the tag
     // is all text (as the parser reads it) and comes out here whole.
     void finish(const std::string& raw_text);
@@ -28,6 +31,7 @@ private:
     int tag_;
     bool in_text_, any_ = false;
     std::string held_; // whitespace after the last character given out
+    std::vector<TokenInfo> tokens_; // pushed since the last delta (the header's until the tag: all text without one)
 };
 
 } // namespace qasr

@@ -6,6 +6,7 @@
 #include "demo_util.hpp"
 #include "pipeline/session.hpp"
 #include "qasr/qasr.hpp"
+#include "text/output.hpp"
 
 #include <gtest/gtest.h>
 
@@ -23,27 +24,59 @@ using qasr_e2e::expected;
 // TranscribeOptions::on_text: the deltas come while decoding (before transcribe returns, one per token or so) and
 // concatenate to the parsed text before inverse text normalization (the raw output's text part); for a forced
 // language, beam search and the pieces of a segmented file (joined as the segments are, live or through a batch
-// engine) alike; language identification gives none.
+// engine) alike; language identification gives none. on_text_tokens gives the same deltas with their tokens.
 TEST(DemoModel, TextDeltasConcatenateToTheTranscript) {
     NEED_DEMO_MODEL();
     const std::string& dir = qasr_e2e::kDemo;
     const auto rows = expected();
     ASSERT_GE(rows.size(), 8u);
     const qasr::Transcriber t = qasr::Transcriber::load(dir);
-    std::vector<std::string> deltas;
+    std::vector<std::string> deltas, token_deltas;
+    std::vector<qasr::TokenInfo> given; // on_text_tokens: the deltas' tokens in order
     qasr::TranscribeOptions o;
     o.itn = false;
     o.on_text = [&](const std::string& d) { deltas.push_back(d); };
+    o.on_text_tokens = [&](const std::string& d, const std::vector<qasr::TokenInfo>& tokens) {
+        EXPECT_FALSE(tokens.empty()) << d;
+        token_deltas.push_back(d);
+        given.insert(given.end(), tokens.begin(), tokens.end());
+    };
     const auto joined = [&] {
         std::string s;
         for (const auto& d : deltas) s += d;
         return s;
+    };
+    const qasr::Tokenizer& tok = t.impl().model->tokenizer;
+    const int tag = *tok.token_id("<asr_text>");
+    // on_text_tokens: the same deltas as on_text; their tokens are each piece's text tokens (after its <asr_text>,
+    // all of them under a forced language) with the result's log-probabilities, in order; only whitespace and the
+    // end token are left of a piece
+    const auto same_tokens = [&](const qasr::TranscriptionResult& r, const std::string& what) {
+        EXPECT_EQ(token_deltas, deltas) << what;
+        size_t at = 0;
+        for (const qasr::Segment& seg : r.segments.empty() ? std::vector<qasr::Segment>{{0, 0, r.text, r.language, 0, r.tokens.size()}}
+                                                           : r.segments) {
+            size_t b = seg.first_token;
+            const size_t e = seg.first_token + seg.n_tokens;
+            for (size_t i = b; i < e; ++i)
+                if (r.tokens[i].id == tag) b = i + 1;
+            std::vector<int> rest;
+            for (size_t i = b; i < e; ++i) {
+                if (at < given.size() && given[at].id == r.tokens[i].id && given[at].logprob == r.tokens[i].logprob) ++at;
+                else rest.push_back(r.tokens[i].id);
+            }
+            EXPECT_EQ(qasr::strip_space(tok.decode(rest)), "") << what << ": tokens no delta gave";
+        }
+        EXPECT_EQ(at, given.size()) << what << ": every given token is the result's, in order";
+        token_deltas.clear();
+        given.clear();
     };
     for (size_t i = 0; i < 8; ++i) {
         const std::string clip = std::string(QASR_SOURCE_DIR) + "/" + rows[i].path;
         deltas.clear();
         const auto r = t.transcribe_file(clip, o);
         EXPECT_EQ(joined(), r.text) << rows[i].path; // the demo model's texts need no repetition fix
+        same_tokens(r, rows[i].path);
         EXPECT_GE(deltas.size() * 2, r.tokens.size() - 4) << "a delta every token or two: " << rows[i].path;
         for (const auto& d : deltas) EXPECT_FALSE(d.empty());
         qasr::TranscribeOptions forced = o;
@@ -51,20 +84,24 @@ TEST(DemoModel, TextDeltasConcatenateToTheTranscript) {
         deltas.clear();
         const auto f = t.transcribe_file(clip, forced);
         EXPECT_EQ(joined(), f.text) << rows[i].path;
+        same_tokens(f, rows[i].path + " (forced)");
         qasr::TranscribeOptions beams = o;
         beams.decode.beam_size = 3;
         deltas.clear();
         const auto bs = t.transcribe_file(clip, beams);
         EXPECT_EQ(joined(), bs.text) << rows[i].path;
+        same_tokens(bs, rows[i].path + " (beams)");
         qasr::TranscribeOptions id = o;
         id.language_only = true;
         deltas.clear();
         t.transcribe_file(clip, id);
         EXPECT_TRUE(deltas.empty());
+        EXPECT_TRUE(given.empty());
     }
     // ITN applies to the final text only: the deltas are the model's words
     qasr::TranscribeOptions itn = o;
     itn.itn = true;
+    itn.on_text_tokens = nullptr;
     const std::string sample = std::string(QASR_SOURCE_DIR) + "/samples/demo_en.wav";
     deltas.clear();
     const std::string plain = t.transcribe_file(sample, o).text;
@@ -84,9 +121,12 @@ TEST(DemoModel, TextDeltasConcatenateToTheTranscript) {
     const qasr::Transcriber bt = qasr::Transcriber::load(dir, lo);
     for (const qasr::Transcriber* tr : {&t, &bt}) {
         deltas.clear();
+        token_deltas.clear();
+        given.clear();
         const auto r = tr->transcribe(two, seg);
         ASSERT_EQ(r.segments.size(), 2u) << r.text;
         EXPECT_EQ(joined(), r.text);
+        same_tokens(r, tr == &t ? "two segments" : "two segments, engine");
     }
 }
 

@@ -311,7 +311,7 @@ TEST_F(Serve, StreamedTranscriptionSendsDeltasThenTheText) {
         EXPECT_EQ(joined, de_text_);
         EXPECT_FALSE(done.contains("logprobs")) << "without include[]=logprobs";
     }
-    { // include[]=logprobs: the done event lists the transcript's tokens, as the json answer does; the deltas none
+    { // include[]=logprobs: the done event lists the transcript's tokens, as the json answer does; each delta its own
         const auto r = post_file(c, de_, {{"stream", "true", "", ""}, {"include[]", "logprobs", "", ""}});
         ASSERT_TRUE(r);
         ASSERT_EQ(r->status, 200) << r->body;
@@ -325,7 +325,18 @@ TEST_F(Serve, StreamedTranscriptionSendsDeltasThenTheText) {
         for (std::string line; std::getline(ss, line);)
             if (line.rfind("data: ", 0) == 0) events.push_back(json::parse(line.substr(6)));
         ASSERT_GE(events.size(), 2u) << r->body;
-        for (size_t i = 0; i + 1 < events.size(); ++i) EXPECT_FALSE(events[i].contains("logprobs")) << events[i].dump();
+        json from_deltas = json::array();
+        for (size_t i = 0; i + 1 < events.size(); ++i) {
+            ASSERT_TRUE(events[i].contains("logprobs")) << events[i].dump();
+            std::string spelled;
+            for (const auto& e : events[i]["logprobs"]) {
+                from_deltas.push_back(e);
+                for (const auto& x : e["bytes"]) spelled.push_back(char(x.get<int>()));
+            }
+            // a delta's tokens spell it (the first without its leading space)
+            if (i == 0) spelled.erase(0, spelled.find_first_not_of(' '));
+            EXPECT_EQ(spelled, events[i]["delta"].get<std::string>()) << events[i].dump();
+        }
         const json& done = events.back();
         EXPECT_EQ(done.value("type", ""), "transcript.text.done");
         ASSERT_TRUE(done.contains("logprobs")) << done.dump();
@@ -338,6 +349,7 @@ TEST_F(Serve, StreamedTranscriptionSendsDeltasThenTheText) {
             spelled += done["logprobs"][i]["token"].get<std::string>();
         }
         EXPECT_EQ(spelled, de_text_); // the demo sample needs no ITN
+        EXPECT_EQ(from_deltas, done["logprobs"]); // its text ends in no whitespace: every token came with a delta
     }
     // an error after the headers: an error event (here a bad option the library refuses: beam search with ignore_eos)
     const auto bad = post_file(c, en_, {{"stream", "true", "", ""}, {"beam_size", "2", "", ""}, {"ignore_eos", "true", "", ""},

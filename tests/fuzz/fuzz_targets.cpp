@@ -84,12 +84,15 @@ void token_stream(const qasr::Tokenizer& t, const uint8_t* data, size_t size) {
     const bool repeated = qasr::fix_repetitions(qasr::strip_space(raw)) != qasr::strip_space(raw);
     for (const bool forced : {false, true}) {
         std::string all;
-        qasr::TextDeltas td(t, tag, forced, [&](const std::string& d) {
-            if (d.empty() || !valid(d)) fuzz_fail(__LINE__);
+        size_t given = 0; // the deltas' tokens: each delta completes some, never more than were pushed
+        qasr::TextDeltas td(t, tag, forced, [&](const std::string& d, const std::vector<qasr::TokenInfo>& tokens) {
+            if (d.empty() || !valid(d) || tokens.empty()) fuzz_fail(__LINE__);
             all += d;
+            given += tokens.size();
         });
         for (int id : ids) td.push(id);
         td.finish(raw);
+        if (given > ids.size()) fuzz_fail(__LINE__);
         // the deltas are the text before the repetition fix (TranscribeOptions::on_text)
         if (!repeated && all != qasr::parse_asr_output(raw, forced ? "English" : "").text) fuzz_fail(__LINE__);
     }

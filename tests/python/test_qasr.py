@@ -183,6 +183,14 @@ class Bindings(unittest.TestCase):
         self.assertEqual("".join(deltas), r.text)
         self.assertGreater(len(deltas), 3)
 
+        # on_text_tokens: the same deltas, each with its tokens, in the result's order with its log-probabilities
+        pairs = []
+        r2 = self.model.transcribe(path, on_text_tokens=lambda d, t: pairs.append((d, t)))
+        self.assertEqual([d for d, _ in pairs], deltas)
+        self.assertTrue(all(t for _, t in pairs))
+        given = [x for _, t in pairs for x in t]
+        self.assertTrue(any(r2.tokens[k:k + len(given)] == given for k in range(len(r2.tokens))))
+
         def boom(_delta):
             raise KeyError("from on_text")
         with self.assertRaises(KeyError):  # stops the transcription, raised after it

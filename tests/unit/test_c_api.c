@@ -43,6 +43,20 @@ static void append_text(const char* delta, void* user) {
     if (strlen(buf) + strlen(delta) < 4096) strcat(buf, delta);
 }
 
+/* on_text_tokens: user is a struct text_tokens; the deltas appended, their tokens kept (up to 256) */
+struct text_tokens {
+    char text[4096];
+    int ids[256];
+    float logprobs[256];
+    size_t n, empty_deltas;
+};
+static void append_text_tokens(const char* delta, const int* ids, const float* logprobs, size_t n, void* user) {
+    struct text_tokens* t = (struct text_tokens*)user;
+    if (strlen(t->text) + strlen(delta) < sizeof t->text) strcat(t->text, delta);
+    if (n == 0) ++t->empty_deltas;
+    for (size_t i = 0; i < n && t->n < 256; ++i, ++t->n) t->ids[t->n] = ids[i], t->logprobs[t->n] = logprobs[i];
+}
+
 /* on_progress: user is a float[3]: the values seen [0], the last value [1], the ones that went down or out of [0, 1] [2] */
 static void track_progress(float fraction, void* user) {
     float* p = (float*)user;
@@ -219,6 +233,22 @@ int main(void) {
     tp.user_data = text;
     CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
     CHECK(r && want && strcmp(text, want) == 0 && strcmp(qasr_result_text(r), want) == 0);
+    qasr_result_free(r);
+    /* with each delta's tokens: the same text; the tokens are the result's, in order, with its log-probabilities */
+    tp = qasr_default_transcribe_params();
+    CHECK(tp.on_text_tokens == NULL);
+    static struct text_tokens tt;
+    tp.on_text_tokens = append_text_tokens;
+    tp.user_data = &tt;
+    CHECK(qasr_transcribe_file(m, wav, &tp, &r) == QASR_OK);
+    CHECK(r && want && strcmp(tt.text, want) == 0 && tt.n > 0 && tt.empty_deltas == 0);
+    {
+        size_t at = 0;
+        for (size_t i = 0; r && i < qasr_result_n_tokens(r) && at < tt.n; ++i)
+            if (qasr_result_token_id(r, i) == tt.ids[at] && qasr_result_token_logprob(r, i) == tt.logprobs[at]) ++at;
+            else CHECK(at == 0); /* contiguous once begun */
+        CHECK(at == tt.n);
+    }
     qasr_result_free(r);
     /* progress: from 0 up to 1, never down */
     tp = qasr_default_transcribe_params();

@@ -165,8 +165,13 @@ TEST(Tokenizer, TextDeltasGiveTheParsedTextAsItGrows) {
     for (const char* out : outputs) {
         const auto ids = tok_json()->encode(out);
         std::vector<std::string> deltas;
-        TextDeltas td(*tok_json(), tag, false, [&](const std::string& d) { deltas.push_back(d); });
-        for (int id : ids) td.push(id);
+        std::vector<TokenInfo> given; // the deltas' tokens, in order
+        TextDeltas td(*tok_json(), tag, false, [&](const std::string& d, const std::vector<TokenInfo>& t) {
+            EXPECT_FALSE(t.empty()) << out << ": a delta completes at least one token's text";
+            deltas.push_back(d);
+            given.insert(given.end(), t.begin(), t.end());
+        });
+        for (size_t i = 0; i < ids.size(); ++i) td.push(ids[i], -0.5f * float(i));
         const size_t before_end = deltas.size();
         td.finish(tok_json()->decode(ids));
         std::string all;
@@ -179,14 +184,31 @@ TEST(Tokenizer, TextDeltasGiveTheParsedTextAsItGrows) {
         if (std::string(out).find("Hello") != std::string::npos) {
             EXPECT_GE(before_end, 5u) << "deltas while writing";
         }
+        // the tokens: after the tag (all of them without one), in order with their log-probabilities; their text is
+        // the deltas' (up to the whitespace around it: the tokens of trailing whitespace come with no delta)
+        const auto tag_at = std::find(ids.begin(), ids.end(), tag);
+        const size_t first = tag_at == ids.end() ? 0 : size_t(tag_at - ids.begin()) + 1;
+        ASSERT_LE(given.size(), ids.size() - first) << out;
+        std::vector<int> given_ids;
+        for (size_t i = 0; i < given.size(); ++i) {
+            EXPECT_EQ(given[i].id, ids[first + i]) << out << " token " << i;
+            EXPECT_EQ(given[i].logprob, -0.5f * float(first + i)) << out << " token " << i;
+            given_ids.push_back(given[i].id);
+        }
+        EXPECT_EQ(strip_space(tok_json()->decode(given_ids)), all) << out;
     }
     // a forced language: the output is all text
     const auto ids = tok_json()->encode(" Guten Tag.");
     std::string all;
-    TextDeltas td(*tok_json(), tag, true, [&](const std::string& d) { all += d; });
+    std::vector<int> given_ids;
+    TextDeltas td(*tok_json(), tag, true, [&](const std::string& d, const std::vector<TokenInfo>& t) {
+        all += d;
+        for (const TokenInfo& x : t) given_ids.push_back(x.id);
+    });
     for (int id : ids) td.push(id);
     td.finish(tok_json()->decode(ids));
     EXPECT_EQ(all, "Guten Tag.");
+    EXPECT_EQ(given_ids, ids);
 }
 
 // A small byte-level BPE in both merge notations ("a b" strings and ["a", "b"] pairs), with added tokens and
