@@ -73,7 +73,8 @@ struct TranscribeOptions {
     // on_text with each delta's tokens: those decoded since the previous delta (the ones whose text it completes,
     // whitespace held back with it included; not the language tag or <asr_text>), with their log-probabilities — a
     // delta's confidence, as OpenAI's streamed logprobs. Same deltas, threads and order as on_text; either or both
-    // may be set. Tokens of trailing whitespace, which no delta gives, are in TranscriptionResult::tokens alone.
+    // may be set. Tokens of trailing whitespace, which no delta gives, are in TranscriptionResult::tokens alone; an
+    // output ending inside a UTF-8 character gets a last delta (its replacement character) without tokens.
     std::function<void(const std::string& delta, const std::vector<TokenInfo>& tokens)> on_text_tokens;
     // Cancellation (a GUI's stop button, a server whose client went away): asked before each stage, between the
     // encoder's and the decoder's layers of a pass on the CPU (on a GPU between stages) and before every decode

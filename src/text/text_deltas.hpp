@@ -15,7 +15,8 @@ namespace qasr {
 
 class TextDeltas {
 public:
-    // delta: whole UTF-8 characters; tokens: those pushed since the previous delta (TranscribeOptions::on_text_tokens)
+    // delta: whole UTF-8 characters; tokens: those pushed since the previous delta (TranscribeOptions::on_text_tokens;
+    // none for the flushed end of an incomplete character whose token an earlier delta gave)
     using Sink = std::function<void(const std::string& delta, const std::vector<TokenInfo>& tokens)>;
     // tag_id: the <asr_text> id; in_text: the output is text from its first id (the language was in the prompt).
     TextDeltas(const Tokenizer& tok, int tag_id, bool in_text, Sink out);

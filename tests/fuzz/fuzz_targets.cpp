@@ -84,9 +84,9 @@ void token_stream(const qasr::Tokenizer& t, const uint8_t* data, size_t size) {
     const bool repeated = qasr::fix_repetitions(qasr::strip_space(raw)) != qasr::strip_space(raw);
     for (const bool forced : {false, true}) {
         std::string all;
-        size_t given = 0; // the deltas' tokens: each delta completes some, never more than were pushed
+        size_t given = 0; // the deltas' tokens, never more than were pushed (none for an incomplete character's end)
         qasr::TextDeltas td(t, tag, forced, [&](const std::string& d, const std::vector<qasr::TokenInfo>& tokens) {
-            if (d.empty() || !valid(d) || tokens.empty()) fuzz_fail(__LINE__);
+            if (d.empty() || !valid(d)) fuzz_fail(__LINE__);
             all += d;
             given += tokens.size();
         });
