@@ -77,7 +77,8 @@ options:
   --live                   show the text on stderr as the model writes it (before ITN; a line per input),
                            while standard output gets the transcripts as usual
   -pc, --print-colors      text output on a terminal: color each character by the probability of its token
-                           (green: sure, red: unsure); shows the model's text before ITN
+                           (green: sure, red: unsure); shows the model's text before ITN; with --live the
+                           live text too (each piece by its least likely token)
   -pp, --print-progress    print each input's progress on stderr in steps of 5 % ("qasr: NAME: progress 35 %";
                            an estimate: TranscribeOptions::on_progress)
   --no-itn                 do not apply inverse text normalization
@@ -92,10 +93,16 @@ options:
 // --print-colors: the model's text (before the clean-up and ITN) with each character colored by the probability of
 // the token that wrote it (a character of several tokens: the least likely), from red (p < 0.2) to green (p ≥ 0.9).
 // A piece's language header (up to <asr_text>) is left out; pieces are joined with a space.
-std::string colored_text(const Model& m, const TranscriptionResult& r) {
+// The terminal color of probability p: from red (p < 0.2) to green (p ≥ 0.9).
+const char* shade_of(float p) {
     static const std::pair<float, const char*> kShades[] = {{0.9f, "\033[38;5;40m"},  {0.75f, "\033[38;5;148m"},
-                                                            {0.5f, "\033[38;5;220m"}, {0.2f, "\033[38;5;208m"},
-                                                            {0.0f, "\033[38;5;160m"}};
+                                                            {0.5f, "\033[38;5;220m"}, {0.2f, "\033[38;5;208m"}};
+    for (const auto& [at_least, code] : kShades)
+        if (p >= at_least) return code;
+    return "\033[38;5;160m";
+}
+
+std::string colored_text(const Model& m, const TranscriptionResult& r) {
     std::vector<std::pair<size_t, size_t>> pieces; // [first, end) token ranges
     for (const Segment& s : r.segments) pieces.emplace_back(s.first_token, s.first_token + s.n_tokens);
     if (pieces.empty()) pieces.emplace_back(0, r.tokens.size());
@@ -110,13 +117,7 @@ std::string colored_text(const Model& m, const TranscriptionResult& r) {
             pending += m.tokenizer.decode_bytes({r.tokens[i].id});
             p_min = std::min(p_min, std::exp(r.tokens[i].logprob));
             if (pending.empty() || utf8::incomplete_tail(pending)) continue;
-            const char* shade = kShades[4].second;
-            for (const auto& [at_least, code] : kShades)
-                if (p_min >= at_least) {
-                    shade = code;
-                    break;
-                }
-            out += shade + utf8::sanitize(pending) + "\033[0m";
+            out += shade_of(p_min) + utf8::sanitize(pending) + "\033[0m";
             pending.clear();
             p_min = 1;
         }
@@ -362,10 +363,18 @@ int cmd_transcribe(int argc, char** argv) {
     if (live_text) {
         if (parallel > 1) throw std::invalid_argument("--live shows one transcription at a time: not with --batch and several inputs");
         if (o.language_only) throw std::invalid_argument("--live shows the text; --detect-language writes none");
-        o.on_text = [&shown](const std::string& d) {
-            std::cerr << d << std::flush;
-            shown = true;
-        };
+        if (print_colors) // with -pc each delta in the color of its least likely token
+            o.on_text_tokens = [&shown](const std::string& d, const std::vector<TokenInfo>& tokens) {
+                float p = 1;
+                for (const TokenInfo& x : tokens) p = std::min(p, std::exp(x.logprob));
+                std::cerr << shade_of(p) << d << "\033[0m" << std::flush;
+                shown = true;
+            };
+        else
+            o.on_text = [&shown](const std::string& d) {
+                std::cerr << d << std::flush;
+                shown = true;
+            };
     }
     if (print_progress && live_text)
         throw std::invalid_argument("--print-progress and --live both write to stderr as the model runs: choose one");

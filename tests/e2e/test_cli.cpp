@@ -323,6 +323,18 @@ TEST(Cli, LiveShowsTheTextAsItIsWritten) {
     CliRun e = run("transcribe -m " + demo + " --live --batch 2 " + en + " " + de);
     EXPECT_NE(e.status, 0);
     EXPECT_NE(e.err.find("--live"), std::string::npos) << e.err;
+    // with -pc the live text is colored too: each delta in the shade of its least likely token, the same text
+    CliRun c = run("transcribe -m " + demo + " -q --live -pc " + en + " " + de);
+    ASSERT_EQ(c.status, 0) << c.err;
+    const std::regex code("\x1b\\[38;5;(\\d+)m([^\x1b]*)\x1b\\[0m");
+    EXPECT_EQ(std::regex_replace(c.err, code, "$2"), want);
+    std::set<int> shades;
+    size_t pieces = 0;
+    for (std::sregex_iterator it(c.err.begin(), c.err.end(), code), end; it != end; ++it, ++pieces)
+        shades.insert(std::stoi((*it)[1]));
+    EXPECT_GE(pieces, 10u) << "a colored piece per delta";
+    for (const int s : shades) EXPECT_TRUE(s == 40 || s == 148 || s == 220 || s == 208 || s == 160) << s;
+    EXPECT_EQ(std::regex_replace(c.out, code, "$2"), want); // standard output: -pc's colored transcripts
 }
 
 // -pp / --print-progress: per input, "progress N %" lines on stderr in steps of 5 from 0 to 100, growing; standard
