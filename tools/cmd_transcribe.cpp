@@ -90,9 +90,6 @@ options:
   -h, --help               this help
 )";
 
-// --print-colors: the model's text (before the clean-up and ITN) with each character colored by the probability of
-// the token that wrote it (a character of several tokens: the least likely), from red (p < 0.2) to green (p ≥ 0.9).
-// A piece's language header (up to <asr_text>) is left out; pieces are joined with a space.
 // The terminal color of probability p: from red (p < 0.2) to green (p ≥ 0.9).
 const char* shade_of(float p) {
     static const std::pair<float, const char*> kShades[] = {{0.9f, "\033[38;5;40m"},  {0.75f, "\033[38;5;148m"},
@@ -102,6 +99,9 @@ const char* shade_of(float p) {
     return "\033[38;5;160m";
 }
 
+// --print-colors: the model's text (before the clean-up and ITN) with each character colored by the probability of
+// the token that wrote it (a character of several tokens: the least likely; shade_of).
+// A piece's language header (up to <asr_text>) is left out; pieces are joined with a space.
 std::string colored_text(const Model& m, const TranscriptionResult& r) {
     std::vector<std::pair<size_t, size_t>> pieces; // [first, end) token ranges
     for (const Segment& s : r.segments) pieces.emplace_back(s.first_token, s.first_token + s.n_tokens);
