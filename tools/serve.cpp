@@ -214,7 +214,7 @@ private:
     }
 
     // stream=true (OpenAI's streamed transcription): server-sent events, `data: {"type": "transcript.text.delta",
-    // "delta": …}` as the model writes the text (TranscribeOptions::on_text: before inverse text normalization),
+    // "delta": …}` as the model writes the text (TranscribeOptions::on_text_tokens: before inverse text normalization),
     // then `data: {"type": "transcript.text.done", "text": …}` with the final text (and qasr's language and
     // duration), or `data: {"type": "error", "error": {…}}`. With include[]=logprobs each delta lists its tokens
     // (TranscribeOptions::on_text_tokens) and the done event all of the transcript's, as json answers list them

@@ -306,6 +306,13 @@ static std::string lower(std::string s) {
     return s;
 }
 
+// One entry of a "logprobs" array: {"token", "logprob", "bytes"}.
+static json token_logprob(const std::string& bytes, float logprob) {
+    std::vector<int> b;
+    for (const char c : bytes) b.push_back(int(static_cast<unsigned char>(c)));
+    return {{"token", bytes}, {"logprob", logprob}, {"bytes", b}}; // "token": invalid UTF-8 → U+FFFD
+}
+
 // The transcript's tokens for include[]=logprobs: a piece's tokens after its <asr_text> (all of them where the
 // language was forced: no tag is generated then), special tokens left out.
 json transcript_logprobs(const TranscriptionResult& r, const Tokenizer& tok) {
@@ -326,12 +333,6 @@ json transcript_logprobs(const TranscriptionResult& r, const Tokenizer& tok) {
         else if (in_text) out.push_back(token_logprob(bytes, t.logprob));
     }
     return out;
-}
-
-json token_logprob(const std::string& bytes, float logprob) {
-    std::vector<int> b;
-    for (const char c : bytes) b.push_back(int(static_cast<unsigned char>(c)));
-    return {{"token", bytes}, {"logprob", logprob}, {"bytes", b}}; // "token": invalid UTF-8 → U+FFFD
 }
 
 json delta_logprobs(const std::vector<TokenInfo>& tokens, const Tokenizer& tok) {

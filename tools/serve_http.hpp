@@ -105,8 +105,6 @@ void respond(httplib::Response& res, const TranscriptionResult& r, Format f, boo
              const Tokenizer* logprobs_of = nullptr);
 // That "logprobs" array alone (respond's, and stream=true's transcript.text.done event's).
 nlohmann::json transcript_logprobs(const TranscriptionResult& r, const Tokenizer& tok);
-// One entry of it: {"token", "logprob", "bytes"}.
-nlohmann::json token_logprob(const std::string& bytes, float logprob);
 // A transcript.text.delta event's "logprobs": its tokens (TranscribeOptions::on_text_tokens), special ones left out.
 nlohmann::json delta_logprobs(const std::vector<TokenInfo>& tokens, const Tokenizer& tok);
 
